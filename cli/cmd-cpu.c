@@ -1,0 +1,252 @@
+/* cprof cpu: options, preflight, the sampling loop, the report. The work is
+ * in lib/cpu/cpu-profiler.c. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "cpu/cpu-profiler.h"
+#include "interrupt.h"
+#include "options.h"
+#include "output.h"
+#include "preflight.h"
+#include "report.h"
+#include "target/target.h"
+#include "util/parse.h"
+#include "util/util.h"
+
+#define CMD "cpu"
+
+struct cpu_args {
+	struct common_opts common;
+	uint64_t duration_ns;
+	unsigned hz;
+	const char *mode;
+};
+
+static void cpu_help(void)
+{
+	printf("usage: cprof cpu -p PID [-d DURATION] [-F HZ] [-o FILE] [--mode MODE] [-q]\n"
+	       "\n"
+	       "Sample the CPU use of every thread of process PID, threads started later\n"
+	       "included, and write a gzipped pprof profile (samples/count, cpu/nanoseconds).\n"
+	       "Ctrl-C stops early and still writes the profile.\n"
+	       "\n"
+	       "  -p, --pid PID            process to profile\n"
+	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
+	       "  -F, --frequency HZ       samples per second of CPU time, 1-10000 (default 100)\n"
+	       "  -o, --output FILE        profile to write, - for stdout (default cpu.pb.gz)\n"
+	       "      --mode MODE          auto, system or thread (default auto: system when\n"
+	       "                           privileged, else thread)\n"
+	       "  -q, --quiet              no progress or summary on stderr\n"
+	       "  -h, --help               show this help\n");
+}
+
+static int cpu_option(int c, const char *arg, void *ctx)
+{
+	struct cpu_args *a = ctx;
+	int64_t v;
+	int r;
+
+	switch (c) {
+	case 'd':
+		return option_duration(CMD, "duration", arg, &a->duration_ns);
+	case 'F':
+		r = option_int(CMD, "frequency", arg, 1, 10000, &v);
+		if (r == 0)
+			a->hz = (unsigned)v;
+		return r;
+	case 'M':
+		if (strcmp(arg, "auto") && strcmp(arg, "system") && strcmp(arg, "thread"))
+			return report_usage(CMD, "invalid mode '%s': expected auto, system or "
+						 "thread", arg);
+		a->mode = arg;
+		return 0;
+	}
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct cpu_args *a)
+{
+	static const struct option longopts[] = {
+		{ "pid", required_argument, NULL, 'p' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "frequency", required_argument, NULL, 'F' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "mode", required_argument, NULL, 'M' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	int r;
+
+	*a = (struct cpu_args){ .duration_ns = 30ULL * 1000000000ULL, .hz = 100, .mode = "auto" };
+	r = options_parse(CMD, argc, argv, ":p:d:F:o:qh", longopts, &a->common, cpu_option, a);
+	if (r)
+		return r;
+	if (a->common.help) {
+		cpu_help();
+		return -1;
+	}
+	if (!a->common.output)
+		a->common.output = "cpu.pb.gz";
+	return 0;
+}
+
+static enum perf_scope choose_scope(const char *mode)
+{
+	if (!strcmp(mode, "system"))
+		return PERF_SCOPE_SYSTEM;
+	if (!strcmp(mode, "thread"))
+		return PERF_SCOPE_THREAD;
+	return perf_system_scope_allowed() ? PERF_SCOPE_SYSTEM : PERF_SCOPE_THREAD;
+}
+
+static bool kernel_time_allowed(void)
+{
+	int paranoid = 2;
+
+	return geteuid() == 0 ||
+	       (proc_sysctl_int("kernel/perf_event_paranoid", &paranoid) == 0 && paranoid <= 1);
+}
+
+/* Samples until the duration is over, Ctrl-C, or the target exits. */
+static int sample_window(struct cpu_profiler *p, const struct cpu_args *a,
+			 const struct target *t)
+{
+	uint64_t start = now_monotonic_ns(), next_progress = start;
+	char total[32], done[32];
+
+	format_duration(a->duration_ns, total, sizeof(total));
+	while (!interrupt_requested()) {
+		uint64_t now = now_monotonic_ns(), left;
+		int r;
+
+		if (now - start >= a->duration_ns)
+			break;
+		left = a->duration_ns - (now - start);
+		r = cpu_profiler_poll(p, (int)MIN(left / 1000000 + 1, 100ULL));
+		if (r == -ESRCH)
+			return r;
+		if (r < 0)
+			return r;
+		if (now >= next_progress) {
+			format_duration((now - start) / 1000000000ULL * 1000000000ULL, done,
+					sizeof(done));
+			report_progress("sampling pid %d (%s): %s / %s, %llu samples", t->pid,
+					t->comm, done, total,
+					(unsigned long long)cpu_profiler_stats(p)->samples);
+			next_progress = now + 1000000000ULL;
+		}
+	}
+	return 0;
+}
+
+static void summary(const struct cpu_args *a, const struct output *out,
+		    const struct cpu_profiler_stats *st)
+{
+	char window[32];
+
+	format_duration(st->window_ns, window, sizeof(window));
+	report_note("wrote %s: %llu samples, %.2fs of CPU in a %s window (%d Hz); "
+		    "symbolized in %.0f ms",
+		    output_name(out), (unsigned long long)st->samples, (double)st->sampled_ns / 1e9,
+		    window, a->hz, (double)st->symbolize_ns / 1e6);
+	if (st->lost)
+		report_warning("%llu samples lost: the sample buffers overflowed; try a lower -F",
+			       (unsigned long long)st->lost);
+	if (st->samples && st->unwound * 100 < st->samples * 90)
+		report_warning("only %llu of %llu stacks unwound past their first frame: "
+			       "missing CFI (.eh_frame) or unmapped code",
+			       (unsigned long long)st->unwound, (unsigned long long)st->samples);
+}
+
+int cmd_cpu(int argc, char **argv)
+{
+	struct cpu_profiler_opts popts;
+	struct cpu_profiler *p = NULL;
+	struct profile *profile = NULL;
+	struct cpu_args a;
+	struct output out;
+	struct target t;
+	char why[1024], cmdline[1024];
+	int r, code;
+
+	code = parse_args(argc, argv, &a);
+	if (code)
+		return code < 0 ? EXIT_OK : code;
+	report_set_quiet(a.common.quiet);
+
+	code = preflight_target(a.common.pid, &t);
+	if (code)
+		return code;
+	r = output_prepare(&out, a.common.output, true, why, sizeof(why));
+	if (r < 0) {
+		report_error_text(NULL, why);
+		return EXIT_OUTPUT;
+	}
+	preflight_raise_nofile();
+	interrupt_install();
+
+	command_line_join(argc, argv, cmdline, sizeof(cmdline));
+	popts = (struct cpu_profiler_opts){
+		.pid = a.common.pid,
+		.hz = a.hz,
+		.scope = choose_scope(a.mode),
+		.kernel = kernel_time_allowed(),
+		.command_line = cmdline,
+	};
+	r = cpu_profiler_new(&p, &popts, why, sizeof(why));
+	if (r < 0) {
+		report_error_text(NULL, why);
+		code = r == -EACCES || r == -EPERM ? EXIT_PERMISSION
+		       : r == -ESRCH		   ? EXIT_TARGET
+						   : EXIT_FAIL;
+		goto out_abort;
+	}
+	r = cpu_profiler_start(p);
+	if (r < 0) {
+		report_error("cannot start sampling pid %d: %s", a.common.pid, strerror(-r));
+		code = EXIT_FAIL;
+		goto out_abort;
+	}
+	r = sample_window(p, &a, &t);
+	if (r < 0 && r != -ESRCH) {
+		report_error("sampling pid %d failed: %s", a.common.pid, strerror(-r));
+		code = EXIT_FAIL;
+		goto out_abort;
+	}
+	cpu_profiler_stop(p);
+	report_progress_done();
+	if (cpu_profiler_stats(p)->target_exited)
+		report_warning("pid %d exited during the profile; writing what was collected",
+			       a.common.pid);
+	else if (interrupt_requested())
+		report_note("interrupted; writing what was collected");
+
+	r = cpu_profiler_finish(p, &profile);
+	if (r < 0) {
+		report_error("cannot build the profile: %s", strerror(-r));
+		code = EXIT_FAIL;
+		goto out_abort;
+	}
+	r = output_commit_profile(&out, profile);
+	if (r < 0) {
+		report_error("cannot write the profile to '%s': %s", output_name(&out),
+			     strerror(-r));
+		code = EXIT_FAIL;
+		goto out_free;
+	}
+	summary(&a, &out, cpu_profiler_stats(p));
+	code = EXIT_OK;
+	goto out_free;
+
+out_abort:
+	output_abort(&out);
+out_free:
+	profile_free(profile);
+	cpu_profiler_free(p);
+	return code;
+}

@@ -1,0 +1,85 @@
+/* cprof: the command table, global options and exit codes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "report.h"
+
+#ifndef CPROF_VERSION
+#define CPROF_VERSION "unknown"
+#endif
+
+struct command {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct command commands[] = {
+	{ "cpu", cmd_cpu, "sample the CPU use of every thread (perf_event_open)" },
+	{ "threads", cmd_threads, "what every thread is doing now: one consistent snapshot" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: cprof <command> [options]\n"
+		   "       cprof <command> --help\n"
+		   "\n"
+		   "Profile a running native process (C, C++, Rust) without restarting it, and\n"
+		   "write pprof profiles that 'go tool pprof' reads.\n"
+		   "\n"
+		   "commands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\n"
+		   "options:\n"
+		   "  -h, --help     show this help\n"
+		   "      --version  print the version\n"
+		   "\n"
+		   "exit codes: 0 ok, 1 failure while profiling, 2 target cannot be profiled,\n"
+		   "3 permission denied, 4 output cannot be written, 64 usage error.\n"
+		   "See cprof(1).\n");
+}
+
+void command_line_join(int argc, char **argv, char *buf, size_t size)
+{
+	size_t n = 0;
+
+	n += (size_t)snprintf(buf, size, "cprof");
+	for (int i = 0; i < argc && n < size; i++)
+		n += (size_t)snprintf(buf + n, size - n, " %s", argv[i]);
+}
+
+int main(int argc, char **argv)
+{
+	const char *name;
+
+	if (argc < 2) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	name = argv[1];
+	if (!strcmp(name, "-h") || !strcmp(name, "--help") || !strcmp(name, "help")) {
+		if (!strcmp(name, "help") && argc > 2) {
+			char *help_argv[] = { argv[2], "--help", NULL };
+
+			for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+				if (!strcmp(commands[i].name, argv[2]))
+					return commands[i].fn(2, help_argv);
+			return report_usage(NULL, "unknown command '%s'", argv[2]);
+		}
+		usage(stdout);
+		return EXIT_OK;
+	}
+	if (!strcmp(name, "--version") || !strcmp(name, "version")) {
+		printf("cprof %s (perf_event_open, libdw unwinding and symbolization, "
+		       "protobuf-c, zlib)\n", CPROF_VERSION);
+		return EXIT_OK;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(commands[i].name, name))
+			return commands[i].fn(argc - 1, argv + 1);
+	if (name[0] == '-')
+		return report_usage(NULL, "unknown option '%s'", name);
+	return report_usage(NULL, "unknown command '%s'", name);
+}

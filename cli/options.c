@@ -1,0 +1,104 @@
+#include "options.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stddef.h>
+
+#include "report.h"
+#include "util/parse.h"
+
+int option_pid(const char *cmd, const char *arg, pid_t *ret)
+{
+	int r = parse_pid(arg, ret);
+
+	if (r == -ERANGE)
+		return report_usage(cmd, "invalid pid '%s': out of range (1 to 4194304)", arg);
+	if (r < 0)
+		return report_usage(cmd, "invalid pid '%s': not a number", arg);
+	return 0;
+}
+
+int option_duration(const char *cmd, const char *opt, const char *arg, uint64_t *ret_ns)
+{
+	uint64_t ns;
+	int r = parse_duration(arg, &ns);
+
+	if (r == -ERANGE || (r == 0 && ns > OPTION_MAX_DURATION_NS))
+		return report_usage(cmd, "invalid %s '%s': longer than the limit of 24h", opt, arg);
+	if (r < 0)
+		return report_usage(cmd, "invalid %s '%s': expected a duration such as 500ms, 30s "
+					 "or 1m30s (units ns, us, ms, s, m, h)", opt, arg);
+	if (ns == 0)
+		return report_usage(cmd, "invalid %s '%s': must be longer than zero", opt, arg);
+	*ret_ns = ns;
+	return 0;
+}
+
+int option_int(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max,
+	       int64_t *ret)
+{
+	int r = parse_int64(arg, min, max, ret);
+
+	if (r < 0)
+		return report_usage(cmd, "invalid %s '%s': expected a whole number from %lld to "
+					 "%lld", opt, arg, (long long)min, (long long)max);
+	return 0;
+}
+
+int option_common(const char *cmd, int c, char **argv, struct common_opts *o)
+{
+	int r;
+
+	switch (c) {
+	case 'p':
+		r = option_pid(cmd, optarg, &o->pid);
+		if (r)
+			return r;
+		o->have_pid = true;
+		return 0;
+	case 'o':
+		o->output = optarg;
+		return 0;
+	case 'q':
+		o->quiet = true;
+		return 0;
+	case 'h':
+		o->help = true;
+		return 0;
+	case ':':
+		return report_usage(cmd, "option '%s' needs a value", argv[optind - 1]);
+	case '?':
+		return report_usage(cmd, "unknown option '%s'", argv[optind - 1]);
+	default:
+		return OPTION_NOT_COMMON;
+	}
+}
+
+int option_finish(const char *cmd, int argc, char **argv, const struct common_opts *o)
+{
+	if (o->help)
+		return 0;
+	if (optind < argc)
+		return report_usage(cmd, "unexpected argument '%s'", argv[optind]);
+	if (!o->have_pid)
+		return report_usage(cmd, "missing -p PID: which process to look at");
+	return 0;
+}
+
+int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
+		  const struct option *longopts, struct common_opts *common, option_fn fn,
+		  void *ctx)
+{
+	int c, r;
+
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+		r = option_common(cmd, c, argv, common);
+		if (r == OPTION_NOT_COMMON)
+			r = fn(c, optarg, ctx);
+		if (r)
+			return r;
+	}
+	return option_finish(cmd, argc, argv, common);
+}

@@ -1,0 +1,50 @@
+/* Option values every command shares (-p, -d, numbers), with the usage
+ * errors they produce. Each returns 0 or EXIT_USAGE after reporting. */
+#ifndef CPROF_OPTIONS_H
+#define CPROF_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Longest window cprof accepts: an incident tool, not a daemon. */
+#define OPTION_MAX_DURATION_NS (24ULL * 3600 * 1000000000ULL)
+
+int option_pid(const char *cmd, const char *arg, pid_t *ret);
+
+/* What every command takes: -p, -o, -q, -h. */
+struct common_opts {
+	pid_t pid;
+	bool have_pid;
+	const char *output; /* NULL when not given */
+	bool quiet;
+	bool help;
+};
+
+#define OPTION_NOT_COMMON 1
+/*
+ * Handles getopt's result @c if it is one of the common options (or an
+ * error getopt reported with ':' and '?'). Returns 0 when handled,
+ * OPTION_NOT_COMMON when @c is the command's own, EXIT_USAGE after reporting.
+ */
+int option_common(const char *cmd, int c, char **argv, struct common_opts *o);
+/* After the getopt loop: no stray arguments, -p given. 0 or EXIT_USAGE. */
+int option_finish(const char *cmd, int argc, char **argv, const struct common_opts *o);
+
+struct option;
+/* A command's own option @c with argument @arg: 0 or EXIT_USAGE. */
+typedef int (*option_fn)(int c, const char *arg, void *ctx);
+
+/*
+ * The whole getopt_long loop of a command: common options into @common, the
+ * others to @fn, then option_finish(). 0 or EXIT_USAGE (reported). When
+ * common->help is set, the caller prints its help.
+ */
+int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
+		  const struct option *longopts, struct common_opts *common, option_fn fn,
+		  void *ctx);
+int option_duration(const char *cmd, const char *opt, const char *arg, uint64_t *ret_ns);
+int option_int(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max,
+	       int64_t *ret);
+
+#endif

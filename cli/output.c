@@ -1,0 +1,197 @@
+#include "output.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pprof/pprof.h"
+#include "util/util.h"
+
+const char *output_name(const struct output *o)
+{
+	return strcmp(o->path, "-") ? o->path : "stdout";
+}
+
+static int open_tmpfile(struct output *o)
+{
+	mode_t mask = umask(0);
+	int fd;
+
+	umask(mask);
+	fd = open(o->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666 & ~mask);
+	if (fd >= 0)
+		return fd;
+	/* Filesystems without O_TMPFILE: a named temporary, removed on failure. */
+	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+		return -errno;
+	snprintf(o->tmp_name, sizeof(o->tmp_name), "%s/.cprof-XXXXXX", o->dir);
+	fd = mkostemp(o->tmp_name, O_CLOEXEC);
+	if (fd < 0) {
+		o->tmp_name[0] = '\0';
+		return -errno;
+	}
+	fchmod(fd, 0666 & ~mask);
+	return fd;
+}
+
+int output_prepare(struct output *o, const char *path, bool binary, char *why, size_t whylen)
+{
+	struct stat st;
+	char *copy;
+	int fd;
+
+	memset(o, 0, sizeof(*o));
+	o->path = path;
+	o->fd = -1;
+	if (!strcmp(path, "-")) {
+		if (binary && isatty(STDOUT_FILENO)) {
+			snprintf(why, whylen, "refusing to write a binary profile to a terminal\n"
+					      "hint: redirect stdout, or use -o FILE");
+			return -ENOTTY;
+		}
+		o->fd = STDOUT_FILENO;
+		o->in_place = true;
+		return 0;
+	}
+	if (stat(path, &st) == 0) {
+		if (S_ISDIR(st.st_mode)) {
+			snprintf(why, whylen, "'%s' is a directory\n"
+					      "hint: give a file name, e.g. -o %s/cpu.pb.gz", path, path);
+			return -EISDIR;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			/* A device or FIFO: write in place, never replace it. */
+			fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+			if (fd < 0)
+				goto out_errno;
+			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+			o->fd = fd;
+			o->in_place = true;
+			return 0;
+		}
+		if (access(path, W_OK) < 0)
+			goto out_errno;
+	}
+	copy = strdup(path);
+	if (!copy)
+		return -ENOMEM;
+	snprintf(o->dir, sizeof(o->dir), "%s", dirname(copy));
+	free(copy);
+	fd = open_tmpfile(o);
+	if (fd < 0) {
+		errno = -fd;
+		goto out_errno;
+	}
+	o->fd = fd;
+	return 0;
+
+out_errno:
+	fd = -errno;
+	snprintf(why, whylen, "cannot write '%s': %s\n"
+			      "hint: choose another path with -o, or fix the directory's permissions",
+		 path, strerror(errno));
+	return fd;
+}
+
+static int link_into_place(struct output *o)
+{
+	char proc[64], tmp[4200];
+	int r;
+
+	if (o->tmp_name[0]) {
+		if (rename(o->tmp_name, o->path) < 0)
+			return -errno;
+		o->tmp_name[0] = '\0';
+		return 0;
+	}
+	/* Give the unnamed file a name beside the destination, then rename it
+	 * over: rename is what makes replacing an old profile atomic. */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", o->fd);
+	/* Nothing there yet: link it straight in, with no name in between that
+	 * a kill could leave behind. linkat never replaces a file, so an old
+	 * one goes the long way. */
+	if (linkat(AT_FDCWD, proc, AT_FDCWD, o->path, AT_SYMLINK_FOLLOW) == 0)
+		return 0;
+	if (errno != EEXIST)
+		return -errno;
+	for (int i = 0; i < 100; i++) {
+		snprintf(tmp, sizeof(tmp), "%s/.cprof-%d-%d", o->dir, getpid(), i);
+		if (linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) == 0)
+			break;
+		if (errno != EEXIST)
+			return -errno;
+		tmp[0] = '\0';
+	}
+	if (!tmp[0])
+		return -EEXIST;
+	if (rename(tmp, o->path) < 0) {
+		r = -errno;
+		unlink(tmp);
+		return r;
+	}
+	return 0;
+}
+
+int output_commit_profile(struct output *o, const struct profile *p)
+{
+	uint8_t *gz = NULL;
+	size_t gz_len;
+	int r;
+
+	r = pprof_encode_gzip(p, &gz, &gz_len);
+	if (r < 0) {
+		output_abort(o);
+		return r;
+	}
+	r = output_commit_bytes(o, gz, gz_len);
+	free(gz);
+	return r;
+}
+
+int output_commit_bytes(struct output *o, const void *buf, size_t len)
+{
+	int r;
+
+	if (o->fd < 0)
+		return -EBADF;
+	r = write_full(o->fd, buf, len);
+	if (r < 0)
+		goto out_abort;
+	if (o->in_place) {
+		/* stdout or a device: flush what can be flushed; EINVAL means "not a file". */
+		if (fsync(o->fd) < 0 && errno != EINVAL && errno != EROFS)
+			r = -errno;
+		goto out_done;
+	}
+	if (fsync(o->fd) < 0) {
+		r = -errno;
+		goto out_abort;
+	}
+	r = link_into_place(o);
+	if (r < 0)
+		goto out_abort;
+out_done:
+	if (o->fd != STDOUT_FILENO)
+		close(o->fd);
+	o->fd = -1;
+	return r;
+out_abort:
+	output_abort(o);
+	return r;
+}
+
+void output_abort(struct output *o)
+{
+	if (o->tmp_name[0]) {
+		unlink(o->tmp_name);
+		o->tmp_name[0] = '\0';
+	}
+	if (o->fd >= 0 && o->fd != STDOUT_FILENO)
+		close(o->fd);
+	o->fd = -1;
+}

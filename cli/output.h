@@ -1,0 +1,44 @@
+/*
+ * Where a profile goes. The output is decided before cprof attaches (a path
+ * that cannot be written must not cost the target anything), written in one
+ * go at the end, and never left truncated: a regular file is written to an
+ * unnamed temporary (O_TMPFILE) in the same directory, synced, then linked
+ * and renamed over the destination. If cprof dies first, nothing is left.
+ * Devices, FIFOs and stdout ("-") are written in place.
+ */
+#ifndef CPROF_OUTPUT_H
+#define CPROF_OUTPUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "profile/profile.h"
+
+struct output {
+	const char *path; /* as given; "-" is stdout */
+	int fd;
+	bool in_place;
+	char dir[4096];
+	char tmp_name[4200]; /* named temporary when O_TMPFILE is unsupported */
+};
+
+/*
+ * Checks and opens @path for writing; a @binary output refuses a terminal
+ * as stdout. On failure returns -errno and writes
+ * the reason and a hint in @why.
+ */
+int output_prepare(struct output *o, const char *path, bool binary, char *why, size_t whylen);
+
+/* Writes @len bytes and puts the file in place. -errno on failure, and
+ * then the destination is left as it was. */
+int output_commit_bytes(struct output *o, const void *buf, size_t len);
+/* output_commit_bytes() of @p as gzipped pprof. */
+int output_commit_profile(struct output *o, const struct profile *p);
+
+/* Gives up: removes any temporary, closes. Safe after commit and twice. */
+void output_abort(struct output *o);
+
+/* A short name for messages: the path, or "stdout". */
+const char *output_name(const struct output *o);
+
+#endif

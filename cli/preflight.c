@@ -1,0 +1,87 @@
+#include "preflight.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "report.h"
+
+/* EI_CLASS of the target's executable: 2 for 64-bit ELF. */
+static int exe_elf_class(pid_t pid)
+{
+	unsigned char ident[5];
+	char path[64];
+	int fd, n;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = (int)read(fd, ident, sizeof(ident));
+	close(fd);
+	if (n != (int)sizeof(ident) || memcmp(ident, "\177ELF", 4))
+		return -ENOEXEC;
+	return ident[4];
+}
+
+int preflight_target(pid_t pid, struct target *t)
+{
+	int r = target_open(t, pid);
+
+	if (r == -ESRCH) {
+		report_error("cannot profile pid %d: no such process", pid);
+		report_hint("check the pid with 'ps -p %d'; the process may have exited", pid);
+		return EXIT_TARGET;
+	}
+	if (r == -EACCES || r == -EPERM) {
+		report_error("cannot profile pid %d: permission denied reading /proc/%d", pid, pid);
+		report_hint("run cprof as root, or as the user that owns pid %d", pid);
+		return EXIT_PERMISSION;
+	}
+	if (r < 0) {
+		report_error("cannot profile pid %d: reading /proc/%d failed: %s", pid, pid,
+			     strerror(-r));
+		return EXIT_TARGET;
+	}
+	if (t->is_self) {
+		report_error("cannot profile pid %d: that is cprof itself", pid);
+		return EXIT_TARGET;
+	}
+	if (t->kernel_thread) {
+		report_error("cannot profile pid %d (%s): it is a kernel thread, with no user space "
+			     "to profile", pid, t->comm);
+		report_hint("kernel threads show up in system-wide tools such as 'perf top'");
+		return EXIT_TARGET;
+	}
+	if (t->state == 'Z' || t->state == 'X') {
+		report_error("cannot profile pid %d (%s): it is a zombie (exited, not yet reaped by "
+			     "its parent)", pid, t->comm);
+		return EXIT_TARGET;
+	}
+	if (geteuid() != 0 && t->uid != geteuid()) {
+		report_error("cannot profile pid %d (%s): it belongs to uid %u and cprof runs as "
+			     "uid %u", pid, t->comm, (unsigned)t->uid, (unsigned)geteuid());
+		report_hint("run cprof as root or as the owner of pid %d", pid);
+		return EXIT_PERMISSION;
+	}
+	r = exe_elf_class(pid);
+	if (r == 1) {
+		report_error("cannot profile pid %d (%s): it is a 32-bit process, and cprof "
+			     "unwinds 64-bit (x86-64) processes only", pid, t->comm);
+		return EXIT_TARGET;
+	}
+	return 0;
+}
+
+void preflight_raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}

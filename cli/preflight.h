@@ -1,0 +1,21 @@
+/*
+ * Checks that come before attaching to anything, shared by every command:
+ * does the target exist, is it a user process we may look at, and what to
+ * tell the user when not. Each returns 0 or the exit code to leave with,
+ * after printing the error and its hint.
+ */
+#ifndef CPROF_PREFLIGHT_H
+#define CPROF_PREFLIGHT_H
+
+#include <stdbool.h>
+
+#include "target/target.h"
+
+/* Existence, kernel thread, zombie, self, other user's process, 32-bit. */
+int preflight_target(pid_t pid, struct target *ret);
+
+/* Raises RLIMIT_NOFILE's soft limit to the hard one (per-thread events need
+ * one descriptor per thread and cpu). */
+void preflight_raise_nofile(void);
+
+#endif

@@ -1,0 +1,99 @@
+#include "report.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static bool quiet;
+static bool progress_shown;
+
+void report_set_quiet(bool q)
+{
+	quiet = q;
+}
+
+bool report_quiet(void)
+{
+	return quiet;
+}
+
+static void vreport(const char *prefix, const char *fmt, va_list ap)
+{
+	report_progress_done();
+	fprintf(stderr, "cprof: %s", prefix);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+#define DEFINE_REPORT(name, prefix, gate)       \
+	void name(const char *fmt, ...)         \
+	{                                       \
+		va_list ap;                     \
+		if (gate)                       \
+			return;                 \
+		va_start(ap, fmt);              \
+		vreport(prefix, fmt, ap);       \
+		va_end(ap);                     \
+	}
+
+DEFINE_REPORT(report_error, "error: ", false)
+DEFINE_REPORT(report_hint, "hint: ", false)
+DEFINE_REPORT(report_warning, "warning: ", false)
+DEFINE_REPORT(report_note, "", quiet)
+
+void report_error_text(const char *prefix, const char *text)
+{
+	const char *line = text;
+	bool first = true;
+
+	while (line && *line) {
+		const char *nl = strchr(line, '\n');
+		int len = nl ? (int)(nl - line) : (int)strlen(line);
+
+		if (!strncmp(line, "hint: ", 6))
+			report_hint("%.*s", len - 6, line + 6);
+		else if (first)
+			report_error("%s%s%.*s", prefix ? prefix : "", prefix ? ": " : "", len, line);
+		else
+			report_error("%.*s", len, line);
+		first = false;
+		line = nl ? nl + 1 : NULL;
+	}
+}
+
+void report_progress(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (quiet || !isatty(STDERR_FILENO))
+		return;
+	va_start(ap, fmt);
+	fputs("\r\033[Kcprof: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fflush(stderr);
+	progress_shown = true;
+}
+
+void report_progress_done(void)
+{
+	if (!progress_shown)
+		return;
+	fputs("\r\033[K", stderr);
+	progress_shown = false;
+}
+
+int report_usage(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vreport("error: ", fmt, ap);
+	va_end(ap);
+	if (cmd)
+		fprintf(stderr, "cprof: hint: see 'cprof %s --help'\n", cmd);
+	else
+		fprintf(stderr, "cprof: hint: see 'cprof --help'\n");
+	return EXIT_USAGE;
+}

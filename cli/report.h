@@ -1,0 +1,42 @@
+/*
+ * Everything cprof says to the user goes through here: errors and hints on
+ * stderr in git's manner ("cprof: error: cannot ...: why", then
+ * "cprof: hint: what to do"), warnings, notes and the progress line.
+ * Exit codes are documented in man/cprof.1; keep the two in step.
+ */
+#ifndef CPROF_REPORT_H
+#define CPROF_REPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum cprof_exit {
+	EXIT_OK = 0,         /* profile written (also when the target exited mid-window) */
+	EXIT_FAIL = 1,       /* failure while profiling or writing */
+	EXIT_TARGET = 2,     /* the target cannot be profiled: gone, kernel thread, zombie, ... */
+	EXIT_PERMISSION = 3, /* the kernel or /proc refused: privilege needed */
+	EXIT_OUTPUT = 4,     /* the output cannot be written; checked before attaching */
+	EXIT_USAGE = 64,     /* bad command line */
+};
+
+void report_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void report_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void report_warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void report_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints a multi-line message from lib/: its first line as an error, lines
+ * starting with "hint: " as hints. */
+void report_error_text(const char *prefix, const char *text);
+
+/* Quiet mode silences notes and progress, never errors or warnings. */
+void report_set_quiet(bool quiet);
+bool report_quiet(void);
+
+/* A progress line redrawn in place, only when stderr is a terminal. */
+void report_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void report_progress_done(void);
+
+/* Usage error for command @cmd: message, then "see 'cprof @cmd --help'". */
+int report_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

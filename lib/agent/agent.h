@@ -1,0 +1,182 @@
+/*
+ * Private declarations of cprof-agent.so. Everything here is hidden (the
+ * agent lives in another program's symbol namespace). Rooms:
+ *   attach.c    the exported API, the session (memfd, state, fork)
+ *   got.c       GOT walking, patching and restoring
+ *   hooks.c     the allocator hooks and the real functions they call
+ *   sampler.c   per-thread countdown, PRNG, exponential draws
+ *   liveset.c   the set of sampled live blocks
+ *   ring.c      records into the memfd's ring
+ *   capture.c   registers and stack bytes of the sampling thread
+ *   watchdog.c  the "cprof-agent" thread: peer death, heartbeat, commands
+ *
+ * Rules for code reachable from a hook: no printing, no exit, no sleeping,
+ * no locks but the event spinlock, and anything that may allocate runs with
+ * the thread's recursion guard (agent_in_hook) set.
+ */
+#ifndef CPROF_AGENT_PRIVATE_H
+#define CPROF_AGENT_PRIVATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "wire.h"
+
+#define HIDDEN __attribute__((visibility("hidden")))
+/* Static TLS: no __tls_get_addr (which may allocate) on the fast path. */
+#define AGENT_TLS __thread __attribute__((tls_model("initial-exec")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define AGENT_DEFAULT_RATE (512u << 10)
+
+/* --- sampler.c ------------------------------------------------------------ */
+
+/* Bytes this thread may still allocate before the next sample. 0 = not drawn. */
+extern AGENT_TLS uint64_t agent_countdown HIDDEN;
+/* Recursion guard: set while the thread runs agent code that may allocate. */
+extern AGENT_TLS int agent_in_hook HIDDEN;
+/* Sampling rate the hooks use (bytes); written by attach and the watchdog. */
+extern uint64_t agent_rate HIDDEN;
+
+/*
+ * Called by a hook when an allocation of @size bytes is not below the
+ * countdown. Returns true when the allocation is to be sampled; sets the
+ * next countdown in any case. A thread's first call draws its countdown and
+ * then decides like any other call.
+ */
+bool sampler_should_sample(uint64_t size) HIDDEN;
+/* A gap drawn from Exp(mean @rate), rounded up; 0 when @rate is 1. */
+uint64_t sampler_draw(uint64_t rate) HIDDEN;
+/* -ln(x) for x in (0, 1]; relative error below 1e-6 (see sampler.c). */
+double sampler_neg_log(double x) HIDDEN;
+
+/* --- capture.c ------------------------------------------------------------ */
+
+/* Stores the caller's registers (DWARF order); rip = return address. */
+void agent_capture_regs(uint64_t regs[CPROF_REG_COUNT]) HIDDEN;
+/* Copies up to @max bytes from @from into @dst, stopping at the first page
+ * that is not readable. Never faults. Returns the bytes copied. */
+size_t agent_copy_stack(void *dst, uint64_t from, size_t max) HIDDEN;
+
+/* Learn the main thread's stack (attach, not from a hook). */
+void capture_init(void) HIDDEN;
+/* How many bytes from @rsp up to the end of this thread's stack, at most
+ * @max. Calls nothing. */
+size_t agent_stack_limit(uint64_t rsp, size_t max) HIDDEN;
+
+/* --- ring.c --------------------------------------------------------------- */
+
+struct ring {
+	struct cprof_wire_header *hdr; /* NULL when there is no session */
+	uint8_t *data;
+	uint32_t size;
+};
+
+extern struct ring agent_ring HIDDEN;
+
+void event_lock(void) HIDDEN;
+void event_unlock(void) HIDDEN;
+/* Reserve @bytes (8-aligned) at data_head, writing a PAD first if needed.
+ * Returns NULL when full (lost is counted). Event lock held. */
+void *ring_reserve(uint32_t bytes) HIDDEN;
+/* Publish what ring_reserve() returned. Event lock held. */
+void ring_commit(uint32_t bytes) HIDDEN;
+
+/* --- liveset.c ------------------------------------------------------------ */
+
+int liveset_init(void) HIDDEN;
+/* Empty the set (event lock held). */
+void liveset_clear(void) HIDDEN;
+/* Number of entries; hooks skip lookups when it is 0. */
+uint64_t liveset_count(void) HIDDEN;
+/* Insert (event lock held). Returns false when the set is full. */
+bool liveset_insert(uint64_t addr, uint64_t size) HIDDEN;
+/* Lock-free: might @addr be in the set? No false negatives. */
+bool liveset_maybe_contains(uint64_t addr) HIDDEN;
+/* Remove (event lock held). Returns true and *ret_size if it was there. */
+bool liveset_remove(uint64_t addr, uint64_t *ret_size) HIDDEN;
+
+/* --- hooks.c -------------------------------------------------------------- */
+
+/* The allocator functions as the program would call them (resolved once). */
+struct real_funcs {
+	void *(*malloc)(size_t);
+	void *(*calloc)(size_t, size_t);
+	void *(*realloc)(void *, size_t);
+	void *(*reallocarray)(void *, size_t, size_t);
+	void (*free)(void *);
+	int (*posix_memalign)(void **, size_t, size_t);
+	void *(*aligned_alloc)(size_t, size_t);
+	void *(*memalign)(size_t, size_t);
+	void *(*valloc)(size_t);
+	void *(*pvalloc)(size_t);
+	void *(*dlopen)(const char *, int);
+};
+
+extern struct real_funcs agent_real HIDDEN;
+
+struct hook_entry {
+	const char *name;
+	void *hook;  /* our function */
+	void **real; /* where agent_real keeps the original */
+};
+
+extern const struct hook_entry agent_hooks[] HIDDEN;
+extern const size_t agent_nr_hooks HIDDEN;
+
+/* Resolve agent_real (dlsym). Returns 0 or -ENOENT. Not from a hook. */
+int hooks_resolve(void) HIDDEN;
+/* The hook_entry for symbol @name, or NULL. */
+const struct hook_entry *hooks_find(const char *name) HIDDEN;
+/* Is @value one of our hook functions? */
+bool hooks_is_hook(uint64_t value) HIDDEN;
+/* Emit FREE for a sampled block being freed (event lock taken inside). */
+void hooks_emit_free(uint64_t addr, uint64_t size) HIDDEN;
+
+/* --- got.c ---------------------------------------------------------------- */
+
+/* Patch every not yet patched GOT entry of a hooked function in every loaded
+ * object but the agent, ld.so and the vDSO. Caller holds agent_mutex. */
+void got_patch_all(void) HIDDEN;
+/* Restore every entry that still holds a hook. Caller holds agent_mutex
+ * (or is the only thread: fork child). */
+void got_restore_all(void) HIDDEN;
+/* Entries currently patched. */
+uint64_t got_nr_patched(void) HIDDEN;
+
+/* --- attach.c / watchdog.c ------------------------------------------------ */
+
+/* Serializes attach, detach, GOT patching (also from the dlopen hook). */
+void agent_lock(void) HIDDEN;
+void agent_unlock(void) HIDDEN;
+/* Is sampling on? (state RUNNING) */
+extern int agent_sampling HIDDEN;
+/* Detach with @reason (enum cprof_wire_detach_reason). 0 or -ENOENT. */
+int agent_detach(uint32_t reason) HIDDEN;
+/* Same, agent_mutex held. */
+int agent_detach_locked(uint32_t reason) HIDDEN;
+/* Apply cprof's command and rate fields; agent_mutex held. */
+void agent_poll_commands_locked(void) HIDDEN;
+/* Does session @session still run? agent_mutex held. */
+bool agent_session_running(uint64_t session) HIDDEN;
+/* From the dlopen hook: patch what got loaded, if a session runs. */
+void agent_patch_new_objects(void) HIDDEN;
+/* Session counter; the watchdog of an older session exits. */
+extern uint64_t agent_session HIDDEN;
+
+int watchdog_start(pid_t cprof_pid, uint64_t session) HIDDEN;
+
+/* A counter of the header, if a session runs. */
+#define AGENT_COUNT(field, n)                                                  \
+	do {                                                                   \
+		struct cprof_wire_header *h_ = agent_ring.hdr;                 \
+		if (h_)                                                        \
+			__atomic_fetch_add(&h_->field, (n), __ATOMIC_RELAXED);  \
+	} while (0)
+
+uint64_t agent_now_ns(void) HIDDEN;
+
+#endif

@@ -1,0 +1,297 @@
+/*
+ * The exported entry points and the session: the memfd, the header's state,
+ * and what a fork does to them.
+ *
+ * One session at a time. The memfd and its mapping outlive a session: a
+ * thread that entered a hook before the GOT was restored may still touch
+ * them, so they are never unmapped in this process; the next attach reuses
+ * them when the ring size is the same.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cprof-agent.h"
+#include "agent.h"
+
+static pthread_mutex_t agent_mutex = PTHREAD_MUTEX_INITIALIZER;
+int agent_sampling;
+uint64_t agent_session;
+
+static int memfd = -1;
+static void *memfd_map;
+static size_t memfd_map_size;
+static pid_t peer_pid;
+static uint32_t last_command;
+static bool atfork_registered;
+
+void agent_lock(void)
+{
+	pthread_mutex_lock(&agent_mutex);
+}
+
+void agent_unlock(void)
+{
+	pthread_mutex_unlock(&agent_mutex);
+}
+
+static struct cprof_wire_header *header(void)
+{
+	return agent_ring.hdr;
+}
+
+static void set_state(uint32_t state)
+{
+	__atomic_store_n(&header()->state, state, __ATOMIC_RELEASE);
+}
+
+bool agent_session_running(uint64_t session)
+{
+	/* The watchdog knows the low 32 bits of its session. */
+	return header() && (agent_session & 0xffffffffu) == (session & 0xffffffffu);
+}
+
+int agent_detach_locked(uint32_t reason)
+{
+	struct cprof_wire_header *h = header();
+
+	if (!h)
+		return -ENOENT;
+	got_restore_all();
+	__atomic_store_n(&agent_sampling, 0, __ATOMIC_RELAXED);
+	event_lock();
+	liveset_clear();
+	h->hooked = got_nr_patched();
+	h->detach_reason = reason;
+	__atomic_store_n(&h->state, CPROF_STATE_DETACHED, __ATOMIC_RELEASE);
+	agent_ring.hdr = NULL;
+	event_unlock();
+	return 0;
+}
+
+int agent_detach(uint32_t reason)
+{
+	int ret;
+
+	agent_lock();
+	ret = agent_detach_locked(reason);
+	agent_unlock();
+	return ret;
+}
+
+static uint64_t clamp_rate(uint64_t rate)
+{
+	if (rate == 0)
+		return AGENT_DEFAULT_RATE;
+	return rate > CPROF_WIRE_RATE_MAX ? CPROF_WIRE_RATE_MAX : rate;
+}
+
+void agent_poll_commands_locked(void)
+{
+	struct cprof_wire_header *h = header();
+	uint32_t cmd;
+	uint64_t rate;
+
+	if (!h)
+		return;
+	rate = __atomic_load_n(&h->rate, __ATOMIC_RELAXED);
+	if (rate != 0 && clamp_rate(rate) != agent_rate) {
+		__atomic_store_n(&agent_rate, clamp_rate(rate), __ATOMIC_RELAXED);
+		__atomic_store_n(&h->rate_in_use, agent_rate, __ATOMIC_RELAXED);
+	}
+	cmd = __atomic_load_n(&h->command, __ATOMIC_ACQUIRE);
+	if (cmd == last_command)
+		return;
+	last_command = cmd;
+	switch (cmd) {
+	case CPROF_CMD_START:
+		__atomic_store_n(&agent_sampling, 1, __ATOMIC_RELAXED);
+		set_state(CPROF_STATE_RUNNING);
+		break;
+	case CPROF_CMD_STOP:
+		__atomic_store_n(&agent_sampling, 0, __ATOMIC_RELAXED);
+		set_state(CPROF_STATE_PAUSED);
+		break;
+	case CPROF_CMD_DETACH:
+		agent_detach_locked(CPROF_DETACH_COMMAND);
+		break;
+	default:
+		break; /* unknown: ignored */
+	}
+}
+
+void agent_patch_new_objects(void)
+{
+	/* trylock: never wait in a hook; an attach or detach running now walks
+	 * the objects itself. */
+	if (pthread_mutex_trylock(&agent_mutex) != 0)
+		return;
+	if (header()) {
+		got_patch_all();
+		header()->hooked = got_nr_patched();
+	}
+	agent_unlock();
+}
+
+/*
+ * The child of a fork has our hooks but not the watchdog, and shares the
+ * memfd's pages with its parent: it must not write a record. It is the only
+ * thread now, so it unhooks without locks and forgets the session.
+ */
+static void atfork_child(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+	memcpy(&agent_mutex, &fresh, sizeof(fresh));
+	event_unlock();
+	if (!agent_ring.hdr)
+		return;
+	__atomic_store_n(&agent_sampling, 0, __ATOMIC_RELAXED);
+	agent_ring.hdr = NULL;
+	got_restore_all();
+	liveset_clear();
+	if (memfd >= 0)
+		close(memfd);
+	memfd = -1;
+	if (memfd_map)
+		munmap(memfd_map, memfd_map_size);
+	memfd_map = NULL;
+}
+
+/* A memfd of @ring_size bytes of ring, mapped; reuses the last one if it fits. */
+static int memfd_setup(uint32_t ring_size)
+{
+	size_t size = CPROF_WIRE_HEADER_SIZE + (size_t)ring_size;
+	void *map;
+	int fd, ret;
+
+	if (memfd >= 0 && memfd_map && memfd_map_size == size) {
+		/* Fresh contents for the new reader (pages back to zero). */
+		if (fallocate(memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)size) != 0)
+			memset(memfd_map, 0, CPROF_WIRE_HEADER_SIZE);
+		return 0;
+	}
+	fd = memfd_create("cprof-agent", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) != 0) {
+		ret = -errno;
+		goto out_close;
+	}
+	map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		ret = -errno;
+		goto out_close;
+	}
+	/* The old mapping stays: a straggler may still hold a pointer into it. */
+	if (memfd >= 0)
+		close(memfd);
+	memfd = fd;
+	memfd_map = map;
+	memfd_map_size = size;
+	return 0;
+
+out_close:
+	close(fd);
+	return ret;
+}
+
+static void header_init(struct cprof_wire_header *h, int cprof_pid, uint64_t rate, uint32_t ring_size)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = CPROF_WIRE_MAGIC;
+	h->version = CPROF_WIRE_VERSION;
+	h->header_size = CPROF_WIRE_HEADER_SIZE;
+	h->ring_size = ring_size;
+	h->stack_max = CPROF_WIRE_STACK_MAX;
+	h->agent_pid = getpid();
+	h->cprof_pid = cprof_pid;
+	h->session = agent_session;
+	h->rate = rate;
+	h->rate_in_use = rate;
+	h->state = CPROF_STATE_INIT;
+}
+
+static bool peer_alive(pid_t pid)
+{
+	return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+CPROF_AGENT_API int cprof_agent_attach(int cprof_pid, uint64_t rate, uint32_t ring_size)
+{
+	struct cprof_wire_header *h;
+	int ret;
+
+	if (ring_size == 0)
+		ring_size = CPROF_WIRE_RING_DEFAULT;
+	if (cprof_pid <= 0 || ring_size < CPROF_WIRE_RING_MIN || ring_size > CPROF_WIRE_RING_MAX ||
+	    (ring_size & (ring_size - 1)))
+		return -EINVAL;
+	rate = clamp_rate(rate);
+
+	agent_lock();
+	if (header()) {
+		if (peer_alive(peer_pid)) {
+			ret = -EBUSY;
+			goto out_unlock;
+		}
+		agent_detach_locked(CPROF_DETACH_PEER_EXIT);
+	}
+	ret = hooks_resolve();
+	if (ret < 0)
+		goto out_unlock;
+	ret = liveset_init();
+	if (ret < 0)
+		goto out_unlock;
+	if (!atfork_registered) {
+		ret = -pthread_atfork(NULL, NULL, atfork_child);
+		if (ret < 0)
+			goto out_unlock;
+		atfork_registered = true;
+	}
+	capture_init();
+	ret = memfd_setup(ring_size);
+	if (ret < 0)
+		goto out_unlock;
+
+	agent_session++;
+	h = memfd_map;
+	event_lock();
+	header_init(h, cprof_pid, rate, ring_size);
+	agent_ring.data = (uint8_t *)memfd_map + CPROF_WIRE_HEADER_SIZE;
+	agent_ring.size = ring_size;
+	event_unlock();
+
+	ret = watchdog_start(cprof_pid, agent_session);
+	if (ret < 0)
+		goto out_unlock;
+	peer_pid = cprof_pid;
+	last_command = CPROF_CMD_NONE;
+	__atomic_store_n(&agent_rate, rate, __ATOMIC_RELAXED);
+	__atomic_store_n(&agent_sampling, 1, __ATOMIC_RELAXED);
+	event_lock();
+	agent_ring.hdr = h;
+	event_unlock();
+	got_patch_all();
+	h->hooked = got_nr_patched();
+	set_state(CPROF_STATE_RUNNING);
+	ret = memfd;
+
+out_unlock:
+	agent_unlock();
+	return ret;
+}
+
+CPROF_AGENT_API int cprof_agent_detach(void)
+{
+	return agent_detach(CPROF_DETACH_API);
+}
+
+CPROF_AGENT_API uint32_t cprof_agent_version(void)
+{
+	return CPROF_WIRE_VERSION;
+}

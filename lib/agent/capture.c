@@ -1,0 +1,167 @@
+/*
+ * What an ALLOC record carries for unwinding: the registers of the sampling
+ * function and the stack above them. cprof unwinds with DWARF CFI from there
+ * (the agent is built with .eh_frame; the target need not have frame
+ * pointers).
+ */
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+/*
+ * agent_capture_regs(regs): store every general register in DWARF order as
+ * the caller has it; rsp as it is after our return, rip = our return address.
+ * So the snapshot describes the caller at the instruction after the call,
+ * where its CFI is valid. A plain asm function: the compiler must not save or
+ * clobber anything in between.
+ */
+__asm__(".text\n"
+	".p2align 4\n"
+	".globl agent_capture_regs\n"
+	".hidden agent_capture_regs\n"
+	".type agent_capture_regs, @function\n"
+	"agent_capture_regs:\n"
+	".cfi_startproc\n"
+	"\tmovq %rax, 0(%rdi)\n"
+	"\tmovq %rdx, 8(%rdi)\n"
+	"\tmovq %rcx, 16(%rdi)\n"
+	"\tmovq %rbx, 24(%rdi)\n"
+	"\tmovq %rsi, 32(%rdi)\n"
+	"\tmovq %rdi, 40(%rdi)\n"
+	"\tmovq %rbp, 48(%rdi)\n"
+	"\tleaq 8(%rsp), %rax\n"
+	"\tmovq %rax, 56(%rdi)\n"
+	"\tmovq %r8, 64(%rdi)\n"
+	"\tmovq %r9, 72(%rdi)\n"
+	"\tmovq %r10, 80(%rdi)\n"
+	"\tmovq %r11, 88(%rdi)\n"
+	"\tmovq %r12, 96(%rdi)\n"
+	"\tmovq %r13, 104(%rdi)\n"
+	"\tmovq %r14, 112(%rdi)\n"
+	"\tmovq %r15, 120(%rdi)\n"
+	"\tmovq (%rsp), %rax\n"
+	"\tmovq %rax, 128(%rdi)\n"
+	"\tret\n"
+	".cfi_endproc\n"
+	".size agent_capture_regs, .-agent_capture_regs\n");
+
+/*
+ * The copy goes through process_vm_readv() on ourselves: the kernel stops at
+ * the first unmapped page instead of faulting, which a memcpy cannot do (a
+ * stack on sigaltstack or a coroutine has no bounds we could know). Reading
+ * our own process needs no ptrace permission. Partial transfers happen at
+ * iovec granularity, so the source is split at page boundaries.
+ */
+size_t agent_copy_stack(void *dst, uint64_t from, size_t max)
+{
+	struct iovec local = { .iov_base = dst, .iov_len = max };
+	struct iovec remote[CPROF_WIRE_STACK_MAX / 4096 + 2];
+	uint64_t page = 4096, at = from, end = from + max;
+	int n = 0;
+	ssize_t got;
+
+	if (max == 0 || end < from)
+		return 0;
+	while (at < end && n < (int)(sizeof(remote) / sizeof(remote[0]))) {
+		uint64_t next = (at & ~(page - 1)) + page;
+
+		if (next > end)
+			next = end;
+		remote[n].iov_base = (void *)(uintptr_t)at;
+		remote[n].iov_len = next - at;
+		n++;
+		at = next;
+	}
+	local.iov_len = at - from;
+	got = process_vm_readv(getpid(), &local, 1, remote, (unsigned long)n, 0);
+	return got > 0 ? (size_t)got : 0;
+}
+
+/*
+ * Where the copy stops: the end of the thread's stack, not merely the next
+ * unmapped page. Found without calling anything: the program may be inside
+ * any library function when it allocates (pthread_getattr_np(), for one,
+ * holds a lock while it calls realloc, and calling it again from the hook
+ * deadlocks). So:
+ *   - the main thread: its [stack] mapping, read from /proc/self/maps at
+ *     attach (raw read(), no stdio), up to the page of __libc_stack_end as
+ *     pthread_getattr_np() says: above lie argv, the environment and auxv,
+ *     no frames (and the environment may hold secrets);
+ *   - a glibc thread: its static TLS block (where our initial-exec variables
+ *     live) and TCB sit right above its stack in the same mapping, so the
+ *     stack ends below the address of our TLS variable;
+ *   - anything else (sigaltstack, coroutines): up to the first unmapped page.
+ */
+static uint64_t main_stack_lo, main_stack_hi;
+
+static uint64_t parse_hex(const char **p)
+{
+	uint64_t v = 0;
+
+	for (;; (*p)++) {
+		char c = **p;
+
+		if (c >= '0' && c <= '9')
+			v = v * 16 + (uint64_t)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			v = v * 16 + (uint64_t)(c - 'a' + 10);
+		else
+			return v;
+	}
+}
+
+void capture_init(void)
+{
+	char buf[4096];
+	size_t have = 0;
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	for (;;) {
+		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+		char *nl, *line = buf;
+
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		buf[have] = '\0';
+		while ((nl = strchr(line, '\n'))) {
+			*nl = '\0';
+			if (strstr(line, "[stack]")) {
+				const char *p = line;
+
+				main_stack_lo = parse_hex(&p);
+				p++;
+				main_stack_hi = parse_hex(&p);
+			}
+			line = nl + 1;
+		}
+		have = strlen(line);
+		memmove(buf, line, have);
+	}
+	close(fd);
+	/* ld.so's; dlsym is fine here (attach, not a hook). */
+	void **end = dlsym(RTLD_DEFAULT, "__libc_stack_end");
+	uint64_t e = end && *end ? ((uint64_t)(uintptr_t)*end & ~4095ull) + 4096 : 0;
+
+	if (e > main_stack_lo && e < main_stack_hi)
+		main_stack_hi = e;
+}
+
+size_t agent_stack_limit(uint64_t rsp, size_t max)
+{
+	uint64_t tls = (uint64_t)(uintptr_t)&agent_countdown;
+
+	if (rsp >= main_stack_lo && rsp < main_stack_hi)
+		return main_stack_hi - rsp < max ? (size_t)(main_stack_hi - rsp) : max;
+	/* 64 MiB: more than any thread stack glibc would put below its TLS. */
+	if (rsp < tls && tls - rsp < (64ull << 20))
+		return tls - rsp < max ? (size_t)(tls - rsp) : max;
+	return max;
+}

@@ -1,0 +1,45 @@
+/*
+ * The entry points of cprof-agent.so, the only symbols it exports.
+ *
+ * cprof loads the agent into a running process (a remote dlopen, lib/inject/)
+ * and calls these functions remotely: their arguments are plain integers (no
+ * pointers into cprof's memory) and they return an int in rax.
+ *
+ * The agent is never unloaded: a thread may still be inside a hook after the
+ * GOT is restored. A later cprof run dlopens the same resident copy again and
+ * attaches a new session.
+ */
+#ifndef CPROF_AGENT_H
+#define CPROF_AGENT_H
+
+#include <stdint.h>
+
+#define CPROF_AGENT_API __attribute__((visibility("default")))
+
+/*
+ * Start a session for the cprof process @cprof_pid: create the memfd (see
+ * wire.h), start the watchdog thread, patch the GOT entries of the allocator
+ * functions in every loaded object, and sample allocations with a mean gap of
+ * @rate bytes (0: 512 KiB; 1: every allocation). @ring_size is the ring's
+ * size in bytes, a power of two (0: CPROF_WIRE_RING_DEFAULT).
+ *
+ * Returns the memfd's number (>= 0), or:
+ *   -EINVAL  bad @cprof_pid or @ring_size
+ *   -EBUSY   a session of another, live cprof is running
+ *   -errno   memfd_create, mmap or pthread_create failed (nothing is hooked)
+ * If the previous session's cprof is dead, that session is ended first.
+ */
+CPROF_AGENT_API int cprof_agent_attach(int cprof_pid, uint64_t rate, uint32_t ring_size);
+
+/*
+ * End the session: restore every GOT entry the agent patched (in objects
+ * still loaded), set the header's state to DETACHED. The memfd stays open
+ * until the next attach. Returns 0, or -ENOENT when no session runs.
+ * Safe to call from any thread, any number of times.
+ */
+CPROF_AGENT_API int cprof_agent_detach(void);
+
+/* The wire format version this agent writes (CPROF_WIRE_VERSION). */
+CPROF_AGENT_API uint32_t cprof_agent_version(void);
+
+#endif

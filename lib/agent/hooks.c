@@ -1,0 +1,331 @@
+/*
+ * The functions the patched GOT entries point to. Each calls the real
+ * function first, then pays for sampling only a thread-local compare and
+ * subtraction (the countdown, sampler.c); frees pay one relaxed load while no
+ * sampled block is live, a lock-free probe otherwise (liveset.c).
+ *
+ * Everything beyond the countdown runs in noinline functions with the
+ * recursion guard set: what they call may allocate, and those allocations
+ * must pass straight through.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+struct real_funcs agent_real;
+
+uint64_t agent_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Write an ALLOC for @addr: registers here, stack above them. */
+static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
+{
+	struct cprof_wire_alloc *r;
+	uint64_t regs[CPROF_REG_COUNT];
+	uint64_t now = agent_now_ns();
+	uint32_t tid = (uint32_t)gettid(), bytes;
+	size_t stack;
+
+	size_t limit;
+
+	agent_capture_regs(regs);
+	limit = agent_stack_limit(regs[CPROF_REG_RSP], CPROF_WIRE_STACK_MAX);
+	event_lock();
+	r = ring_reserve(sizeof(*r) + CPROF_WIRE_STACK_MAX);
+	if (!r) {
+		event_unlock();
+		return;
+	}
+	stack = agent_copy_stack(r->stack, regs[CPROF_REG_RSP], limit);
+	if (stack == 0)
+		AGENT_COUNT(errors, 1);
+	r->time_ns = now;
+	r->tid = tid;
+	r->flags = liveset_insert(addr, size) ? 0 : CPROF_ALLOC_UNTRACKED;
+	r->address = addr;
+	r->size = size;
+	r->rate = __atomic_load_n(&agent_rate, __ATOMIC_RELAXED);
+	memcpy(r->regs, regs, sizeof(regs));
+	r->stack_size = (uint32_t)stack;
+	r->pad = 0;
+	bytes = (uint32_t)((sizeof(*r) + stack + 7) & ~(size_t)7);
+	r->hdr.type = CPROF_REC_ALLOC;
+	r->hdr.size = bytes;
+	if (r->flags)
+		AGENT_COUNT(untracked, 1);
+	AGENT_COUNT(samples, 1);
+	AGENT_COUNT(sampled_bytes, size);
+	ring_commit(bytes);
+	event_unlock();
+}
+
+/* Event lock held. */
+static void record_free_locked(uint64_t addr, uint64_t size)
+{
+	struct cprof_wire_free *r = ring_reserve(sizeof(*r));
+
+	if (!r)
+		return;
+	r->hdr.type = CPROF_REC_FREE;
+	r->hdr.size = sizeof(*r);
+	r->time_ns = agent_now_ns();
+	r->address = addr;
+	r->size = size;
+	r->tid = (uint32_t)gettid();
+	r->pad = 0;
+	AGENT_COUNT(frees, 1);
+	ring_commit(sizeof(*r));
+}
+
+void hooks_emit_free(uint64_t addr, uint64_t size)
+{
+	event_lock();
+	record_free_locked(addr, size);
+	event_unlock();
+}
+
+/* The countdown ran out (or was never drawn). */
+static __attribute__((noinline)) void alloc_slow(void *p, uint64_t size)
+{
+	if (agent_in_hook)
+		return;
+	agent_in_hook = 1;
+	if (sampler_should_sample(size) && p && __atomic_load_n(&agent_sampling, __ATOMIC_RELAXED))
+		record_alloc((uint64_t)(uintptr_t)p, size);
+	agent_in_hook = 0;
+}
+
+static inline void after_alloc(void *p, uint64_t size)
+{
+	if (likely(size < agent_countdown)) {
+		agent_countdown -= size;
+		return;
+	}
+	alloc_slow(p, size);
+}
+
+/* Remove @addr from the live set if it is there; true with its size. */
+static __attribute__((noinline)) bool take_sampled(uint64_t addr, uint64_t *ret_size)
+{
+	bool hit;
+
+	if (!liveset_maybe_contains(addr))
+		return false;
+	event_lock();
+	hit = liveset_remove(addr, ret_size);
+	event_unlock();
+	return hit;
+}
+
+static inline bool may_be_sampled(const void *p)
+{
+	return p && liveset_count() != 0 && !agent_in_hook;
+}
+
+static __attribute__((noinline)) void free_slow(void *p)
+{
+	uint64_t size;
+
+	agent_in_hook = 1;
+	if (take_sampled((uint64_t)(uintptr_t)p, &size))
+		hooks_emit_free((uint64_t)(uintptr_t)p, size);
+	agent_in_hook = 0;
+}
+
+static void hook_free(void *p)
+{
+	/* Before the real free: once freed, another thread may get (and we may
+	 * sample) the same address. */
+	if (unlikely(may_be_sampled(p)))
+		free_slow(p);
+	agent_real.free(p);
+}
+
+static void *hook_malloc(size_t size)
+{
+	void *p = agent_real.malloc(size);
+
+	after_alloc(p, size);
+	return p;
+}
+
+static void *hook_calloc(size_t nmemb, size_t size)
+{
+	void *p = agent_real.calloc(nmemb, size);
+	size_t total;
+
+	if (__builtin_mul_overflow(nmemb, size, &total))
+		total = SIZE_MAX;
+	after_alloc(p, total);
+	return p;
+}
+
+/*
+ * realloc of a sampled block: FREE of the old block, then the new block is a
+ * fresh allocation that is sampled (or not) like any other, so the sampling
+ * probabilities cprof corrects for stay true. The old block leaves the set
+ * before the real call (it may be freed inside) and comes back if the call
+ * fails, when the old block is still live.
+ */
+static __attribute__((noinline)) void realloc_finish(void *old, uint64_t old_size, void *p, size_t size)
+{
+	agent_in_hook = 1;
+	if (!p && size != 0) {
+		event_lock();
+		liveset_insert((uint64_t)(uintptr_t)old, old_size);
+		event_unlock();
+	} else {
+		hooks_emit_free((uint64_t)(uintptr_t)old, old_size);
+	}
+	agent_in_hook = 0;
+}
+
+static __attribute__((noinline)) bool realloc_take(void *old, uint64_t *ret_size)
+{
+	bool hit;
+
+	agent_in_hook = 1;
+	hit = take_sampled((uint64_t)(uintptr_t)old, ret_size);
+	agent_in_hook = 0;
+	return hit;
+}
+
+static void *hook_realloc(void *old, size_t size)
+{
+	uint64_t old_size = 0;
+	bool was = unlikely(may_be_sampled(old)) && realloc_take(old, &old_size);
+	void *p = agent_real.realloc(old, size);
+
+	if (unlikely(was))
+		realloc_finish(old, old_size, p, size);
+	if (p)
+		after_alloc(p, size);
+	return p;
+}
+
+static void *hook_reallocarray(void *old, size_t nmemb, size_t size)
+{
+	uint64_t old_size = 0;
+	bool was = unlikely(may_be_sampled(old)) && realloc_take(old, &old_size);
+	void *p = agent_real.reallocarray(old, nmemb, size);
+	size_t total;
+
+	if (__builtin_mul_overflow(nmemb, size, &total))
+		total = SIZE_MAX;
+	if (unlikely(was))
+		realloc_finish(old, old_size, p, total);
+	if (p)
+		after_alloc(p, total);
+	return p;
+}
+
+static int hook_posix_memalign(void **ret, size_t alignment, size_t size)
+{
+	int err = agent_real.posix_memalign(ret, alignment, size);
+
+	if (err == 0)
+		after_alloc(*ret, size);
+	return err;
+}
+
+static void *hook_aligned_alloc(size_t alignment, size_t size)
+{
+	void *p = agent_real.aligned_alloc(alignment, size);
+
+	after_alloc(p, size);
+	return p;
+}
+
+static void *hook_memalign(size_t alignment, size_t size)
+{
+	void *p = agent_real.memalign(alignment, size);
+
+	after_alloc(p, size);
+	return p;
+}
+
+static void *hook_valloc(size_t size)
+{
+	void *p = agent_real.valloc(size);
+
+	after_alloc(p, size);
+	return p;
+}
+
+static void *hook_pvalloc(size_t size)
+{
+	void *p = agent_real.pvalloc(size);
+
+	after_alloc(p, size);
+	return p;
+}
+
+/* Objects loaded later get their GOT patched too. */
+static void *hook_dlopen(const char *file, int flags)
+{
+	void *h = agent_real.dlopen(file, flags);
+
+	if (h && !agent_in_hook) {
+		agent_in_hook = 1;
+		agent_patch_new_objects();
+		agent_in_hook = 0;
+	}
+	return h;
+}
+
+#define HOOK(fn) { #fn, (void *)hook_##fn, (void **)&agent_real.fn }
+
+const struct hook_entry agent_hooks[] = {
+	HOOK(malloc),        HOOK(calloc),   HOOK(realloc), HOOK(reallocarray),
+	HOOK(free),          HOOK(posix_memalign), HOOK(aligned_alloc),
+	HOOK(memalign),      HOOK(valloc),   HOOK(pvalloc), HOOK(dlopen),
+};
+const size_t agent_nr_hooks = sizeof(agent_hooks) / sizeof(agent_hooks[0]);
+
+int hooks_resolve(void)
+{
+	for (size_t i = 0; i < agent_nr_hooks; i++) {
+		if (*agent_hooks[i].real)
+			continue;
+		/* The definition the program's own calls bind to (an
+		 * interposed allocator included); never ours: ours are hidden. */
+		*agent_hooks[i].real = dlsym(RTLD_DEFAULT, agent_hooks[i].name);
+	}
+	/* Without the core four there is nothing sensible to hook. */
+	if (!agent_real.malloc || !agent_real.free || !agent_real.calloc || !agent_real.realloc)
+		return -ENOENT;
+	return 0;
+}
+
+const struct hook_entry *hooks_find(const char *name)
+{
+	/* Cheap reject: every hooked name starts with one of these. */
+	switch (name[0]) {
+	case 'm': case 'c': case 'r': case 'f': case 'p': case 'a': case 'v': case 'd':
+		break;
+	default:
+		return NULL;
+	}
+	for (size_t i = 0; i < agent_nr_hooks; i++)
+		if (*agent_hooks[i].real && strcmp(name, agent_hooks[i].name) == 0)
+			return &agent_hooks[i];
+	return NULL;
+}
+
+bool hooks_is_hook(uint64_t value)
+{
+	for (size_t i = 0; i < agent_nr_hooks; i++)
+		if ((uint64_t)(uintptr_t)agent_hooks[i].hook == value)
+			return true;
+	return false;
+}

@@ -1,0 +1,206 @@
+/*
+ * The wire format between cprof and cprof-agent.so (lib/agent/), version 1.
+ *
+ * The agent creates a memfd ("cprof-agent", MFD_CLOEXEC) when cprof calls
+ * cprof_agent_attach() in the target, and returns its fd number; cprof opens
+ * it as /proc/PID/fd/N and maps it MAP_SHARED. Layout of the file:
+ *
+ *   [0, header_size)                       struct cprof_wire_header
+ *   [header_size, header_size + ring_size) the ring of records
+ *
+ * Ownership: every field says who writes it ("agent" or "cprof"); the other
+ * side only reads it. For cprof, every byte of this file is UNTRUSTED input
+ * (the target may be buggy or hostile): check magic, version, header_size,
+ * ring_size, data_head - data_tail <= ring_size, and every record's size
+ * before using it. The agent, in turn, never trusts cprof's fields beyond
+ * clamping them (a bogus data_tail only makes records get lost).
+ *
+ * All integers are native-endian (x86-64: little). All 64-bit fields are
+ * naturally aligned and accessed atomically by both sides.
+ *
+ * The ring (a single-consumer queue, like perf's):
+ *   - data_head and data_tail are byte counts that only grow; a record lives
+ *     at ring offset (position & (ring_size - 1)).
+ *   - The agent serializes its producers (many threads allocate) with a lock
+ *     of its own, writes a complete record at data_head, then publishes it by
+ *     storing data_head + record size with RELEASE semantics.
+ *   - cprof loads data_head with ACQUIRE, reads records from data_tail up to
+ *     it, then stores the new data_tail with RELEASE. The agent loads
+ *     data_tail with ACQUIRE before reusing space.
+ *   - Records never wrap around the end of the ring: when a record does not
+ *     fit before the end, the agent writes a CPROF_REC_PAD record that fills
+ *     the rest of the ring and starts the record at offset 0. So a reader can
+ *     use each record in place.
+ *   - When there is no room, the record is dropped and `lost` is incremented.
+ *     A dropped ALLOC is not tracked either (no FREE will follow it).
+ */
+#ifndef CPROF_AGENT_WIRE_H
+#define CPROF_AGENT_WIRE_H
+
+#include <stdint.h>
+
+#define CPROF_WIRE_MAGIC 0x3146524f52504343ull /* "CCPROFR1", little-endian */
+#define CPROF_WIRE_VERSION 1u
+#define CPROF_WIRE_HEADER_SIZE 4096u
+
+/* ring_size limits; attach with ring_size 0 picks the default. */
+#define CPROF_WIRE_RING_MIN (64u << 10)
+#define CPROF_WIRE_RING_MAX (1u << 30)
+#define CPROF_WIRE_RING_DEFAULT (4u << 20)
+
+/* Bytes of stack copied per ALLOC at most. */
+#define CPROF_WIRE_STACK_MAX 8192u
+
+/* Largest sampling rate the agent accepts (bytes); larger is clamped. */
+#define CPROF_WIRE_RATE_MAX (1ull << 40)
+
+/*
+ * cprof must increment `heartbeat` at least this often (well, much more often:
+ * every 100-250 ms); when the agent sees it unchanged for this long (by its
+ * own clock), it detaches by itself.
+ */
+#define CPROF_WIRE_HEARTBEAT_TIMEOUT_MS 1000u
+
+/* header.state, written by the agent. */
+enum cprof_wire_state {
+	CPROF_STATE_INIT = 0,     /* header being set up: do not read the ring yet */
+	CPROF_STATE_RUNNING = 1,  /* hooks installed, sampling */
+	CPROF_STATE_PAUSED = 2,   /* hooks installed, not sampling (frees still tracked) */
+	CPROF_STATE_DETACHED = 3, /* every GOT entry restored; no more records */
+};
+
+/* header.command, written by cprof; the agent polls it every 100 ms. */
+enum cprof_wire_command {
+	CPROF_CMD_NONE = 0,
+	CPROF_CMD_START = 1,  /* sample (again) at header.rate */
+	CPROF_CMD_STOP = 2,   /* pause sampling, keep hooks */
+	CPROF_CMD_DETACH = 3, /* restore the GOT; the session is over */
+};
+
+/* header.detach_reason, written by the agent before state becomes DETACHED. */
+enum cprof_wire_detach_reason {
+	CPROF_DETACH_NONE = 0,
+	CPROF_DETACH_API = 1,       /* cprof_agent_detach() was called */
+	CPROF_DETACH_COMMAND = 2,   /* cprof wrote CPROF_CMD_DETACH */
+	CPROF_DETACH_PEER_EXIT = 3, /* cprof's process exited (even SIGKILL) */
+	CPROF_DETACH_HEARTBEAT = 4, /* cprof stopped incrementing heartbeat */
+	CPROF_DETACH_FORK = 5,      /* (child side of a fork; never seen by cprof) */
+};
+
+struct cprof_wire_header {
+	/* Written once by the agent before state leaves INIT. */
+	uint64_t magic;        /* CPROF_WIRE_MAGIC */
+	uint32_t version;      /* CPROF_WIRE_VERSION */
+	uint32_t header_size;  /* offset of the ring in the file */
+	uint32_t ring_size;    /* bytes, a power of two */
+	uint32_t stack_max;    /* most stack bytes an ALLOC carries */
+	int32_t agent_pid;     /* the target's pid as the agent sees it */
+	int32_t cprof_pid;     /* the pid cprof_agent_attach() was given */
+	uint64_t session;      /* attach count of this agent, from 1 */
+
+	/* Written by the agent at any time. */
+	uint32_t state;         /* enum cprof_wire_state */
+	uint32_t detach_reason; /* enum cprof_wire_detach_reason */
+	uint64_t rate_in_use;   /* sampling rate (bytes) the hooks use now */
+
+	/* Written by cprof. */
+	uint64_t heartbeat; /* incremented by cprof; any change counts */
+	uint32_t command;   /* enum cprof_wire_command; the agent acts on changes */
+	uint32_t pad0;
+	uint64_t rate;      /* requested sampling rate in bytes (1 = every allocation) */
+
+	/* Counters, written by the agent (monotonic within a session). */
+	uint64_t samples;       /* ALLOC records published */
+	uint64_t sampled_bytes; /* sum of their sizes */
+	uint64_t frees;         /* FREE records published */
+	uint64_t lost;          /* records dropped because the ring was full */
+	uint64_t untracked;     /* sampled blocks the live set had no room for */
+	uint64_t hooked;        /* GOT entries currently patched */
+	uint64_t errors;        /* GOT patches that failed, stack copies that failed */
+
+	uint8_t pad1[256 - 136];
+
+	/* Ring positions, one cache line each (see the comment on top). */
+	uint64_t data_head; /* agent */
+	uint8_t pad2[56];
+	uint64_t data_tail; /* cprof */
+	uint8_t pad3[56];
+};
+
+_Static_assert(sizeof(struct cprof_wire_header) == 384, "wire header layout");
+_Static_assert(__builtin_offsetof(struct cprof_wire_header, data_head) == 256, "wire header");
+_Static_assert(sizeof(struct cprof_wire_header) <= CPROF_WIRE_HEADER_SIZE, "wire header");
+
+/* Record types. */
+enum cprof_wire_record_type {
+	CPROF_REC_PAD = 0,   /* skip `size` bytes (to the end of the ring) */
+	CPROF_REC_ALLOC = 1, /* struct cprof_wire_alloc */
+	CPROF_REC_FREE = 2,  /* struct cprof_wire_free */
+};
+
+/* Every record starts with this; size is a multiple of 8, >= 8. */
+struct cprof_wire_record {
+	uint32_t type; /* enum cprof_wire_record_type */
+	uint32_t size; /* total bytes of the record, this header included */
+};
+
+/* DWARF register numbers of x86-64, the index into regs[]. */
+enum cprof_wire_reg {
+	CPROF_REG_RAX, CPROF_REG_RDX, CPROF_REG_RCX, CPROF_REG_RBX,
+	CPROF_REG_RSI, CPROF_REG_RDI, CPROF_REG_RBP, CPROF_REG_RSP,
+	CPROF_REG_R8, CPROF_REG_R9, CPROF_REG_R10, CPROF_REG_R11,
+	CPROF_REG_R12, CPROF_REG_R13, CPROF_REG_R14, CPROF_REG_R15,
+	CPROF_REG_RIP,
+	CPROF_REG_COUNT
+};
+
+/* alloc.flags */
+#define CPROF_ALLOC_UNTRACKED 0x1u /* the live set was full: no FREE will follow */
+
+/*
+ * A sampled allocation. Written by the agent in the allocating thread.
+ *
+ * regs[] is the register state inside the agent's own sampling function (rip
+ * points into cprof-agent.so, which has .eh_frame CFI), so cprof unwinds from
+ * there: agent frames, then the hook, then the caller of malloc. Caller-saved
+ * registers hold whatever the agent had in them; callee-saved registers and
+ * rsp/rip are exact for that PC, which is all CFI unwinding needs.
+ *
+ * stack[] is a copy of the thread's memory from regs[CPROF_REG_RSP] upward,
+ * stack_size bytes (at most header.stack_max), cut short at the first page
+ * that is not mapped. Stack bytes may contain anything the program had there.
+ */
+struct cprof_wire_alloc {
+	struct cprof_wire_record hdr; /* type CPROF_REC_ALLOC; size = 8-aligned
+	                                 (sizeof(struct cprof_wire_alloc) + stack_size) */
+	uint64_t time_ns;   /* CLOCK_MONOTONIC of the target */
+	uint32_t tid;       /* kernel thread id of the allocating thread */
+	uint32_t flags;     /* CPROF_ALLOC_* */
+	uint64_t address;   /* returned block (0 if the allocation failed: never recorded) */
+	uint64_t size;      /* requested size in bytes (calloc: nmemb * size) */
+	uint64_t rate;      /* sampling rate in effect when this was drawn */
+	uint64_t regs[CPROF_REG_COUNT];
+	uint32_t stack_size; /* bytes in stack[] */
+	uint32_t pad;
+	uint8_t stack[];
+};
+
+_Static_assert(sizeof(struct cprof_wire_alloc) == 192, "wire alloc layout");
+
+/*
+ * free() (or realloc() moving/freeing) of a block an ALLOC of this session
+ * reported. Frees of unsampled blocks and of blocks allocated before attach
+ * emit nothing. Written by the agent in the freeing thread.
+ */
+struct cprof_wire_free {
+	struct cprof_wire_record hdr; /* type CPROF_REC_FREE, size 40 */
+	uint64_t time_ns;  /* CLOCK_MONOTONIC of the target */
+	uint64_t address;  /* as in the ALLOC */
+	uint64_t size;     /* as in the ALLOC */
+	uint32_t tid;      /* the freeing thread */
+	uint32_t pad;
+};
+
+_Static_assert(sizeof(struct cprof_wire_free) == 40, "wire free layout");
+
+#endif

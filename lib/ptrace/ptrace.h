@@ -1,0 +1,81 @@
+/*
+ * A consistent snapshot of every thread of a process: PTRACE_SEIZE and
+ * PTRACE_INTERRUPT all of them, copy registers and stack bytes, detach all,
+ * and only then let the caller unwind (offline, from the copies).
+ *
+ * The target comes first:
+ * - Every ptrace call happens in a tracer thread created for the snapshot.
+ *   When it ends, the kernel detaches anything still attached (a thread that
+ *   never reached its stop, e.g. in uninterruptible sleep, is let go that
+ *   way), and if cprof is killed the same happens: SEIZE never leaves a
+ *   thread stopped behind.
+ * - A signal that arrives during the snapshot (a signal-delivery stop) is
+ *   handed back on PTRACE_DETACH, so it is delivered once, not lost.
+ * - A process stopped by SIGSTOP before the snapshot stays stopped after it.
+ * - Catchable signals are blocked in the tracer thread: only SIGKILL can end
+ *   it mid-snapshot, and then the kernel detaches.
+ */
+#ifndef CPROF_PTRACE_H
+#define CPROF_PTRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "maps/maps.h"
+#include "unwind/unwind.h"
+
+enum ptrace_thread_result {
+	PTRACE_THREAD_STOPPED,   /* registers and stack were copied */
+	PTRACE_THREAD_EXITED,    /* exited during the snapshot */
+	PTRACE_THREAD_NOT_STOPPED, /* did not stop in time (uninterruptible sleep) */
+	PTRACE_THREAD_REFUSED,   /* PTRACE_SEIZE failed (errno in .error) */
+};
+
+struct ptrace_thread {
+	pid_t tid;
+	enum ptrace_thread_result result;
+	int error;          /* -errno for REFUSED */
+	int pending_signal; /* signal-delivery stop: handed back on detach */
+	bool group_stopped; /* the process was stopped (SIGSTOP) before us */
+	/*
+	 * The system call the thread was blocked in when it stopped, -1 for
+	 * none (it was running user code, or a call had just returned). A
+	 * call restarted after an earlier stop (nanosleep after gdb, strace or
+	 * another snapshot) runs as restart_syscall; the number here is then
+	 * the original call's, read from the wrapper's "mov $NR, %eax;
+	 * syscall" just before the PC.
+	 */
+	int64_t syscall;
+	struct unwind_input user; /* regs, stack copy (owned by the snapshot) */
+	uint64_t stopped_ns;      /* CLOCK_MONOTONIC when its stop was seen */
+};
+
+struct ptrace_snapshot {
+	pid_t pid;
+	struct ptrace_thread *threads;
+	size_t nthreads, alloc;
+	uint64_t first_interrupt_ns; /* CLOCK_MONOTONIC */
+	uint64_t last_detach_ns;
+	uint64_t pause_ns;           /* last_detach - first_interrupt */
+	uint64_t all_stopped_ns;     /* when the last thread was seen stopped (and copied) */
+	unsigned listings;           /* reads of /proc/PID/task */
+};
+
+struct ptrace_snapshot_opts {
+	size_t max_stack;      /* bytes copied per thread at most (from rsp - 128) */
+	unsigned stop_timeout_ms; /* how long to wait for all threads to stop */
+	const struct maps *maps;  /* read beforehand: bounds the stack copies */
+};
+
+/*
+ * Takes the snapshot. Returns 0 (even if some threads exited or could not
+ * be stopped: see each thread's result), -ESRCH when the process is gone,
+ * -EPERM when no thread could be seized (already traced, or not allowed).
+ */
+int ptrace_snapshot_take(struct ptrace_snapshot *ret, pid_t pid,
+			 const struct ptrace_snapshot_opts *o);
+void ptrace_snapshot_release(struct ptrace_snapshot *s);
+
+#endif

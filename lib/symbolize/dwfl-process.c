@@ -1,0 +1,324 @@
+/*
+ * The Dwfl of a target process: its modules as /proc/PID/maps shows them,
+ * the vDSO included (dwfl_linux_proc_report() finds it through the auxv and
+ * reads its image from /proc/PID/mem; a maps-file report would not), and
+ * every module's ELF opened at once, while the process is there to read.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "symbolize/symbolize-private.h"
+
+static char *debuginfo_path; /* NULL: libdw's default (/usr/lib/debug and .build-id) */
+
+static const Dwfl_Callbacks proc_callbacks = {
+	.find_elf = dwfl_linux_proc_find_elf,
+	.find_debuginfo = dwfl_standard_find_debuginfo,
+	.debuginfo_path = &debuginfo_path,
+};
+
+/* What libdw does not keep: the file offset of each module's first mapping. */
+struct map_offset {
+	uint64_t start, offset;
+};
+
+struct map_offsets {
+	struct map_offset *v;
+	size_t nr, alloc;
+};
+
+static int read_map_offsets(pid_t pid, struct map_offsets *ret)
+{
+	char path[64], *line = NULL;
+	size_t cap = 0;
+	FILE *f;
+	int r = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (getline(&line, &cap, f) > 0) {
+		unsigned long long start, end, offset;
+
+		if (sscanf(line, "%llx-%llx %*s %llx", &start, &end, &offset) != 3)
+			continue;
+		r = GROW(ret->v, ret->nr + 1, ret->alloc);
+		if (r < 0)
+			break;
+		ret->v[ret->nr++] = (struct map_offset){ .start = start, .offset = offset };
+	}
+	free(line);
+	fclose(f);
+	return r;
+}
+
+static uint64_t map_offset_at(const struct map_offsets *mo, uint64_t start)
+{
+	for (size_t i = 0; i < mo->nr; i++)
+		if (mo->v[i].start == start)
+			return mo->v[i].offset;
+	return 0;
+}
+
+static const char *build_id_hex(struct symbolizer *s, Dwfl_Module *mod)
+{
+	const unsigned char *bits;
+	GElf_Addr vaddr;
+	char hex[2 * 64 + 1];
+	int n = dwfl_module_build_id(mod, &bits, &vaddr);
+
+	if (n <= 0)
+		return strpool_intern(&s->strings, "");
+	if (n > 64)
+		n = 64;
+	for (int i = 0; i < n; i++)
+		snprintf(hex + 2 * i, 3, "%02x", bits[i]);
+	return strpool_intern(&s->strings, hex);
+}
+
+struct setup_ctx {
+	struct symbolizer *s;
+	const struct map_offsets *offsets;
+	int error;
+};
+
+static int sym_module_setup(struct setup_ctx *ctx, Dwfl_Module *mod, void **userdata,
+			    const char *name, Dwarf_Addr start)
+{
+	struct symbolizer *s = ctx->s;
+	struct sym_module *m;
+	Dwarf_Addr end;
+	const char *slash;
+	int r;
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	r = GROW(s->modules, s->nmodules + 1, s->modules_alloc);
+	if (r < 0)
+		goto out_free;
+	m->mod = mod;
+	dwfl_module_info(mod, NULL, NULL, &end, NULL, NULL, NULL, NULL);
+	/* "[vdso: 1234]" is libdw's name; pprof and people know "[vdso]". */
+	if (!strncmp(name, "[vdso", 5))
+		m->pub.path = strpool_intern(&s->strings, "[vdso]");
+	else
+		m->pub.path = strpool_intern(&s->strings, name);
+	/* Opening now is the point: the file, or the vDSO's memory, may go. */
+	m->has_elf = dwfl_module_getelf(mod, &m->bias) != NULL;
+	m->pub.build_id = build_id_hex(s, mod);
+	if (!m->pub.path || !m->pub.build_id) {
+		r = -ENOMEM;
+		goto out_free;
+	}
+	slash = strrchr(m->pub.path, '/');
+	m->base_name = slash ? slash + 1 : m->pub.path;
+	m->pub.start = start;
+	m->pub.end = end;
+	m->pub.offset = map_offset_at(ctx->offsets, start);
+	if (!m->has_elf)
+		m->bias = start;
+
+	s->modules[s->nmodules++] = m;
+	*userdata = m;
+	if (s->exe && !s->main_module && !strcmp(name, s->exe))
+		s->main_module = m;
+	return 0;
+
+out_free:
+	free(m);
+	return r;
+}
+
+static int setup_cb(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start,
+		    void *arg)
+{
+	struct setup_ctx *ctx = arg;
+	int r;
+
+	if (*userdata)
+		return DWARF_CB_OK; /* set up by an earlier report */
+	r = sym_module_setup(ctx, mod, userdata, name, start);
+	if (r < 0) {
+		ctx->error = r;
+		return DWARF_CB_ABORT;
+	}
+	return DWARF_CB_OK;
+}
+
+/* Sets up the modules reported since the last call. */
+static int setup_new_modules(struct symbolizer *s)
+{
+	struct map_offsets mo = { 0 };
+	struct setup_ctx ctx = { .s = s, .offsets = &mo };
+	int r;
+
+	/* Offsets only decorate the profile's mappings: carry on without. */
+	if (read_map_offsets(s->pid, &mo) == -ENOMEM)
+		return -ENOMEM;
+	r = dwfl_getmodules(s->dwfl, setup_cb, &ctx, 0) < 0 && !ctx.error ? -EIO : ctx.error;
+	free(mo.v);
+	return r;
+}
+
+/* libdw's three-valued answer (0, -1, errno) as -errno. */
+static int report_process(struct symbolizer *s)
+{
+	int r = dwfl_linux_proc_report(s->dwfl, s->pid);
+
+	if (dwfl_report_end(s->dwfl, NULL, NULL) != 0 && r == 0)
+		r = -1;
+	if (r == 0)
+		return 0;
+	if (r < 0)
+		return -EIO;
+	return r == ENOENT ? -ESRCH : -r;
+}
+
+static const char *read_exe(struct symbolizer *s)
+{
+	char path[64], buf[PATH_MAX];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)s->pid);
+	n = readlink(path, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return NULL;
+	buf[n] = '\0';
+	return strpool_intern(&s->strings, buf);
+}
+
+int symbolizer_new(struct symbolizer **ret, pid_t pid)
+{
+	struct symbolizer *s;
+	int r;
+
+	if (pid <= 0)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->pid = pid;
+	strpool_init(&s->strings);
+	u64map_init(&s->cache);
+	s->dwfl = dwfl_begin(&proc_callbacks);
+	if (!s->dwfl) {
+		r = -ENOMEM;
+		goto out_free;
+	}
+	/* Before the report: a process with no exe link (a kernel thread) still
+	 * has modules worth naming, so a missing one is no error. */
+	s->exe = read_exe(s);
+	dwfl_report_begin(s->dwfl);
+	r = report_process(s);
+	if (r < 0)
+		goto out_free;
+	r = setup_new_modules(s);
+	if (r < 0)
+		goto out_free;
+	*ret = s;
+	return 0;
+
+out_free:
+	symbolizer_free(s);
+	return r;
+}
+
+void symbolizer_free(struct symbolizer *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->ninfos; i++)
+		free((void *)s->infos[i].frames);
+	free(s->infos);
+	u64map_release(&s->cache);
+	free(s->scratch);
+	for (size_t i = 0; i < s->nmodules; i++) {
+		symtab_release(&s->modules[i]->symtab);
+		free(s->modules[i]);
+	}
+	free(s->modules);
+	if (s->dwfl)
+		dwfl_end(s->dwfl);
+	strpool_release(&s->strings);
+	free(s);
+}
+
+Dwfl *symbolizer_dwfl(struct symbolizer *s)
+{
+	return s->dwfl;
+}
+
+/* Cached "no module here" answers may now have one: forget them. */
+static int drop_moduleless_cache(struct symbolizer *s)
+{
+	struct u64map m;
+	int r;
+
+	u64map_init(&m);
+	for (size_t i = 0; i < s->cache.size; i++) {
+		if (!s->cache.used[i] || !s->infos[s->cache.values[i]].module)
+			continue;
+		r = u64map_put(&m, s->cache.keys[i], s->cache.values[i]);
+		if (r < 0) {
+			u64map_release(&m);
+			return r;
+		}
+	}
+	u64map_release(&s->cache);
+	s->cache = m;
+	return 0;
+}
+
+int symbolizer_refresh(struct symbolizer *s)
+{
+	size_t before = s->nmodules;
+	int r;
+
+	/* Reporting a gone process would fail half-way; keep what we have. */
+	if (kill(s->pid, 0) < 0 && errno == ESRCH)
+		return -ESRCH;
+	dwfl_report_begin_add(s->dwfl);
+	r = report_process(s);
+	if (r < 0)
+		return r;
+	r = setup_new_modules(s);
+	if (r < 0)
+		return r;
+	if (s->nmodules != before)
+		return drop_moduleless_cache(s);
+	return 0;
+}
+
+struct sym_module *symbolizer_module_of(struct symbolizer *s, uint64_t address)
+{
+	Dwfl_Module *mod = dwfl_addrmodule(s->dwfl, address);
+	void **userdata;
+
+	if (!mod)
+		return NULL;
+	dwfl_module_info(mod, &userdata, NULL, NULL, NULL, NULL, NULL, NULL);
+	return *userdata;
+}
+
+void sym_module_prepare(struct sym_module *m)
+{
+	Dwarf_Addr bias;
+
+	if (m->prepared)
+		return;
+	m->prepared = true;
+	/* Out of memory leaves the module without symbols, not broken. */
+	if (m->has_elf && symtab_build(&m->symtab, m->mod) < 0)
+		symtab_release(&m->symtab);
+	m->pub.has_symbols = m->symtab.nr > 0;
+	/* Looks in /usr/lib/debug (by build-id too) once; libdw remembers. */
+	m->pub.has_lines = m->has_elf && dwfl_module_getdwarf(m->mod, &bias) != NULL;
+}

@@ -1,0 +1,122 @@
+/*
+ * symbolizer_fill_profile(): the profile's bare addresses -> lines,
+ * functions and mappings. pprof shows the first mapping as the program
+ * ("File: ..."), so the main executable's mapping goes in first.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "symbolize/symbolize-private.h"
+
+/* A mapping added by an earlier fill of the same profile is reused. */
+static uint64_t existing_mapping(const struct profile *p, const struct symbol_module *sm)
+{
+	for (size_t i = 0; i < p->nmappings; i++) {
+		const struct profile_mapping *pm = &p->mappings[i];
+
+		if (pm->start == sm->start && pm->limit == sm->end && pm->file &&
+		    !strcmp(pm->file, sm->path))
+			return pm->id;
+	}
+	return 0;
+}
+
+static int mapping_id(struct profile *p, struct u64map *ids, struct sym_module *m,
+		      uint64_t *ret_id)
+{
+	struct profile_mapping pm;
+	uint64_t key = (uint64_t)(uintptr_t)m, id;
+	int r;
+
+	if (u64map_get(ids, key, &id)) {
+		*ret_id = id;
+		return 0;
+	}
+	sym_module_prepare(m);
+	id = existing_mapping(p, &m->pub);
+	if (!id) {
+		/* Say only what the module really gives: pprof then knows
+		 * whether symbolizing it again could do better. */
+		pm = (struct profile_mapping){
+			.start = m->pub.start,
+			.limit = m->pub.end,
+			.offset = m->pub.offset,
+			.file = m->pub.path,
+			.build_id = m->pub.build_id,
+			.has_functions = m->pub.has_symbols || m->pub.has_lines,
+			.has_filenames = m->pub.has_lines,
+			.has_line_numbers = m->pub.has_lines,
+			.has_inline_frames = m->pub.has_lines,
+		};
+		r = profile_add_mapping(p, &pm, &id);
+		if (r < 0)
+			return r;
+	}
+	r = u64map_put(ids, key, id);
+	if (r < 0)
+		return r;
+	*ret_id = id;
+	return 0;
+}
+
+static int fill_location(struct symbolizer *s, struct profile *p, struct u64map *ids,
+			 size_t i, struct profile_line **lines, size_t *lines_alloc)
+{
+	struct symbol_info info;
+	uint64_t mid = 0;
+	int r;
+
+	r = symbolizer_lookup(s, p->locations[i].address, &info);
+	if (r < 0)
+		return r;
+	if (info.module) {
+		r = mapping_id(p, ids, symbolizer_module_of(s, p->locations[i].address), &mid);
+		if (r < 0)
+			return r;
+	}
+	r = GROW(*lines, info.nframes, *lines_alloc);
+	if (r < 0)
+		return r;
+	for (size_t j = 0; j < info.nframes; j++) {
+		const struct symbol_frame *f = &info.frames[j];
+		uint64_t fid;
+
+		r = profile_intern_function(p, f->function, f->system_name, f->file ? f->file : "",
+					    f->start_line, &fid);
+		if (r < 0)
+			return r;
+		(*lines)[j] = (struct profile_line){ .function_id = fid, .line = f->line };
+	}
+	return profile_location_set(p, p->locations[i].id, mid, *lines, info.nframes);
+}
+
+int symbolizer_fill_profile(struct symbolizer *s, struct profile *p)
+{
+	struct profile_line *lines = NULL;
+	size_t lines_alloc = 0;
+	struct u64map ids;
+	uint64_t id;
+	int r = 0;
+
+	if (!s || !p)
+		return -EINVAL;
+	u64map_init(&ids);
+	if (s->main_module) {
+		r = mapping_id(p, &ids, s->main_module, &id);
+		if (r < 0)
+			goto out_release;
+	}
+	for (size_t i = 0; i < p->nlocations; i++) {
+		if (p->locations[i].nlines)
+			continue;
+		r = fill_location(s, p, &ids, i, &lines, &lines_alloc);
+		if (r < 0)
+			goto out_release;
+	}
+
+out_release:
+	free(lines);
+	u64map_release(&ids);
+	return r;
+}

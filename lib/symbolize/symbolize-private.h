@@ -1,0 +1,90 @@
+/* Inside lib/symbolize: the symbolizer's state and the rooms' entry points. */
+#ifndef CPROF_SYMBOLIZE_PRIVATE_H
+#define CPROF_SYMBOLIZE_PRIVATE_H
+
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "symbolize/symbolize.h"
+#include "util/util.h"
+
+/* symtab.c: a module's function symbols sorted by address, built once. */
+struct symtab_entry {
+	uint64_t addr, size; /* absolute (biased) address */
+	const char *name;    /* owned by libelf, lives as long as the Dwfl */
+};
+
+struct symtab {
+	struct symtab_entry *entries;
+	size_t nr;
+};
+
+int symtab_build(struct symtab *t, Dwfl_Module *mod);
+/* The symbol that covers @addr, or NULL. */
+const struct symtab_entry *symtab_find(const struct symtab *t, uint64_t addr);
+void symtab_release(struct symtab *t);
+
+/* One module of the target, hung on the Dwfl_Module's userdata. */
+struct sym_module {
+	Dwfl_Module *mod;
+	struct symbol_module pub;
+	const char *base_name; /* for "name+0xoff" */
+	bool has_elf;
+	Dwarf_Addr bias; /* address - bias = ELF virtual address */
+	bool prepared;   /* symtab built, DWARF looked for */
+	struct symtab symtab;
+};
+
+struct symbolizer {
+	pid_t pid;
+	Dwfl *dwfl;
+	const char *exe; /* /proc/PID/exe as it was at symbolizer_new(); pooled */
+	struct sym_module *main_module;
+	struct sym_module **modules;
+	size_t nmodules, modules_alloc;
+
+	struct strpool strings; /* every name and path handed out */
+
+	/* cache.c: address -> index in @infos. */
+	struct u64map cache;
+	struct symbol_info *infos;
+	size_t ninfos, infos_alloc;
+
+	/* Scratch for building one address's frames. */
+	struct symbol_frame *scratch;
+	size_t scratch_alloc;
+};
+
+/* dwfl-process.c */
+struct sym_module *symbolizer_module_of(struct symbolizer *s, uint64_t address);
+/* Builds the symbol table and looks for DWARF, once. */
+void sym_module_prepare(struct sym_module *m);
+
+/* lines.c: what DWARF says about one address. */
+struct dwarf_frames {
+	size_t n;         /* frames put in s->scratch, innermost first */
+	bool complete;    /* the last is the (non-inlined) containing function */
+	const char *file; /* if !complete: where the last frame was inlined */
+	int line;
+	uint64_t entry; /* the containing function's entry address, 0 if unknown */
+};
+
+/* Fills @ret (n == 0: no DWARF function here). Returns 0 or -ENOMEM. */
+int lines_frames(struct symbolizer *s, struct sym_module *m, uint64_t address,
+		 struct dwarf_frames *ret);
+/* Puts @f at s->scratch[@n], growing it. 0 or -ENOMEM. */
+int scratch_push(struct symbolizer *s, size_t n, const struct symbol_frame *f);
+/* File and line of @address from the line table alone; false if none. */
+bool lines_file_line(struct symbolizer *s, struct sym_module *m, uint64_t address,
+		     const char **ret_file, int *ret_line);
+
+/* demangle.c: C++ (Itanium ABI) names; NULL when @name is not one or the
+ * demangler is unavailable. The result is pooled in @sp. */
+const char *demangle_pooled(struct strpool *sp, const char *name);
+/* The same, returning a malloc()ed string (NULL: not demangled). */
+char *demangle(const char *name);
+
+#endif

@@ -1,0 +1,70 @@
+/*
+ * Addresses of a process -> functions, file:line and inline frames, with
+ * libdw. One Dwfl per target process, reported from /proc/PID/maps (the vDSO
+ * included) while the process is alive; ELF images are opened up front so
+ * that symbolization still works after the target has exited. Results are
+ * cached per address: profiles repeat the same PCs thousands of times.
+ */
+#ifndef CPROF_SYMBOLIZE_H
+#define CPROF_SYMBOLIZE_H
+
+#include <elfutils/libdwfl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "profile/profile.h"
+
+struct symbolizer;
+
+struct symbol_frame {
+	const char *function;    /* demangled name; never NULL */
+	const char *system_name; /* linkage (mangled) name; never NULL */
+	const char *file;        /* source file, NULL when unknown */
+	int line;                /* 0 when unknown */
+	int start_line;          /* line of the function's declaration, 0 if unknown */
+};
+
+struct symbol_module {
+	const char *path;     /* file name as mapped, "[vdso]", or NULL if no module */
+	const char *build_id; /* lower-case hex, "" when the file has none */
+	uint64_t start, end;  /* address range of the module in the process */
+	uint64_t offset;      /* file offset mapped at @start */
+	bool has_symbols, has_lines;
+};
+
+struct symbol_info {
+	const struct symbol_frame *frames; /* innermost (inlined) first */
+	size_t nframes;                    /* >= 1 */
+	const struct symbol_module *module;
+	uint64_t offset_in_function; /* address - start of the outermost function */
+};
+
+/* Reports the modules of live process @pid and opens their ELF files. */
+int symbolizer_new(struct symbolizer **ret, pid_t pid);
+void symbolizer_free(struct symbolizer *s);
+
+/* The Dwfl with the target's modules, for lib/unwind. Owned by @s. */
+Dwfl *symbolizer_dwfl(struct symbolizer *s);
+
+/*
+ * Re-reads /proc/PID/maps and reports modules that appeared since (dlopen).
+ * Safe to call when the process is gone (returns -ESRCH, keeps what it has).
+ */
+int symbolizer_refresh(struct symbolizer *s);
+
+/*
+ * Symbolizes @address (a leaf PC or a return address - 1). An address with no
+ * symbol still gets one frame, named "module+0xoff" or "0xaddr". The result
+ * is cached and stays valid until symbolizer_free().
+ */
+int symbolizer_lookup(struct symbolizer *s, uint64_t address, struct symbol_info *ret);
+
+/*
+ * Gives every location of @p that has no lines yet its lines, functions and
+ * mapping (one profile mapping per module, the main executable first).
+ */
+int symbolizer_fill_profile(struct symbolizer *s, struct profile *p);
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * The process being profiled, as /proc describes it: identity, liveness and
+ * what stands in the way of profiling it. Reading it never touches the
+ * target. The CLI decides what to refuse; this room only reports facts.
+ */
+#ifndef CPROF_TARGET_H
+#define CPROF_TARGET_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct target {
+	pid_t pid;
+	char comm[64];       /* /proc/PID/comm */
+	char exe[PATH_MAX];  /* readlink /proc/PID/exe; "" for kernel threads */
+	char state;          /* /proc/PID/stat state letter: R S D T t Z X I */
+	uid_t uid;           /* real uid of the target */
+	pid_t tracer_pid;    /* TracerPid: 0 when not traced */
+	bool kernel_thread;  /* PF_KTHREAD: no user space to profile */
+	bool is_self;        /* the target is cprof itself */
+	bool exe_deleted;    /* the binary was replaced or removed after start */
+	int nthreads;
+};
+
+/*
+ * Fills @ret from /proc/@pid. Returns -ESRCH when there is no such process
+ * (or it is gone), -EACCES/-EPERM when /proc refuses (hidepid), 0 otherwise;
+ * a zombie or kernel thread is reported in the fields, not as an error.
+ */
+int target_open(struct target *ret, pid_t pid);
+
+/* True while @pid exists and is not a zombie. */
+bool target_alive(pid_t pid);
+
+/*
+ * The thread ids of @pid from /proc/@pid/task, in a malloc'd array.
+ * Returns -ESRCH when the process is gone.
+ */
+int target_list_tids(pid_t pid, pid_t **ret_tids, size_t *ret_n);
+
+/* Name of thread @tid (/proc/@pid/task/@tid/comm) into @buf; -ESRCH if gone. */
+int target_thread_name(pid_t pid, pid_t tid, char *buf, size_t size);
+
+/* The state letter of thread @tid (R S D T t Z X I); -ESRCH if gone. */
+int target_thread_state(pid_t pid, pid_t tid, char *ret_state);
+
+/* The comm of the process owning @pid, and its name, for error messages. */
+int target_process_name(pid_t pid, char *buf, size_t size);
+
+/* Reads a small /proc file whole into @buf (NUL-terminated). -errno. */
+int proc_read(const char *path, char *buf, size_t size, size_t *ret_len);
+
+/* Reads an integer sysctl such as "kernel/perf_event_paranoid". -errno. */
+int proc_sysctl_int(const char *name, int *ret);
+
+#endif

@@ -1,0 +1,229 @@
+/* Taking the threads snapshot: everything slow happens before the threads
+ * are stopped (modules, /proc reads) or after they are let go (unwinding). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "maps/maps.h"
+#include "symbolize/symbolize.h"
+#include "target/target.h"
+#include "threads/threads.h"
+#include "unwind/unwind.h"
+#include "util/util.h"
+
+#define MAX_FRAMES 256
+/* Thread stacks in use are a few KiB; deep recursion gets this much. */
+#define MAX_STACK (256 * 1024)
+#define STOP_TIMEOUT_MS 1000
+
+/* State, name and CPU time of one thread, from /proc/PID/task/TID/stat. */
+static void read_thread_proc(pid_t pid, struct thread_record *t)
+{
+	char path[80], buf[1024];
+	unsigned long utime = 0, stime = 0;
+	const char *p;
+	long hz = sysconf(_SC_CLK_TCK);
+
+	if (target_thread_name(pid, t->tid, t->name, sizeof(t->name)) < 0)
+		snprintf(t->name, sizeof(t->name), "?");
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, t->tid);
+	if (proc_read(path, buf, sizeof(buf), NULL) < 0) {
+		t->state = 'X';
+		return;
+	}
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+			 &t->state, &utime, &stime) != 3)
+		return;
+	if (hz > 0)
+		t->cpu_ns = (uint64_t)(utime + stime) * (1000000000ULL / (uint64_t)hz);
+}
+
+/* TracerPid of one thread: another debugger may hold just that one. */
+static pid_t thread_tracer(pid_t pid, pid_t tid)
+{
+	char path[80], buf[2048];
+	const char *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
+	if (proc_read(path, buf, sizeof(buf), NULL) < 0)
+		return 0;
+	p = strstr(buf, "\nTracerPid:");
+	return p ? (pid_t)strtol(p + 12, NULL, 10) : 0;
+}
+
+/*
+ * The state letter was read just before the stop; the registers at the stop
+ * know better whether the thread was blocked in a call or running.
+ */
+static void settle_state(struct thread_record *t)
+{
+	if (t->state == 'R' && t->syscall >= 0)
+		t->state = 'S';
+	else if ((t->state == 'S' || t->state == 'D') && t->syscall < 0)
+		t->state = 'R';
+}
+
+static int compare_tid(const void *a, const void *b)
+{
+	const struct thread_record *x = a, *y = b;
+
+	return (x->tid > y->tid) - (x->tid < y->tid);
+}
+
+static int record_threads(struct threads_snapshot *s, const struct ptrace_snapshot *ps,
+			  struct thread_record *before, size_t nbefore, struct unwinder *unw)
+{
+	uint64_t pcs[MAX_FRAMES];
+
+	s->threads = calloc(ps->nthreads ? ps->nthreads : 1, sizeof(*s->threads));
+	if (!s->threads)
+		return -ENOMEM;
+	for (size_t i = 0; i < ps->nthreads; i++) {
+		const struct ptrace_thread *pt = &ps->threads[i];
+		struct thread_record *t = &s->threads[s->nthreads++];
+		int n;
+
+		t->tid = pt->tid;
+		t->result = pt->result;
+		t->error = pt->error;
+		t->syscall = pt->syscall < 0 ? -1 : pt->syscall;
+		t->syscall_arg[0] = pt->user.regs[UNWIND_REG_RDI];
+		t->syscall_arg[1] = pt->user.regs[UNWIND_REG_RSI];
+		t->state = '?';
+		for (size_t j = 0; j < nbefore; j++)
+			if (before[j].tid == t->tid) {
+				memcpy(t->name, before[j].name, sizeof(t->name));
+				t->state = before[j].state;
+				t->cpu_ns = before[j].cpu_ns;
+			}
+		if (t->state == '?') /* born during the snapshot */
+			read_thread_proc(s->pid, t);
+		if (pt->result == PTRACE_THREAD_REFUSED)
+			t->tracer = thread_tracer(s->pid, t->tid);
+		if (pt->result != PTRACE_THREAD_STOPPED)
+			continue;
+		s->nstopped++;
+		settle_state(t);
+		if (pt->group_stopped)
+			t->state = 'T';
+		n = pt->user.stack ? unwinder_unwind(unw, &pt->user, pcs, MAX_FRAMES) : 0;
+		if (n <= 0) {
+			pcs[0] = pt->user.regs[UNWIND_REG_RIP];
+			n = 1;
+		}
+		t->pcs = malloc((size_t)n * sizeof(*pcs));
+		if (!t->pcs)
+			return -ENOMEM;
+		memcpy(t->pcs, pcs, (size_t)n * sizeof(*pcs));
+		t->npcs = (size_t)n;
+	}
+	qsort(s->threads, s->nthreads, sizeof(*s->threads), compare_tid);
+	return 0;
+}
+
+/* What each thread is doing just before the stop: names and states. */
+static int read_before(pid_t pid, struct thread_record **ret, size_t *ret_n)
+{
+	struct thread_record *recs;
+	pid_t *tids;
+	size_t n;
+	int r;
+
+	r = target_list_tids(pid, &tids, &n);
+	if (r < 0)
+		return r;
+	recs = calloc(n, sizeof(*recs));
+	if (!recs) {
+		free(tids);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		recs[i].tid = tids[i];
+		read_thread_proc(pid, &recs[i]);
+	}
+	free(tids);
+	*ret = recs;
+	*ret_n = n;
+	return 0;
+}
+
+int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, size_t errlen)
+{
+	struct ptrace_snapshot_opts po = { .max_stack = MAX_STACK,
+					   .stop_timeout_ms = STOP_TIMEOUT_MS };
+	struct ptrace_snapshot ps = { 0 };
+	struct thread_record *before = NULL;
+	struct unwinder *unw = NULL;
+	struct threads_snapshot *s;
+	struct maps maps = { 0 };
+	size_t nbefore = 0;
+	int r;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->pid = pid;
+	target_process_name(pid, s->comm, sizeof(s->comm));
+	/* Before anything stops: the modules (and vDSO), the maps, names. */
+	r = symbolizer_new(&s->sym, pid);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot read the modules of pid %d: %s", pid, strerror(-r));
+		goto out_free;
+	}
+	r = unwinder_new(&unw, symbolizer_dwfl(s->sym), pid);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot set up unwinding: %s", strerror(-r));
+		goto out_free;
+	}
+	r = maps_read(pid, &maps);
+	if (r == 0)
+		po.maps = &maps;
+	r = read_before(pid, &before, &nbefore);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot list the threads of pid %d: %s", pid, strerror(-r));
+		goto out_free;
+	}
+	s->time_nanos = (int64_t)now_realtime_ns();
+	r = ptrace_snapshot_take(&ps, pid, &po);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot stop the threads of pid %d: %s", pid, strerror(-r));
+		goto out_free;
+	}
+	s->pause_ns = ps.pause_ns;
+	if (ps.all_stopped_ns > ps.first_interrupt_ns)
+		s->stopping_ns = ps.all_stopped_ns - ps.first_interrupt_ns;
+	/* Every thread runs again: now the slow part. */
+	r = record_threads(s, &ps, before, nbefore, unw);
+	if (r < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto out_free;
+	}
+	ptrace_snapshot_release(&ps);
+	maps_release(&maps);
+	unwinder_free(unw);
+	free(before);
+	*ret = s;
+	return 0;
+
+out_free:
+	ptrace_snapshot_release(&ps);
+	maps_release(&maps);
+	unwinder_free(unw);
+	free(before);
+	threads_snapshot_free(s);
+	return r;
+}
+
+void threads_snapshot_free(struct threads_snapshot *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->nthreads; i++)
+		free(s->threads[i].pcs);
+	free(s->threads);
+	symbolizer_free(s->sym);
+	free(s);
+}

@@ -1,0 +1,211 @@
+/*
+ * DWARF unwinding of copied registers and stack bytes with libdw's dwfl_frame
+ * API. libdw asks us, through Dwfl_Thread_Callbacks, for the first frame's
+ * registers and for memory; we answer from the copy in hand, so the target is
+ * never touched and may be long gone.
+ *
+ * libdw allows one thread-state provider per Dwfl and has no call to detach
+ * one short of dwfl_end(), so the unwinder attaches once and, per call, only
+ * points its state at the current input: get_thread() accepts any tid and
+ * hands back that input.
+ */
+#include "unwind/unwind.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+
+struct unwinder {
+	Dwfl *dwfl;
+	pid_t pid;
+	const struct unwind_input *in; /* set only during unwinder_unwind() */
+
+	/* The walk in progress. */
+	uint64_t *pcs;
+	size_t max, n;
+	uint64_t *sps; /* stack pointer of each frame, for the loop guard */
+	size_t sps_alloc;
+	bool nomem;
+};
+
+static pid_t unw_next_thread(Dwfl *dwfl, void *arg, void **thread_argp)
+{
+	struct unwinder *u = arg;
+
+	(void)dwfl;
+	/* Only dwfl_getthreads() asks; the one "thread" is the current input. */
+	if (*thread_argp || !u->in)
+		return 0;
+	*thread_argp = u;
+	return u->pid;
+}
+
+static bool unw_get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_argp)
+{
+	struct unwinder *u = arg;
+
+	(void)dwfl;
+	(void)tid;
+	if (!u->in)
+		return false;
+	*thread_argp = u;
+	return true;
+}
+
+/*
+ * Only the copy answers. x86-64 CFI loads nothing but saved registers from
+ * the stack (PLT rules compute without loads), so reading the ELF files for
+ * addresses outside the copy would buy nothing; an address past the copy
+ * simply ends the walk there, which is what the header promises.
+ */
+static bool unw_memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
+{
+	struct unwinder *u = arg;
+	const struct unwind_input *in = u->in;
+	uint64_t off;
+
+	(void)dwfl;
+	if (!in || !in->stack || addr < in->stack_start)
+		return false;
+	off = addr - in->stack_start;
+	if (in->stack_size < sizeof(*result) || off > in->stack_size - sizeof(*result))
+		return false;
+	memcpy(result, in->stack + off, sizeof(*result));
+	return true;
+}
+
+static bool unw_set_initial_registers(Dwfl_Thread *thread, void *arg)
+{
+	struct unwinder *u = arg;
+	Dwarf_Word regs[UNWIND_NREGS];
+
+	for (size_t i = 0; i < UNWIND_NREGS; i++)
+		regs[i] = u->in->regs[i];
+	/* DWARF 0..15 are the GPRs, 16 the return-address column: the PC. */
+	if (!dwfl_thread_state_registers(thread, 0, UNWIND_NREGS, regs))
+		return false;
+	dwfl_thread_state_register_pc(thread, u->in->regs[UNWIND_REG_RIP]);
+	return true;
+}
+
+static const Dwfl_Thread_Callbacks unwinder_callbacks = {
+	.next_thread = unw_next_thread,
+	.get_thread = unw_get_thread,
+	.memory_read = unw_memory_read,
+	.set_initial_registers = unw_set_initial_registers,
+	/* No detach: the unwinder's memory is freed by unwinder_free(), and
+	 * dwfl_end() must not reach back into it. */
+};
+
+int unwinder_new(struct unwinder **ret, Dwfl *dwfl, pid_t pid)
+{
+	struct unwinder *u;
+	int r;
+
+	if (!dwfl)
+		return -EINVAL;
+	/* A Dwfl takes one state provider for its whole life. */
+	if (dwfl_pid(dwfl) >= 0)
+		return -EBUSY;
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	u->dwfl = dwfl;
+	u->pid = pid > 0 ? pid : 1;
+	/*
+	 * elf == NULL: libdw takes the architecture from the first module with
+	 * an ELF image, so the modules must have been reported (and opened)
+	 * already, as symbolizer_new() does.
+	 */
+	if (!dwfl_attach_state(dwfl, NULL, u->pid, &unwinder_callbacks, u)) {
+		r = -ENOEXEC;
+		goto out_free;
+	}
+	*ret = u;
+	return 0;
+
+out_free:
+	free(u);
+	return r;
+}
+
+/*
+ * Leaves the Dwfl attached to a dangling argument: libdw only calls back
+ * from inside dwfl_getthread(s)/frames, and only unwinder_unwind() does that.
+ * Hence one unwinder per Dwfl, ever (unwinder_new() says -EBUSY after).
+ */
+void unwinder_free(struct unwinder *u)
+{
+	if (!u)
+		return;
+	free(u->sps);
+	free(u);
+}
+
+/* The same pc and sp twice means the CFI (or a corrupt stack) loops. */
+static bool seen_before(const struct unwinder *u, uint64_t pc, uint64_t sp)
+{
+	for (size_t i = u->n; i-- > 0;)
+		if (u->pcs[i] == pc && u->sps[i] == sp)
+			return true;
+	return false;
+}
+
+static int unw_frame(Dwfl_Frame *frame, void *arg)
+{
+	struct unwinder *u = arg;
+	Dwarf_Addr pc;
+	Dwarf_Word sp = 0;
+	bool activation;
+
+	if (!dwfl_frame_pc(frame, &pc, &activation))
+		return DWARF_CB_ABORT;
+	/* A return address points after the call; step back into it. */
+	if (!activation && pc > 0)
+		pc--;
+	if (dwfl_frame_reg(frame, UNWIND_REG_RSP, &sp) != 0)
+		sp = 0;
+	if (pc == 0 || seen_before(u, pc, sp))
+		return DWARF_CB_ABORT;
+	if (GROW(u->sps, u->n + 1, u->sps_alloc) < 0) {
+		u->nomem = true;
+		return DWARF_CB_ABORT;
+	}
+	u->pcs[u->n] = pc;
+	u->sps[u->n] = sp;
+	u->n++;
+	return u->n < u->max ? DWARF_CB_OK : DWARF_CB_ABORT;
+}
+
+int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t *ret_pcs,
+		    size_t max)
+{
+	if (!u || !in || !ret_pcs || !max)
+		return -EINVAL;
+	if (!in->regs[UNWIND_REG_RIP])
+		return -EINVAL;
+	if (max > INT_MAX)
+		max = INT_MAX;
+
+	u->in = in;
+	u->pcs = ret_pcs;
+	u->max = max;
+	u->n = 0;
+	u->nomem = false;
+	/*
+	 * The return value says why the walk ended: 0 at the outermost frame,
+	 * DWARF_CB_ABORT from us, -1 where CFI or the copy gave out. Only the
+	 * count matters: a stack cut short is still a stack.
+	 */
+	(void)dwfl_getthread_frames(u->dwfl, u->pid, unw_frame, u);
+	u->in = NULL;
+	u->pcs = NULL;
+
+	if (u->n == 0)
+		return u->nomem ? -ENOMEM : -ENOENT;
+	return (int)u->n;
+}

@@ -1,0 +1,55 @@
+/*
+ * Unwinding from copies: registers and stack bytes taken from a thread (by
+ * perf's PERF_SAMPLE_REGS_USER|STACK_USER or by ptrace) -> return addresses,
+ * with DWARF CFI (.eh_frame / .debug_frame) through libdw's dwfl_frame API.
+ * Works after the thread has been let go: it never touches the live target,
+ * only the copy and the ELF files. No symbol names here (lib/symbolize/).
+ */
+#ifndef CPROF_UNWIND_H
+#define CPROF_UNWIND_H
+
+#include <elfutils/libdwfl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* x86-64 DWARF register numbers: the order of unwind_input.regs. */
+enum unwind_reg {
+	UNWIND_REG_RAX, UNWIND_REG_RDX, UNWIND_REG_RCX, UNWIND_REG_RBX,
+	UNWIND_REG_RSI, UNWIND_REG_RDI, UNWIND_REG_RBP, UNWIND_REG_RSP,
+	UNWIND_REG_R8, UNWIND_REG_R9, UNWIND_REG_R10, UNWIND_REG_R11,
+	UNWIND_REG_R12, UNWIND_REG_R13, UNWIND_REG_R14, UNWIND_REG_R15,
+	UNWIND_REG_RIP,
+	UNWIND_NREGS
+};
+
+struct unwind_input {
+	uint64_t regs[UNWIND_NREGS];
+	const uint8_t *stack;  /* copy of the stack ... */
+	size_t stack_size;     /* ... of this many bytes ... */
+	uint64_t stack_start;  /* ... that lived at this address */
+};
+
+struct unwinder;
+
+/*
+ * An unwinder over the modules reported in @dwfl (see symbolizer_dwfl()).
+ * @dwfl must outlive the unwinder. @pid is only a name for libdw's state.
+ * libdw takes one thread-state provider per Dwfl for the Dwfl's whole life
+ * (no detach short of dwfl_end()): a second unwinder_new() on the same Dwfl,
+ * even after unwinder_free(), returns -EBUSY. Not thread-safe (nor is libdw):
+ * one thread per Dwfl at a time.
+ */
+int unwinder_new(struct unwinder **ret, Dwfl *dwfl, pid_t pid);
+void unwinder_free(struct unwinder *u);
+
+/*
+ * Unwinds @in into at most @max addresses in @ret_pcs: [0] is the interrupted
+ * PC; each caller's entry is its return address - 1, so that it falls inside
+ * the call instruction (what symbolization and pprof want). Returns the number
+ * of frames (>= 1), or -errno when not even the first frame is usable.
+ * Stops quietly where CFI or the copied stack ends.
+ */
+int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t *ret_pcs,
+		    size_t max);
+
+#endif

@@ -1,0 +1,1195 @@
+/*
+ * Test helpers: see testhelp.h. Processes are only ever signalled by the pid
+ * we got from fork(), and only while we have not reaped them, so a recycled
+ * pid can never be hit.
+ */
+#include "testhelp.h"
+#include "target/target.h"
+
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/perf_event.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pprof/pprof.h"
+
+#ifndef CPROF_BIN
+#error "CPROF_BIN must be defined by the build"
+#endif
+
+/* ---- bookkeeping ------------------------------------------------------- */
+
+#define MAX_CHILDREN 64
+#define MAX_TMPFILES 64
+
+/*
+ * Every child we started and have not forgotten. Targets get a reaper
+ * thread, as they would have a parent that reaps them in real life (a
+ * profiler must see its target vanish, not linger as our zombie). The lock
+ * makes "not reaped yet" and "signal it" one step: a reaped pid may already
+ * belong to someone else.
+ */
+static struct child {
+	bool used;
+	pid_t pid;
+	int fd; /* read end of its stdout, -1 if none */
+	bool reaped;
+	int status;	  /* wait status, once reaped */
+	struct rusage ru; /* its resource usage, once reaped */
+	bool has_reaper;
+	pthread_t reaper;
+} children[MAX_CHILDREN];
+static pthread_mutex_t children_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static char *tmpfiles[MAX_TMPFILES];
+static size_t ntmpfiles;
+
+uint64_t th_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void th_sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+static struct child *find_child(pid_t pid)
+{
+	for (size_t i = 0; i < MAX_CHILDREN; i++)
+		if (children[i].used && children[i].pid == pid)
+			return &children[i];
+	return NULL;
+}
+
+static void *reaper_main(void *arg)
+{
+	struct child *c = arg;
+	siginfo_t si;
+
+	/* Wait for the exit without reaping, then reap under the lock. */
+	while (waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOWAIT) == -1 && errno == EINTR)
+		;
+	pthread_mutex_lock(&children_lock);
+	if (!c->reaped) {
+		while (wait4(c->pid, &c->status, 0, &c->ru) == -1 && errno == EINTR)
+			;
+		c->reaped = true;
+	}
+	pthread_mutex_unlock(&children_lock);
+	return NULL;
+}
+
+static void track(pid_t pid, int fd, bool reap)
+{
+	struct child *c = NULL;
+
+	pthread_mutex_lock(&children_lock);
+	for (size_t i = 0; i < MAX_CHILDREN && !c; i++)
+		if (!children[i].used)
+			c = &children[i];
+	if (c) {
+		memset(c, 0, sizeof(*c));
+		c->used = true;
+		c->pid = pid;
+		c->fd = fd;
+	}
+	pthread_mutex_unlock(&children_lock);
+	if (!c) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		cr_assert_fail("too many child processes in one test");
+	}
+	if (reap) {
+		cr_assert(pthread_create(&c->reaper, NULL, reaper_main, c) == 0);
+		c->has_reaper = true;
+	}
+}
+
+/* Forgets a reaped child. */
+static void untrack(struct child *c)
+{
+	if (c->has_reaper)
+		pthread_join(c->reaper, NULL);
+	if (c->fd >= 0)
+		close(c->fd);
+	pthread_mutex_lock(&children_lock);
+	c->used = false;
+	pthread_mutex_unlock(&children_lock);
+}
+
+void th_kill(pid_t pid)
+{
+	struct child *c;
+
+	pthread_mutex_lock(&children_lock);
+	c = pid > 0 ? find_child(pid) : NULL;
+	if (c && !c->reaped) {
+		kill(pid, SIGKILL);
+		while (wait4(pid, &c->status, 0, &c->ru) == -1 && errno == EINTR)
+			;
+		c->reaped = true;
+	}
+	pthread_mutex_unlock(&children_lock);
+	if (c)
+		untrack(c);
+}
+
+void th_init(void)
+{
+	/* A child that closes its end of a pipe must not kill the test (children
+	 * get the default dispositions back in child_setup()). */
+	signal(SIGPIPE, SIG_IGN);
+	mkdir(TEST_TMPDIR, 0755);
+}
+
+/* Removes @path: a file, or a directory and the files directly in it. */
+static void remove_tree(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+
+	if (!d) {
+		unlink(path);
+		return;
+	}
+	while ((e = readdir(d))) {
+		char *sub;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (asprintf(&sub, "%s/%s", path, e->d_name) < 0)
+			continue;
+		if (unlink(sub) != 0 && errno == EISDIR)
+			rmdir(sub);
+		free(sub);
+	}
+	closedir(d);
+	rmdir(path);
+}
+
+void th_cleanup(void)
+{
+	for (size_t i = 0; i < MAX_CHILDREN; i++)
+		if (children[i].used)
+			th_kill(children[i].pid);
+	for (size_t i = 0; i < ntmpfiles; i++) {
+		if (!getenv("CPROF_TEST_KEEP"))
+			remove_tree(tmpfiles[i]);
+		free(tmpfiles[i]);
+	}
+	ntmpfiles = 0;
+}
+
+const char *th_tmp_path(const char *name)
+{
+	static unsigned counter;
+	char *path;
+
+	cr_assert(ntmpfiles < MAX_TMPFILES);
+	cr_assert(asprintf(&path, "%s/%s-%d-%u", TEST_TMPDIR, name, (int)getpid(), counter++) > 0);
+	unlink(path);
+	tmpfiles[ntmpfiles++] = path;
+	return path;
+}
+
+const char *th_tmp_dir(const char *name)
+{
+	const char *path = th_tmp_path(name);
+
+	cr_assert(mkdir(path, 0755) == 0, "mkdir %s: %s", path, strerror(errno));
+	return path;
+}
+
+int th_dir_entries(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* In a child after fork: die with the test, default signal dispositions. */
+static void child_setup(pid_t parent)
+{
+	sigset_t none;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(127);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	int devnull = open("/dev/null", O_RDONLY);
+	if (devnull >= 0) {
+		dup2(devnull, STDIN_FILENO);
+		close(devnull);
+	}
+}
+
+/* ---- targets ----------------------------------------------------------- */
+
+pid_t th_spawn_target(const char *name, const char *const *args)
+{
+	char path[4096];
+	const char *argv[32];
+	size_t argc = 0;
+	int fds[2];
+	pid_t parent = getpid(), pid;
+
+	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, name);
+	cr_assert(access(path, X_OK) == 0, "target %s is not built: %s", path, strerror(errno));
+	argv[argc++] = path;
+	for (; args && *args; args++) {
+		cr_assert(argc < ARRAY_SIZE(argv) - 1);
+		argv[argc++] = *args;
+	}
+	argv[argc] = NULL;
+
+	cr_assert(pipe2(fds, O_CLOEXEC) == 0);
+	pid = fork();
+	cr_assert(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_setup(parent);
+		dup2(fds[1], STDOUT_FILENO);
+		execv(path, (char *const *)argv);
+		_exit(127);
+	}
+	close(fds[1]);
+	track(pid, fds[0], true);
+
+	/* Wait for "ready\n", at most 10 s. */
+	char buf[256];
+	size_t len = 0;
+	uint64_t deadline = th_now_ns() + 10000000000ULL;
+	for (;;) {
+		struct pollfd pfd = {fds[0], POLLIN, 0};
+		uint64_t now = th_now_ns();
+
+		cr_assert(now < deadline, "target %s did not say ready within 10 s", name);
+		int n = poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		cr_assert(n >= 0, "poll: %s", strerror(errno));
+		if (n == 0)
+			continue;
+		ssize_t r = read(fds[0], buf + len, sizeof(buf) - 1 - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		cr_assert(r > 0, "target %s exited before it was ready", name);
+		len += (size_t)r;
+		buf[len] = '\0';
+		if (strstr(buf, "ready\n"))
+			return pid;
+		cr_assert(len < sizeof(buf) - 1, "target %s printed garbage before ready", name);
+	}
+}
+
+bool th_alive(pid_t pid)
+{
+	siginfo_t si;
+	bool alive = false;
+
+	pthread_mutex_lock(&children_lock);
+	struct child *c = find_child(pid);
+	if (c && !c->reaped) {
+		memset(&si, 0, sizeof(si));
+		alive = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+			si.si_pid == 0;
+	}
+	pthread_mutex_unlock(&children_lock);
+	return alive;
+}
+
+/* th_wait_exit(), and the child's resource usage in *@ret_ru if non-NULL. */
+static int wait_exit_ru(pid_t pid, int timeout_ms, struct rusage *ret_ru)
+{
+	uint64_t deadline = th_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+
+	for (;;) {
+		int status = -1;
+		bool done = false;
+
+		pthread_mutex_lock(&children_lock);
+		struct child *c = find_child(pid);
+		if (!c) {
+			pthread_mutex_unlock(&children_lock);
+			return -1;
+		}
+		if (!c->reaped && !c->has_reaper) {
+			pid_t r = wait4(pid, &c->status, WNOHANG, &c->ru);
+			if (r == pid)
+				c->reaped = true;
+		}
+		if (c->reaped) {
+			status = c->status;
+			if (ret_ru)
+				*ret_ru = c->ru;
+			done = true;
+		}
+		pthread_mutex_unlock(&children_lock);
+		if (done) {
+			untrack(c);
+			return status;
+		}
+		if (th_now_ns() >= deadline)
+			return -1;
+		th_sleep_ms(5);
+	}
+}
+
+int th_wait_exit(pid_t pid, int timeout_ms)
+{
+	return wait_exit_ru(pid, timeout_ms, NULL);
+}
+
+pid_t th_make_zombie(void)
+{
+	pid_t pid = fork();
+
+	cr_assert(pid >= 0);
+	if (pid == 0)
+		_exit(0);
+	track(pid, -1, false);
+	/* Wait until it really is a zombie. */
+	for (int i = 0; i < 2000; i++) {
+		siginfo_t si;
+
+		memset(&si, 0, sizeof(si));
+		if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+		    si.si_pid == pid)
+			return pid;
+		th_sleep_ms(1);
+	}
+	cr_assert_fail("child %d did not exit", (int)pid);
+	return -1;
+}
+
+pid_t th_dead_pid(void)
+{
+	for (int tries = 0; tries < 100; tries++) {
+		pid_t pid = fork();
+
+		cr_assert(pid >= 0);
+		if (pid == 0)
+			_exit(0);
+		while (waitpid(pid, NULL, 0) == -1 && errno == EINTR)
+			;
+		/* Reaped: free, unless the kernel already gave it to someone. */
+		if (kill(pid, 0) == -1 && errno == ESRCH)
+			return pid;
+	}
+	cr_assert_fail("could not find a free pid");
+	return -1;
+}
+
+/* ---- running cprof ----------------------------------------------------- */
+
+static void append(char **buf, size_t *len, size_t *alloc, const char *data, size_t n)
+{
+	if (*len + n + 1 > *alloc) {
+		size_t na = *alloc ? *alloc : 4096;
+		while (na < *len + n + 1)
+			na *= 2;
+		char *nb = realloc(*buf, na);
+		cr_assert(nb);
+		*buf = nb;
+		*alloc = na;
+	}
+	memcpy(*buf + *len, data, n);
+	*len += n;
+	(*buf)[*len] = '\0';
+}
+
+/*
+ * Forks and execs @argv[0] with stdout and stderr piped to us. Returns the
+ * pid; *ret_out and *ret_err are the read ends.
+ */
+static pid_t spawn_piped(const char *const *argv, char *const *envp, int *ret_out, int *ret_err)
+{
+	int out[2], err[2];
+	pid_t parent = getpid(), pid;
+
+	cr_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0);
+	pid = fork();
+	cr_assert(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_setup(parent);
+		dup2(out[1], STDOUT_FILENO);
+		dup2(err[1], STDERR_FILENO);
+		if (envp)
+			execve(argv[0], (char *const *)argv, envp);
+		else
+			execv(argv[0], (char *const *)argv);
+		dprintf(STDERR_FILENO, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(out[1]);
+	close(err[1]);
+	*ret_out = out[0];
+	*ret_err = err[0];
+	track(pid, -1, false);
+	return pid;
+}
+
+/*
+ * Collects the output of a child started by spawn_piped() until it exits,
+ * sending @sig after @sig_after_ms, killing it after @timeout_ms.
+ */
+static void collect(struct th_run *r, int timeout_ms, int sig, int sig_after_ms)
+{
+	size_t out_alloc = 0, err_alloc = 0;
+	bool out_open = true, err_open = true;
+	uint64_t deadline = r->start_ns + (uint64_t)timeout_ms * 1000000ULL;
+	uint64_t sig_at = r->start_ns + (uint64_t)sig_after_ms * 1000000ULL;
+	char buf[65536];
+
+	append(&r->out, &r->out_len, &out_alloc, "", 0);
+	append(&r->err, &r->err_len, &err_alloc, "", 0);
+	while (out_open || err_open) {
+		struct pollfd pfd[2] = {{out_open ? r->out_fd : -1, POLLIN, 0},
+					{err_open ? r->err_fd : -1, POLLIN, 0}};
+		uint64_t now = th_now_ns();
+
+		if (sig && !r->signal_ns && now >= sig_at) {
+			kill(r->pid, sig);
+			r->signal_ns = now;
+		}
+		if (now >= deadline) {
+			r->timed_out = true;
+			break;
+		}
+		uint64_t until = deadline;
+		if (sig && !r->signal_ns && sig_at < until)
+			until = sig_at;
+		int n = poll(pfd, 2, (int)((until - now) / 1000000) + 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		cr_assert(n >= 0);
+		for (int i = 0; i < 2; i++) {
+			if (!pfd[i].revents)
+				continue;
+			ssize_t k = read(pfd[i].fd, buf, sizeof(buf));
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0) {
+				*(i == 0 ? &out_open : &err_open) = false;
+				continue;
+			}
+			if (i == 0)
+				append(&r->out, &r->out_len, &out_alloc, buf, (size_t)k);
+			else
+				append(&r->err, &r->err_len, &err_alloc, buf, (size_t)k);
+		}
+	}
+	close(r->out_fd);
+	close(r->err_fd);
+	r->out_fd = r->err_fd = -1;
+
+	if (!r->timed_out) {
+		/* Output closed: the process should be exiting. */
+		uint64_t now = th_now_ns();
+		int left = now < deadline ? (int)((deadline - now) / 1000000) + 1 : 0;
+		int status = wait_exit_ru(r->pid, left, &r->ru);
+		if (status == -1) {
+			r->timed_out = true;
+		} else {
+			r->status = status;
+			r->end_ns = th_now_ns();
+			r->end_rt = realtime_ns();
+		}
+	}
+	if (r->timed_out) {
+		th_kill(r->pid);
+		r->end_ns = th_now_ns();
+		r->end_rt = realtime_ns();
+		r->exit_code = -1;
+		return;
+	}
+	if (WIFEXITED(r->status))
+		r->exit_code = WEXITSTATUS(r->status);
+	else if (WIFSIGNALED(r->status))
+		r->exit_code = 128 + WTERMSIG(r->status);
+	else
+		r->exit_code = -1;
+}
+
+void th_run_cmd_ex(struct th_run *r, int timeout_ms, int sig, int sig_after_ms,
+		   const char *const *argv)
+{
+	memset(r, 0, sizeof(*r));
+	cr_assert(access(argv[0], X_OK) == 0, "%s is not executable", argv[0]);
+	r->start_ns = th_now_ns();
+	r->start_rt = realtime_ns();
+	r->pid = spawn_piped(argv, NULL, &r->out_fd, &r->err_fd);
+	collect(r, timeout_ms, sig, sig_after_ms);
+}
+
+void th_run_cprof_ex(struct th_run *r, int timeout_ms, int sig, int sig_after_ms,
+		     const char *const *args)
+{
+	const char *argv[64];
+	size_t argc = 0;
+
+	cr_assert(access(CPROF_BIN, X_OK) == 0, "%s is not built", CPROF_BIN);
+	argv[argc++] = CPROF_BIN;
+	for (; args && *args; args++) {
+		cr_assert(argc < ARRAY_SIZE(argv) - 1);
+		argv[argc++] = *args;
+	}
+	argv[argc] = NULL;
+	th_run_cmd_ex(r, timeout_ms, sig, sig_after_ms, argv);
+}
+
+void th_run_release(struct th_run *r)
+{
+	free(r->out);
+	free(r->err);
+	r->out = r->err = NULL;
+}
+
+void th_run_log(const struct th_run *r, const char *what)
+{
+	cr_log_info("%s: exit %d%s after %.2f s; stderr:\n%s", what, r->exit_code,
+		    r->timed_out ? " (timed out)" : "", (double)(r->end_ns - r->start_ns) / 1e9,
+		    r->err ? r->err : "");
+}
+
+/* ---- files and profiles ------------------------------------------------ */
+
+int th_read_file(const char *path, uint8_t **ret_buf, size_t *ret_len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	uint8_t *buf = NULL;
+	size_t len = 0, alloc = 0;
+
+	if (fd < 0)
+		return -errno;
+	for (;;) {
+		if (len == alloc) {
+			size_t na = alloc ? alloc * 2 : 65536;
+			uint8_t *nb = realloc(buf, na);
+			if (!nb) {
+				free(buf);
+				close(fd);
+				return -ENOMEM;
+			}
+			buf = nb;
+			alloc = na;
+		}
+		ssize_t n = read(fd, buf + len, alloc - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = -errno;
+			free(buf);
+			close(fd);
+			return e;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	*ret_buf = buf;
+	*ret_len = len;
+	return 0;
+}
+
+bool th_is_gzip(const uint8_t *buf, size_t len)
+{
+	return len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b;
+}
+
+struct profile *th_load_profile(const char *path)
+{
+	uint8_t *buf;
+	size_t len;
+	struct profile *p = NULL;
+	int r = th_read_file(path, &buf, &len);
+
+	cr_assert(r == 0, "cannot read %s: %s", path, strerror(-r));
+	cr_assert(th_is_gzip(buf, len), "%s is not gzipped (%zu bytes)", path, len);
+	r = pprof_decode(buf, len, &p);
+	free(buf);
+	cr_assert(r == 0 && p, "pprof_decode(%s): %s", path, strerror(-r));
+	return p;
+}
+
+int th_sample_type(const struct profile *p, const char *type, const char *unit)
+{
+	for (size_t i = 0; i < p->nsample_types; i++)
+		if (p->sample_types[i].type && p->sample_types[i].unit &&
+		    strcmp(p->sample_types[i].type, type) == 0 &&
+		    strcmp(p->sample_types[i].unit, unit) == 0)
+			return (int)i;
+	return -1;
+}
+
+const struct profile_location *th_location(const struct profile *p, uint64_t id)
+{
+	if (id >= 1 && id <= p->nlocations && p->locations[id - 1].id == id)
+		return &p->locations[id - 1];
+	for (size_t i = 0; i < p->nlocations; i++)
+		if (p->locations[i].id == id)
+			return &p->locations[i];
+	return NULL;
+}
+
+const struct profile_function *th_function(const struct profile *p, uint64_t id)
+{
+	if (id >= 1 && id <= p->nfunctions && p->functions[id - 1].id == id)
+		return &p->functions[id - 1];
+	for (size_t i = 0; i < p->nfunctions; i++)
+		if (p->functions[i].id == id)
+			return &p->functions[i];
+	return NULL;
+}
+
+const struct profile_mapping *th_mapping(const struct profile *p, uint64_t id)
+{
+	for (size_t i = 0; i < p->nmappings; i++)
+		if (p->mappings[i].id == id)
+			return &p->mappings[i];
+	return NULL;
+}
+
+const struct profile_label *th_label(const struct profile_sample *s, const char *key)
+{
+	for (size_t i = 0; i < s->nlabels; i++)
+		if (s->labels[i].key && strcmp(s->labels[i].key, key) == 0)
+			return &s->labels[i];
+	return NULL;
+}
+
+static const char *function_name(const struct profile *p, uint64_t function_id)
+{
+	const struct profile_function *f = th_function(p, function_id);
+
+	return f && f->name ? f->name : "";
+}
+
+bool th_location_has(const struct profile *p, uint64_t id, const char *func)
+{
+	const struct profile_location *loc = th_location(p, id);
+
+	for (size_t i = 0; loc && i < loc->nlines; i++)
+		if (strcmp(function_name(p, loc->lines[i].function_id), func) == 0)
+			return true;
+	return false;
+}
+
+const char *th_leaf_name(const struct profile *p, const struct profile_sample *s)
+{
+	const struct profile_location *loc;
+
+	if (s->nlocations == 0 || !(loc = th_location(p, s->location_ids[0])) || loc->nlines == 0)
+		return "";
+	return function_name(p, loc->lines[0].function_id);
+}
+
+const char *th_root_name(const struct profile *p, const struct profile_sample *s)
+{
+	const struct profile_location *loc;
+
+	if (s->nlocations == 0 || !(loc = th_location(p, s->location_ids[s->nlocations - 1])) ||
+	    loc->nlines == 0)
+		return "";
+	return function_name(p, loc->lines[loc->nlines - 1].function_id);
+}
+
+static int cmp_sum_cum(const void *a, const void *b)
+{
+	const struct th_func_sum *x = a, *y = b;
+
+	if (x->cum != y->cum)
+		return x->cum < y->cum ? 1 : -1;
+	return strcmp(x->name, y->name);
+}
+
+void th_func_sums(const struct profile *p, size_t vi, struct th_func_sum **ret, size_t *ret_n)
+{
+	/* Functions are aggregated by name: one function can appear under several
+	 * ids (e.g. one per inlined copy with its own file or start line). */
+	struct th_func_sum *sums = calloc(p->nfunctions + 1, sizeof(*sums));
+	size_t *slot = calloc(p->nfunctions + 1, sizeof(*slot)); /* function index -> sums index */
+	size_t n = 0;
+	size_t *seen = NULL, seen_alloc = 0;
+
+	cr_assert(sums && slot);
+	for (size_t i = 0; i < p->nfunctions; i++) {
+		const char *name = p->functions[i].name ? p->functions[i].name : "";
+		size_t j;
+
+		for (j = 0; j < n; j++)
+			if (strcmp(sums[j].name, name) == 0)
+				break;
+		if (j == n)
+			sums[n++].name = name;
+		slot[i] = j;
+	}
+	for (size_t s = 0; s < p->nsamples; s++) {
+		const struct profile_sample *sm = &p->samples[s];
+		int64_t v = sm->values[vi];
+		size_t nseen = 0;
+
+		for (size_t l = 0; l < sm->nlocations; l++) {
+			const struct profile_location *loc = th_location(p, sm->location_ids[l]);
+
+			for (size_t k = 0; loc && k < loc->nlines; k++) {
+				const struct profile_function *f =
+					th_function(p, loc->lines[k].function_id);
+				if (!f)
+					continue;
+				size_t j = slot[f - p->functions];
+				if (l == 0 && k == 0)
+					sums[j].flat += v;
+				size_t q;
+				for (q = 0; q < nseen; q++)
+					if (seen[q] == j)
+						break;
+				if (q < nseen)
+					continue; /* recursion: once per sample */
+				if (nseen == seen_alloc) {
+					seen_alloc = seen_alloc ? seen_alloc * 2 : 64;
+					seen = realloc(seen, seen_alloc * sizeof(*seen));
+					cr_assert(seen);
+				}
+				seen[nseen++] = j;
+				sums[j].cum += v;
+			}
+		}
+	}
+	free(seen);
+	free(slot);
+	qsort(sums, n, sizeof(*sums), cmp_sum_cum);
+	*ret = sums;
+	*ret_n = n;
+}
+
+struct th_func_sum th_func_get(const struct th_func_sum *s, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(s[i].name, name) == 0)
+			return s[i];
+	return (struct th_func_sum){name, 0, 0};
+}
+
+/* ---- what the kernel allows ------------------------------------------ */
+
+static int try_perf_open(pid_t pid, int cpu)
+{
+	struct perf_event_attr attr;
+	int fd;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.size = sizeof(attr);
+	attr.type = PERF_TYPE_SOFTWARE;
+	attr.config = pid == -1 ? PERF_COUNT_SW_CPU_CLOCK : PERF_COUNT_SW_TASK_CLOCK;
+	attr.disabled = 1;
+	attr.exclude_kernel = 1;
+	fd = (int)syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	return 0;
+}
+
+void th_require_perf(bool system)
+{
+	int r = try_perf_open(0, -1);
+
+	if (r < 0)
+		cr_skip_test("perf_event_open is not allowed here (%s): cprof cpu cannot sample",
+			     strerror(-r));
+	if (system && (r = try_perf_open(-1, 0)) < 0)
+		cr_skip_test("cpu-wide perf events are not allowed here (%s; "
+			     "kernel.perf_event_paranoid or no CAP_PERFMON)",
+			     strerror(-r));
+}
+
+/* ---- go tool pprof ----------------------------------------------------- */
+
+static char *find_in_path(const char *prog)
+{
+	const char *path = getenv("PATH");
+	char *copy, *save = NULL, *dir, *found = NULL;
+
+	if (!path || !*path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	copy = strdup(path);
+	cr_assert(copy);
+	for (dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		char *cand;
+		cr_assert(asprintf(&cand, "%s/%s", dir, prog) > 0);
+		if (access(cand, X_OK) == 0) {
+			found = cand;
+			break;
+		}
+		free(cand);
+	}
+	free(copy);
+	return found;
+}
+
+int th_pprof_top(const char *path, char **ret_out)
+{
+	char *go = find_in_path("go");
+	char *env[8], *home, *cache, *pathenv, *tmp;
+	const char *argv[] = {go, "tool", "pprof", "-top", path, NULL};
+	struct th_run r;
+
+	if (!go)
+		cr_skip_test("go is not installed: cannot check %s with `go tool pprof`", path);
+	cr_assert(asprintf(&home, "HOME=%s/gohome", TEST_TMPDIR) > 0);
+	cr_assert(asprintf(&cache, "GOCACHE=%s/gohome/cache", TEST_TMPDIR) > 0);
+	cr_assert(asprintf(&tmp, "PPROF_TMPDIR=%s/gohome", TEST_TMPDIR) > 0);
+	cr_assert(asprintf(&pathenv, "PATH=%s", getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin") >
+		  0);
+	mkdir(home + 5, 0755);
+	env[0] = home;
+	env[1] = cache;
+	env[2] = tmp;
+	env[3] = pathenv;
+	env[4] = "GOTOOLCHAIN=local";
+	env[5] = "GOFLAGS=";
+	env[6] = NULL;
+
+	memset(&r, 0, sizeof(r));
+	r.start_ns = th_now_ns();
+	r.start_rt = realtime_ns();
+	r.pid = spawn_piped(argv, env, &r.out_fd, &r.err_fd);
+	collect(&r, 120000, 0, 0);
+	if (ret_out) {
+		char *all;
+		cr_assert(asprintf(&all, "%s%s", r.out, r.err) >= 0);
+		*ret_out = all;
+	}
+	if (r.exit_code != 0)
+		cr_log_info("go tool pprof -top %s: exit %d\n%s%s", path, r.exit_code, r.out,
+			    r.err);
+	th_run_release(&r);
+	free(go);
+	free(home);
+	free(cache);
+	free(tmp);
+	free(pathenv);
+	return r.exit_code;
+}
+
+void th_assert_pprof_ok(const char *path)
+{
+	char *out = NULL;
+	int code = th_pprof_top(path, &out);
+
+	cr_assert_eq(code, 0, "go tool pprof -top rejected %s:\n%s", path, out ? out : "");
+	free(out);
+}
+
+/* ---- the truth, measured from outside ---------------------------------- */
+
+struct reading {
+	int64_t rt;  /* CLOCK_REALTIME, middle of the reading */
+	int64_t cpu; /* process CPU time */
+};
+
+struct th_cpuclock {
+	pid_t pid;
+	clockid_t clock;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	struct reading *r;
+	size_t n, alloc;
+	bool stop;
+	bool gone;	 /* the process exited: its last reading is final */
+	int64_t max_gap; /* widest interval interpolated over, ns */
+	int64_t gone_rt; /* first time the clock could not be read */
+};
+
+static void *cpuclock_main(void *arg)
+{
+	struct th_cpuclock *c = arg;
+	struct sched_param sp = {.sched_priority = 10};
+
+	/*
+	 * On a loaded machine a normal thread can be kept off the CPU for tens
+	 * of ms, leaving a hole in the readings right where a window starts or
+	 * ends. As root, poll at a real-time priority (a few us every 2 ms).
+	 */
+	pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+	for (;;) {
+		struct timespec ts;
+		int64_t a, b;
+		int rc;
+
+		/* A reading is stamped with the middle of [a, b]: retry the ones
+		 * that were preempted in between. */
+		for (int tries = 0;; tries++) {
+			a = realtime_ns();
+			rc = clock_gettime(c->clock, &ts);
+			b = realtime_ns();
+			if (rc != 0 || b - a < 100000 || tries == 10)
+				break;
+		}
+		/* A zombie's clock still reads its final value: that is the truth
+		 * for the rest of any window, like a gone process's last reading.
+		 * (A leader that called pthread_exit() also shows Z while its
+		 * other threads run: no target here does that.) */
+		bool zombie = false;
+		char path[64], buf[512];
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)c->pid);
+		FILE *f = fopen(path, "re");
+		if (f) {
+			size_t k = fread(buf, 1, sizeof(buf) - 1, f);
+			buf[k] = '\0';
+			fclose(f);
+			char *rp = strrchr(buf, ')');
+			zombie = rp && (rp[2] == 'Z' || rp[2] == 'X');
+		}
+
+		pthread_mutex_lock(&c->lock);
+		if (rc != 0 || zombie) {
+			if (rc == 0 && c->n < c->alloc) {
+				c->r[c->n].rt = a + (b - a) / 2;
+				c->r[c->n].cpu = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+				c->n++;
+			}
+			c->gone = true;
+			c->gone_rt = a;
+			pthread_mutex_unlock(&c->lock);
+			return NULL;
+		}
+		if (c->n == c->alloc) {
+			size_t na = c->alloc ? c->alloc * 2 : 4096;
+			struct reading *nr = realloc(c->r, na * sizeof(*nr));
+			if (!nr) {
+				pthread_mutex_unlock(&c->lock);
+				return NULL;
+			}
+			c->r = nr;
+			c->alloc = na;
+		}
+		c->r[c->n].rt = a + (b - a) / 2;
+		c->r[c->n].cpu = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+		c->n++;
+		bool stop = c->stop;
+		pthread_mutex_unlock(&c->lock);
+		if (stop)
+			return NULL;
+		struct timespec d = {0, 2000000};
+		nanosleep(&d, NULL);
+	}
+}
+
+struct th_cpuclock *th_cpuclock_start(pid_t pid)
+{
+	struct th_cpuclock *c = calloc(1, sizeof(*c));
+
+	cr_assert(c);
+	c->pid = pid;
+	cr_assert(clock_getcpuclockid(pid, &c->clock) == 0, "clock_getcpuclockid(%d)", (int)pid);
+	pthread_mutex_init(&c->lock, NULL);
+	cr_assert(pthread_create(&c->thread, NULL, cpuclock_main, c) == 0);
+	/* The first reading must exist before anything it measures starts. */
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		bool ok = c->n > 0 || c->gone;
+		pthread_mutex_unlock(&c->lock);
+		if (ok)
+			break;
+		th_sleep_ms(1);
+	}
+	return c;
+}
+
+void th_cpuclock_stop(struct th_cpuclock *c)
+{
+	if (!c || !c->thread)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	pthread_mutex_unlock(&c->lock);
+	pthread_join(c->thread, NULL);
+	c->thread = 0;
+}
+
+void th_cpuclock_free(struct th_cpuclock *c)
+{
+	if (!c)
+		return;
+	th_cpuclock_stop(c);
+	pthread_mutex_destroy(&c->lock);
+	free(c->r);
+	free(c);
+}
+
+static int64_t cpu_at(const struct th_cpuclock *c, int64_t t)
+{
+	if (c->n == 0 || t < c->r[0].rt)
+		return -1;
+	if (t >= c->r[c->n - 1].rt) {
+		/* After the last reading: known only if the process is gone by
+		 * then (it used at most one poll interval more than it shows). */
+		return c->gone ? c->r[c->n - 1].cpu : -1;
+	}
+	size_t lo = 0, hi = c->n - 1; /* r[lo].rt <= t < r[hi].rt */
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (c->r[mid].rt <= t)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	const struct reading *a = &c->r[lo], *b = &c->r[hi];
+	if (b->rt - a->rt > c->max_gap)
+		((struct th_cpuclock *)c)->max_gap = b->rt - a->rt;
+	if (b->rt == a->rt)
+		return a->cpu;
+	return a->cpu +
+	       (int64_t)((double)(b->cpu - a->cpu) * (double)(t - a->rt) / (double)(b->rt - a->rt));
+}
+
+int64_t th_cpuclock_between(const struct th_cpuclock *c, int64_t t0, int64_t t1)
+{
+	struct th_cpuclock *m = (struct th_cpuclock *)c;
+
+	pthread_mutex_lock(&m->lock);
+	int64_t a = cpu_at(c, t0), b = cpu_at(c, t1);
+	pthread_mutex_unlock(&m->lock);
+	if (a < 0 || b < 0)
+		return -1;
+	return b - a;
+}
+
+void th_cpustat_read(struct th_cpustat *s)
+{
+	unsigned long long v[10] = {0};
+	long hz = sysconf(_SC_CLK_TCK);
+	struct rusage ru;
+	FILE *f = fopen("/proc/stat", "re");
+
+	memset(s, 0, sizeof(*s));
+	s->mono_ns = (int64_t)th_now_ns();
+	if (getrusage(RUSAGE_SELF, &ru) == 0)
+		s->self_ns = th_rusage_ns(&ru);
+	if (!f)
+		return;
+	/* cpu user nice system idle iowait irq softirq steal guest guest_nice */
+	if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+		   &v[4], &v[5], &v[6], &v[7]) == 8 &&
+	    hz > 0) {
+		unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+		s->busy_ns = (int64_t)(busy * (1000000000ULL / (unsigned long long)hz));
+		s->ok = true;
+	}
+	fclose(f);
+}
+
+int64_t th_rusage_ns(const struct rusage *ru)
+{
+	return ((int64_t)ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) * 1000000000LL +
+	       ((int64_t)ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) * 1000LL;
+}
+
+double th_foreign_load(const struct th_cpustat *a, const struct th_cpustat *b, int64_t ours_ns)
+{
+	cpu_set_t set;
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (!a->ok || !b->ok || b->mono_ns <= a->mono_ns)
+		return -1;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) < n)
+		n = CPU_COUNT(&set);
+	int64_t busy = b->busy_ns - a->busy_ns;
+	int64_t self = b->self_ns - a->self_ns;
+	double foreign =
+		(double)(busy - self - ours_ns) / ((double)(b->mono_ns - a->mono_ns) * (double)n);
+	return foreign < 0 ? 0 : foreign;
+}
+
+int64_t th_cpuclock_gap(const struct th_cpuclock *c)
+{
+	return c->max_gap;
+}
+
+int64_t th_schedstat_total(pid_t pid)
+{
+	char path[64];
+	DIR *d;
+	struct dirent *e;
+	int64_t total = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		char p2[300];
+		unsigned long long run = 0;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(p2, sizeof(p2), "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+		FILE *f = fopen(p2, "re");
+		if (!f)
+			continue; /* the thread just exited */
+		if (fscanf(f, "%llu", &run) == 1)
+			total += (int64_t)run;
+		fclose(f);
+	}
+	closedir(d);
+	return total;
+}
+
+int th_task_list(pid_t pid, pid_t *tids, int max)
+{
+	pid_t *all;
+	size_t n;
+	int k;
+
+	if (target_list_tids(pid, &all, &n) < 0)
+		return 0;
+	k = n < (size_t)max ? (int)n : max;
+	memcpy(tids, all, (size_t)k * sizeof(*tids));
+	free(all);
+	return k;
+}

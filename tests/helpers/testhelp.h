@@ -1,0 +1,227 @@
+/*
+ * Helpers for the integration suites: start target programs, run cprof,
+ * read what it wrote, and measure the truth from outside the target.
+ *
+ * Everything here is for Criterion tests: on a setup failure (fork, pipe,
+ * a target that never says "ready") the helpers fail the current test with
+ * cr_assert rather than return an error. Every process they start is killed
+ * by its pid and reaped by th_cleanup() (call it from the suite's .fini), and
+ * dies with the test process if that is killed (PR_SET_PDEATHSIG).
+ */
+#ifndef CPROF_TESTHELP_H
+#define CPROF_TESTHELP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "profile/profile.h"
+
+/* The suite's .init and .fini. th_cleanup() kills and reaps what is left. */
+void th_init(void);
+void th_cleanup(void);
+
+/*
+ * A fresh path in TEST_TMPDIR for this test (not created): "DIR/NAME-PID-N".
+ * th_cleanup() removes it (a directory with the files in it), unless
+ * CPROF_TEST_KEEP is set in the environment.
+ */
+const char *th_tmp_path(const char *name);
+
+/* A fresh, empty directory made with th_tmp_path(). */
+const char *th_tmp_dir(const char *name);
+
+/* Number of entries in directory @path (without . and ..), or -1. */
+int th_dir_entries(const char *path);
+
+/* ---- targets ----------------------------------------------------------- */
+
+/*
+ * Starts TARGETS_DIR/@name with the NULL-terminated @args, waits (up to
+ * 10 s) until it prints "ready", and returns its pid. The target is
+ * registered for cleanup, and reaped by a thread of ours as soon as it exits
+ * (as a shell would: a profiler must see it vanish, not stay our zombie).
+ * Fails the test if it cannot start.
+ */
+pid_t th_spawn_target(const char *name, const char *const *args);
+#define TH_SPAWN(name, ...) th_spawn_target((name), (const char *const[]){__VA_ARGS__, NULL})
+
+/*
+ * Kills our child @pid (SIGKILL) unless it is already reaped, reaps it and
+ * forgets it. Does nothing for a pid that is not a child we track.
+ */
+void th_kill(pid_t pid);
+
+/* True while our child @pid has not exited. */
+bool th_alive(pid_t pid);
+
+/*
+ * Waits up to @timeout_ms for our child @pid to exit, and returns its wait
+ * status (and forgets it), or -1 on timeout (the child is left running).
+ */
+int th_wait_exit(pid_t pid, int timeout_ms);
+
+/* Forks a child that exits at once and is never reaped: a zombie. */
+pid_t th_make_zombie(void);
+
+/* A pid that no process has: a child that was started and reaped. */
+pid_t th_dead_pid(void);
+
+/* ---- running cprof ----------------------------------------------------- */
+
+struct th_run {
+	pid_t pid;
+	int status;    /* raw wait status */
+	int exit_code; /* WEXITSTATUS, or 128 + signal, or -1 when timed out */
+	bool timed_out;
+	char *out, *err; /* everything written to stdout / stderr, NUL-terminated */
+	size_t out_len, err_len;
+	uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC: fork, and exit */
+	int64_t start_rt, end_rt;  /* the same in CLOCK_REALTIME */
+	uint64_t signal_ns;	   /* when @sig was sent, 0 if never */
+	struct rusage ru;	   /* its CPU use, once exited */
+	int out_fd, err_fd;	   /* internal */
+};
+
+/*
+ * Runs CPROF_BIN with the NULL-terminated @args, collecting stdout and
+ * stderr. If @sig is non-zero it is sent @sig_after_ms after the start. After
+ * @timeout_ms cprof is killed (SIGKILL, by pid) and exit_code is -1. Returns
+ * the result in @r (release it with th_run_release()).
+ */
+void th_run_cprof_ex(struct th_run *r, int timeout_ms, int sig, int sig_after_ms,
+		     const char *const *args);
+#define TH_CPROF(r, timeout_ms, ...)                                                               \
+	th_run_cprof_ex((r), (timeout_ms), 0, 0, (const char *const[]){__VA_ARGS__, NULL})
+/* The same for any program: @argv[0] is its path. */
+void th_run_cmd_ex(struct th_run *r, int timeout_ms, int sig, int sig_after_ms,
+		   const char *const *argv);
+void th_run_release(struct th_run *r);
+
+/* Prints a run's exit code and stderr to the test log (for failures). */
+void th_run_log(const struct th_run *r, const char *what);
+
+/* ---- files and profiles ------------------------------------------------ */
+
+/* Reads all of @path into a malloc'd buffer. Returns 0 or -errno. */
+int th_read_file(const char *path, uint8_t **ret_buf, size_t *ret_len);
+
+/* True if @buf starts with the gzip magic. */
+bool th_is_gzip(const uint8_t *buf, size_t len);
+
+/* Decodes @path with pprof_decode(); fails the test when it cannot. */
+struct profile *th_load_profile(const char *path);
+
+/* Index of the sample type @type/@unit, or -1. */
+int th_sample_type(const struct profile *p, const char *type, const char *unit);
+
+const struct profile_location *th_location(const struct profile *p, uint64_t id);
+const struct profile_function *th_function(const struct profile *p, uint64_t id);
+const struct profile_mapping *th_mapping(const struct profile *p, uint64_t id);
+
+/* The label @key of @s, or NULL. */
+const struct profile_label *th_label(const struct profile_sample *s, const char *key);
+
+struct th_func_sum {
+	const char *name;
+	int64_t flat; /* the innermost line of the leaf location is this function */
+	int64_t cum;  /* some line of some location is this function (once per sample) */
+};
+
+/*
+ * Per-function flat and cum sums of sample value @vi. Inline frames count
+ * (every line of a location). The array is sorted by cum, largest first.
+ */
+void th_func_sums(const struct profile *p, size_t vi, struct th_func_sum **ret, size_t *ret_n);
+/* The sums of @name, or a zero entry. */
+struct th_func_sum th_func_get(const struct th_func_sum *s, size_t n, const char *name);
+
+/* True if some line of the location @id names @func. */
+bool th_location_has(const struct profile *p, uint64_t id, const char *func);
+
+/* Name of the innermost / outermost function of a sample ("" if unknown). */
+const char *th_leaf_name(const struct profile *p, const struct profile_sample *s);
+const char *th_root_name(const struct profile *p, const struct profile_sample *s);
+
+/* ---- what the kernel allows ------------------------------------------ */
+
+/*
+ * Skips the test (cr_skip_test, with the reason) unless perf_event_open of a
+ * task-clock event on a thread is allowed here; with @system, unless a
+ * cpu-wide event (pid -1) is allowed too.
+ */
+void th_require_perf(bool system);
+
+/* ---- go tool pprof ----------------------------------------------------- */
+
+/*
+ * Runs `go tool pprof -top @path` (HOME and GOCACHE in TEST_TMPDIR). Skips
+ * the test (cr_skip_test, never a silent pass) when go is not installed.
+ * Returns its exit code; its stdout+stderr in *ret_out if non-NULL (free it).
+ */
+int th_pprof_top(const char *path, char **ret_out);
+
+/* Asserts that `go tool pprof -top @path` accepts the file. */
+void th_assert_pprof_ok(const char *path);
+
+/* ---- the truth, measured from outside ---------------------------------- */
+
+/*
+ * Polls the process CPU clock of @pid (clock_getcpuclockid: all threads,
+ * exited ones included) every ~2 ms from a background thread, each reading
+ * paired with CLOCK_REALTIME, until stopped or the process is gone.
+ */
+struct th_cpuclock;
+struct th_cpuclock *th_cpuclock_start(pid_t pid);
+void th_cpuclock_stop(struct th_cpuclock *c);
+void th_cpuclock_free(struct th_cpuclock *c);
+/*
+ * CPU time of the process between realtime @t0 and @t1 (ns since the epoch),
+ * interpolated linearly between readings. Returns -1 when [t0, t1] is not
+ * covered by the readings (a reading before t0 is needed; after the process
+ * is gone, its last reading stands for the rest of the window).
+ */
+int64_t th_cpuclock_between(const struct th_cpuclock *c, int64_t t0, int64_t t1);
+
+/* The widest gap between two readings that th_cpuclock_between() interpolated
+ * over so far (ns): the precision of the truth is about this times the cores. */
+int64_t th_cpuclock_gap(const struct th_cpuclock *c);
+
+/*
+ * The machine's CPU use, to tell whether other tenants of a shared machine
+ * took it during a measurement: /proc/stat's busy time (user, nice, system,
+ * irq, softirq, steal: every process of every container on this kernel, and
+ * time the hypervisor took), and our own process's CPU time.
+ */
+struct th_cpustat {
+	bool ok;
+	int64_t mono_ns; /* CLOCK_MONOTONIC when read */
+	int64_t busy_ns; /* machine-wide busy CPU time (tick-based: ~1% precision) */
+	int64_t self_ns; /* this process's CPU time */
+};
+void th_cpustat_read(struct th_cpustat *s);
+
+/* User + system time of an rusage, in ns. */
+int64_t th_rusage_ns(const struct rusage *ru);
+
+/*
+ * The fraction of the CPUs this process may use that went to other processes
+ * between @a and @b, not counting this process and @ours_ns of CPU used by
+ * processes of ours (a target, cprof). -1 when unknown.
+ */
+double th_foreign_load(const struct th_cpustat *a, const struct th_cpustat *b, int64_t ours_ns);
+
+/* Up to @max thread ids of @pid into @tids (target_list_tids()); 0 if gone. */
+int th_task_list(pid_t pid, pid_t *tids, int max);
+
+/* Sum of the schedstat run times (ns) of the live threads of @pid, or -1. */
+int64_t th_schedstat_total(pid_t pid);
+
+/* Sleeps @ms milliseconds (restarting after signals). */
+void th_sleep_ms(int ms);
+
+uint64_t th_now_ns(void); /* CLOCK_MONOTONIC */
+
+#endif

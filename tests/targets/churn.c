@@ -1,0 +1,119 @@
+/*
+ * churn [SECONDS] [PERIOD_US] [BURN_US]: the main thread starts a thread
+ * every PERIOD_US (default 4000: 250 threads/s); each burns BURN_US (default
+ * 2000) of its own CPU time in churn_burn, then exits. About 0.5 core in
+ * all, in threads that live ~2 ms: those are what per-thread inherited perf
+ * events miss (every new thread restarts its sampling period).
+ *
+ * The truth is the process CPU clock, which keeps the time of exited
+ * threads; the tests read it from outside. Threads are detached; the main
+ * thread waits until the last one has finished before it returns, and never
+ * lets more than 64 be alive at once (an overloaded machine would otherwise
+ * pile them up).
+ *
+ * Prints "ready" once the first thread runs, exits by itself after SECONDS
+ * (default 20).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define MAX_ALIVE 64
+
+static atomic_int alive;
+static atomic_int ran;
+static uint64_t burn_ns = 2000000;
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+__attribute__((noinline)) static uint64_t churn_burn(uint64_t budget)
+{
+	uint64_t x = (uintptr_t)&x, t0 = thread_cpu_ns(), t;
+
+	do {
+		for (int i = 0; i < 5000; i++) {
+			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+			__asm__ volatile("" : "+r"(x));
+		}
+		t = thread_cpu_ns();
+	} while (t - t0 < budget);
+	return x;
+}
+
+static void *worker(void *arg)
+{
+	(void)arg;
+	pthread_setname_np(pthread_self(), "churn");
+	churn_burn(burn_ns);
+	atomic_fetch_add(&ran, 1);
+	atomic_fetch_sub(&alive, 1);
+	return NULL;
+}
+
+static void add_ns(struct timespec *ts, uint64_t ns)
+{
+	ns += (uint64_t)ts->tv_nsec;
+	ts->tv_sec += (time_t)(ns / 1000000000ULL);
+	ts->tv_nsec = (long)(ns % 1000000000ULL);
+}
+
+static int ts_before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+int main(int argc, char **argv)
+{
+	double seconds = argc > 1 ? strtod(argv[1], NULL) : 20;
+	uint64_t period_ns = (argc > 2 ? strtoull(argv[2], NULL, 10) : 4000) * 1000;
+	pthread_attr_t attr;
+	struct timespec next, end;
+	int ready = 0;
+
+	if (argc > 3)
+		burn_ns = strtoull(argv[3], NULL, 10) * 1000;
+	if (seconds <= 0 || period_ns == 0 || burn_ns == 0) {
+		fprintf(stderr, "usage: churn [SECONDS] [PERIOD_US] [BURN_US]\n");
+		return 64;
+	}
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	end = next;
+	add_ns(&end, (uint64_t)(seconds * 1e9));
+	while (ts_before(&next, &end)) {
+		if (atomic_load(&alive) < MAX_ALIVE) {
+			pthread_t t;
+
+			atomic_fetch_add(&alive, 1);
+			if (pthread_create(&t, &attr, worker, NULL) != 0) {
+				atomic_fetch_sub(&alive, 1);
+				perror("pthread_create");
+				return 1;
+			}
+		}
+		if (!ready && atomic_load(&ran) > 0) {
+			printf("ready\n");
+			fflush(stdout);
+			ready = 1;
+		}
+		add_ns(&next, period_ns);
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR)
+			;
+	}
+	while (atomic_load(&alive) > 0) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}

@@ -1,0 +1,96 @@
+/* Durations and numbers as users type them (lib/util/parse.c). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include "util/parse.h"
+
+static uint64_t dur(const char *s)
+{
+	uint64_t ns = 12345;
+	int r = parse_duration(s, &ns);
+
+	cr_assert_eq(r, 0, "parse_duration(\"%s\") = %d", s, r);
+	return ns;
+}
+
+static int dur_err(const char *s)
+{
+	uint64_t ns = 777;
+	int r = parse_duration(s, &ns);
+
+	cr_assert_eq(ns, 777, "output clobbered on failure for \"%s\"", s);
+	return r;
+}
+
+Test(parse_duration, go_syntax)
+{
+	cr_assert_eq(dur("500ms"), 500000000ULL);
+	cr_assert_eq(dur("30s"), 30000000000ULL);
+	cr_assert_eq(dur("1m30s"), 90000000000ULL);
+	cr_assert_eq(dur("1.5h"), 5400000000000ULL);
+	cr_assert_eq(dur("2h45m"), 9900000000000ULL);
+	cr_assert_eq(dur("10us"), 10000ULL);
+	cr_assert_eq(dur("10\xc2\xb5s"), 10000ULL);
+	cr_assert_eq(dur("7ns"), 7ULL);
+	cr_assert_eq(dur(".5s"), 500000000ULL);
+	cr_assert_eq(dur("0"), 0ULL);
+	cr_assert_eq(dur("1h0m0.001s"), 3600001000000ULL);
+}
+
+Test(parse_duration, rejects)
+{
+	cr_assert_eq(dur_err(""), -EINVAL);
+	cr_assert_eq(dur_err("abc"), -EINVAL);
+	cr_assert_eq(dur_err("-1s"), -EINVAL);
+	cr_assert_eq(dur_err("10y"), -EINVAL);
+	cr_assert_eq(dur_err("10"), -EINVAL); /* Go wants a unit except for "0" */
+	cr_assert_eq(dur_err("5s "), -EINVAL);
+	cr_assert_eq(dur_err("s"), -EINVAL);
+	cr_assert_eq(dur_err("1.s.5"), -EINVAL);
+	cr_assert_eq(dur_err("99999999999999999999s"), -ERANGE);
+	cr_assert_eq(dur_err("9999999999h"), -ERANGE);
+}
+
+Test(format_duration, round_trip_readable)
+{
+	char buf[32];
+
+	format_duration(90000000000ULL, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "1m30s");
+	format_duration(500000000ULL, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "500ms");
+	format_duration(0, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "0s");
+	format_duration(3600ULL * 1000000000ULL * 2 + 1000000000ULL, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "2h0m1s");
+}
+
+Test(parse_int64, bounds)
+{
+	int64_t v = 0;
+
+	cr_assert_eq(parse_int64("100", 1, 10000, &v), 0);
+	cr_assert_eq(v, 100);
+	cr_assert_eq(parse_int64("0", 1, 10000, &v), -ERANGE);
+	cr_assert_eq(parse_int64("10001", 1, 10000, &v), -ERANGE);
+	cr_assert_eq(parse_int64("12a", 1, 10000, &v), -EINVAL);
+	cr_assert_eq(parse_int64("", 1, 10000, &v), -EINVAL);
+	cr_assert_eq(parse_int64("-", 1, 10000, &v), -EINVAL);
+	cr_assert_eq(parse_int64("-9223372036854775808", INT64_MIN, 0, &v), 0);
+	cr_assert_eq(v, INT64_MIN);
+	cr_assert_eq(parse_int64("9223372036854775808", 0, INT64_MAX, &v), -ERANGE);
+	cr_assert_eq(parse_int64("99999999999999999999999", 0, INT64_MAX, &v), -ERANGE);
+}
+
+Test(parse_pid, range)
+{
+	pid_t pid = 0;
+
+	cr_assert_eq(parse_pid("1", &pid), 0);
+	cr_assert_eq(pid, 1);
+	cr_assert_eq(parse_pid("0", &pid), -ERANGE);
+	cr_assert_eq(parse_pid("-5", &pid), -ERANGE);
+	cr_assert_eq(parse_pid("4194305", &pid), -ERANGE);
+	cr_assert_eq(parse_pid("12x", &pid), -EINVAL);
+}

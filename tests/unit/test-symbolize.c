@@ -1,0 +1,505 @@
+/*
+ * lib/symbolize on the test process itself (and on a forked copy of it that
+ * then exits): names, file:line and inline frames of code whose truth this
+ * file knows, libc, the vDSO, addresses with no module or no symbol.
+ */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <gelf.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "profile/profile.h"
+#include "symbolize/symbolize-private.h"
+#include "symbolize/symbolize.h"
+#include "util/util.h"
+
+/* The address of this very instruction. */
+#define HERE(pc) __asm__ volatile("1: leaq 1b(%%rip), %0" : "=r"(pc))
+
+static const int known_decl_line = __LINE__ + 1;
+static __attribute__((noinline)) uint64_t known_function(int *ret_line)
+{
+	uint64_t pc;
+
+	HERE(pc); *ret_line = __LINE__;
+	return pc;
+}
+
+static const int leaf_decl_line = __LINE__ + 1;
+static inline __attribute__((always_inline)) uint64_t inlined_leaf(int *ret_line)
+{
+	uint64_t pc;
+
+	HERE(pc); *ret_line = __LINE__;
+	return pc;
+}
+
+static __attribute__((noinline)) uint64_t outer_of_inline(int *leaf_line, int *call_line)
+{
+	uint64_t pc;
+
+	pc = inlined_leaf(leaf_line); *call_line = __LINE__;
+	return pc;
+}
+
+static struct symbolizer *sym;
+
+static void setup(void)
+{
+	cr_assert_eq(symbolizer_new(&sym, getpid()), 0);
+}
+
+static void teardown(void)
+{
+	symbolizer_free(sym);
+	sym = NULL;
+}
+
+TestSuite(symbolize, .init = setup, .fini = teardown);
+
+static const char *base(const char *path)
+{
+	const char *s = path ? strrchr(path, '/') : NULL;
+
+	return s ? s + 1 : path;
+}
+
+static uint64_t libc_function(const char *name)
+{
+	void *h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+	void *f;
+
+	cr_assert_not_null(h);
+	/* From libc's own handle: a sanitizer may interpose the global name. */
+	f = dlsym(h, name);
+	dlclose(h);
+	cr_assert_not_null(f, "no %s in libc", name);
+	return (uint64_t)(uintptr_t)f;
+}
+
+static const char *self_exe(void)
+{
+	static char buf[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+
+	cr_assert_gt(n, 0);
+	buf[n] = '\0';
+	return buf;
+}
+
+Test(symbolize, function_file_and_line)
+{
+	struct symbol_info si;
+	int line;
+	uint64_t pc = known_function(&line);
+
+	cr_assert_eq(symbolizer_lookup(sym, pc, &si), 0);
+	cr_assert_eq(si.nframes, 1);
+	cr_assert_str_eq(si.frames[0].function, "known_function");
+	cr_assert_str_eq(si.frames[0].system_name, "known_function");
+	cr_assert_not_null(si.frames[0].file);
+	cr_assert_str_eq(base(si.frames[0].file), "test-symbolize.c");
+	cr_assert_eq(si.frames[0].line, line);
+	cr_assert_eq(si.frames[0].start_line, known_decl_line);
+	cr_assert_eq(si.offset_in_function, pc - (uint64_t)(uintptr_t)known_function);
+
+	cr_assert_not_null(si.module);
+	cr_assert_str_eq(si.module->path, self_exe());
+	cr_assert(si.module->has_symbols);
+	cr_assert(si.module->has_lines);
+	cr_assert_gt(strlen(si.module->build_id), 0);
+	cr_assert(si.module->start <= pc && pc < si.module->end);
+}
+
+Test(symbolize, inline_frames_innermost_first)
+{
+	struct symbol_info si;
+	int leaf_line, call_line;
+	uint64_t pc = outer_of_inline(&leaf_line, &call_line);
+
+	cr_assert_eq(symbolizer_lookup(sym, pc, &si), 0);
+	cr_assert_eq(si.nframes, 2);
+	cr_assert_str_eq(si.frames[0].function, "inlined_leaf");
+	cr_assert_eq(si.frames[0].line, leaf_line);
+	cr_assert_eq(si.frames[0].start_line, leaf_decl_line);
+	cr_assert_str_eq(base(si.frames[0].file), "test-symbolize.c");
+	/* The caller's line is the call site of the inlined function. */
+	cr_assert_str_eq(si.frames[1].function, "outer_of_inline");
+	cr_assert_eq(si.frames[1].line, call_line);
+	cr_assert_str_eq(base(si.frames[1].file), "test-symbolize.c");
+	cr_assert_eq(si.offset_in_function, pc - (uint64_t)(uintptr_t)outer_of_inline);
+}
+
+Test(symbolize, libc_function)
+{
+	struct symbol_info si, mid;
+	uint64_t q = libc_function("qsort"), g = libc_function("getpid");
+
+	cr_assert_eq(symbolizer_lookup(sym, q, &si), 0);
+	cr_assert_str_eq(si.frames[si.nframes - 1].function, "qsort");
+	cr_assert_eq(si.offset_in_function, 0);
+	cr_assert_not_null(strstr(si.module->path, "/libc.so.6"));
+	cr_assert_eq(strlen(si.module->build_id), 40);
+	cr_assert(si.module->has_symbols);
+	if (si.module->has_lines) {
+		cr_assert_str_eq(base(si.frames[0].file), "msort.c");
+		cr_assert_gt(si.frames[0].line, 0);
+	} else {
+		cr_log_warn("libc without debug info (libc6-dbg): no file:line checked");
+	}
+
+	cr_assert_eq(symbolizer_lookup(sym, q + 4, &mid), 0);
+	cr_assert_str_eq(mid.frames[mid.nframes - 1].function, "qsort");
+	cr_assert_eq(mid.offset_in_function, 4);
+
+	/* getpid and __getpid share an address: either is right. */
+	cr_assert_eq(symbolizer_lookup(sym, g, &si), 0);
+	cr_assert(!strcmp(si.frames[0].function, "getpid") ||
+			  !strcmp(si.frames[0].function, "__getpid"),
+		  "getpid is %s", si.frames[0].function);
+}
+
+/* The address of @name in the vDSO, from its dynamic symbols. */
+static uint64_t vdso_symbol(const char *name)
+{
+	uint64_t base_addr = getauxval(AT_SYSINFO_EHDR), start, end, found = 0;
+	char line[512];
+	uint8_t *copy;
+	size_t size = 0;
+	Elf_Scn *scn = NULL;
+	GElf_Addr load = 0;
+	size_t nph;
+	Elf *elf;
+	FILE *f;
+
+	cr_assert_neq(base_addr, 0);
+	f = fopen("/proc/self/maps", "r");
+	cr_assert_not_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "[vdso]") && sscanf(line, "%" SCNx64 "-%" SCNx64, &start, &end) == 2)
+			size = end - start;
+	fclose(f);
+	cr_assert_gt(size, 0);
+	/* libelf reads a private copy: the vDSO is not ours to scribble on. */
+	copy = malloc(size);
+	cr_assert_not_null(copy);
+	memcpy(copy, (const void *)(uintptr_t)base_addr, size);
+	elf_version(EV_CURRENT);
+	elf = elf_memory((char *)copy, size);
+	cr_assert_not_null(elf);
+	cr_assert_eq(elf_getphdrnum(elf, &nph), 0);
+	for (size_t i = 0; i < nph; i++) {
+		GElf_Phdr ph;
+
+		if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD) {
+			load = ph.p_vaddr;
+			break;
+		}
+	}
+	while ((scn = elf_nextscn(elf, scn)) && !found) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM)
+			continue;
+		d = elf_getdata(scn, NULL);
+		for (size_t i = 0; d && i < sh.sh_size / sh.sh_entsize; i++) {
+			GElf_Sym s;
+			const char *n;
+
+			if (!gelf_getsym(d, (int)i, &s))
+				continue;
+			n = elf_strptr(elf, sh.sh_link, s.st_name);
+			if (n && !strcmp(n, name) && s.st_value) {
+				found = base_addr + s.st_value - load;
+				break;
+			}
+		}
+	}
+	elf_end(elf);
+	free(copy);
+	cr_assert_neq(found, 0, "no %s in the vDSO", name);
+	return found;
+}
+
+static void expect_vdso_clock_gettime(struct symbolizer *s, uint64_t addr)
+{
+	struct symbol_info si;
+	const char *name;
+
+	cr_assert_eq(symbolizer_lookup(s, addr, &si), 0);
+	cr_assert_not_null(si.module);
+	cr_assert_str_eq(si.module->path, "[vdso]");
+	cr_assert(si.module->has_symbols);
+	name = si.frames[si.nframes - 1].function;
+	cr_assert(!strcmp(name, "clock_gettime") || !strcmp(name, "__vdso_clock_gettime"),
+		  "vdso symbol is %s", name);
+}
+
+Test(symbolize, vdso)
+{
+	expect_vdso_clock_gettime(sym, vdso_symbol("__vdso_clock_gettime"));
+}
+
+Test(symbolize, address_without_module_is_hex)
+{
+	struct symbol_info si;
+
+	cr_assert_eq(symbolizer_lookup(sym, 0x10, &si), 0);
+	cr_assert_eq(si.nframes, 1);
+	cr_assert_str_eq(si.frames[0].function, "0x10");
+	cr_assert_str_eq(si.frames[0].system_name, "0x10");
+	cr_assert_null(si.frames[0].file);
+	cr_assert_eq(si.frames[0].line, 0);
+	cr_assert_null(si.module);
+}
+
+Test(symbolize, address_without_symbol_is_module_offset)
+{
+	struct symbol_info si, k;
+	char want[PATH_MAX + 32];
+	int line;
+
+	cr_assert_eq(symbolizer_lookup(sym, known_function(&line), &k), 0);
+	/* The ELF header: mapped, in the module, in no function. */
+	cr_assert_eq(symbolizer_lookup(sym, k.module->start + 0x10, &si), 0);
+	cr_assert_eq(si.nframes, 1);
+	snprintf(want, sizeof(want), "%s+0x10", base(self_exe()));
+	cr_assert_str_eq(si.frames[0].function, want);
+	cr_assert_eq(si.module, k.module);
+}
+
+Test(symbolize, cached_answers_are_identical)
+{
+	struct symbol_info a, b;
+	int line;
+	uint64_t pc = known_function(&line), q = libc_function("qsort");
+
+	cr_assert_eq(symbolizer_lookup(sym, pc, &a), 0);
+	/* Enough other addresses to make the cache grow. */
+	for (uint64_t i = 0; i < 300; i++)
+		cr_assert_eq(symbolizer_lookup(sym, q + 16 * i, &b), 0);
+	cr_assert_eq(symbolizer_lookup(sym, pc, &b), 0);
+	cr_assert_eq(a.frames, b.frames);
+	cr_assert_eq(a.nframes, b.nframes);
+	cr_assert_eq(a.module, b.module);
+	cr_assert_eq(a.offset_in_function, b.offset_in_function);
+	cr_assert_str_eq(b.frames[0].function, "known_function");
+}
+
+Test(symbolize, cxx_names_are_demangled)
+{
+	void *h = dlopen("libstdc++.so.6", RTLD_LAZY);
+	struct symbolizer *s;
+	struct symbol_info si;
+	char *d;
+	void *f;
+
+	if (!h)
+		cr_skip_test("libstdc++.so.6 is not installed");
+	d = demangle("_ZN3foo3barEi");
+	cr_assert_not_null(d);
+	cr_assert_str_eq(d, "foo::bar(int)");
+	free(d);
+	cr_assert_null(demangle("main"));
+
+	f = dlsym(h, "_ZNSt9exceptionD1Ev");
+	cr_assert_not_null(f);
+	cr_assert_eq(symbolizer_new(&s, getpid()), 0);
+	cr_assert_eq(symbolizer_lookup(s, (uint64_t)(uintptr_t)f, &si), 0);
+	cr_assert_str_eq(si.frames[si.nframes - 1].function, "std::exception::~exception()");
+	cr_assert_eq(strncmp(si.frames[si.nframes - 1].system_name, "_ZNSt9exception", 15), 0);
+	symbolizer_free(s);
+}
+
+Test(symbolize, refresh_finds_dlopened_modules)
+{
+	struct symbol_info si;
+	uint64_t addr;
+	void *h;
+
+	if (dlopen("libthread_db.so.1", RTLD_LAZY | RTLD_NOLOAD))
+		cr_skip_test("libthread_db.so.1 is loaded already");
+	h = dlopen("libthread_db.so.1", RTLD_LAZY);
+	if (!h)
+		cr_skip_test("no libthread_db.so.1");
+	addr = (uint64_t)(uintptr_t)dlsym(h, "td_init");
+	cr_assert_neq(addr, 0);
+
+	cr_assert_eq(symbolizer_lookup(sym, addr, &si), 0);
+	cr_assert_null(si.module);
+	cr_assert_eq(symbolizer_refresh(sym), 0);
+	cr_assert_eq(symbolizer_lookup(sym, addr, &si), 0);
+	cr_assert_not_null(si.module);
+	cr_assert_not_null(strstr(si.module->path, "libthread_db.so.1"));
+	cr_assert_not_null(strstr(si.frames[si.nframes - 1].function, "td_init"));
+	dlclose(h);
+}
+
+/* A forked copy has our address space: the truth is known in here. */
+Test(symbolize, works_after_the_target_exits)
+{
+	struct symbolizer *s;
+	struct symbol_info si;
+	int line, status;
+	uint64_t vdso = vdso_symbol("__vdso_clock_gettime");
+	uint64_t pc = known_function(&line);
+	int pipefd[2];
+	pid_t child;
+	char c;
+
+	cr_assert_eq(pipe(pipefd), 0);
+	child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(pipefd[1]);
+		/* Until the parent closes its end. */
+		(void)!read(pipefd[0], &c, 1);
+		_exit(0);
+	}
+	close(pipefd[0]);
+	cr_assert_eq(symbolizer_new(&s, child), 0);
+	close(pipefd[1]);
+	cr_assert_eq(waitpid(child, &status, 0), child);
+
+	/* Nothing looked up before the exit: all of it is read afterwards. */
+	cr_assert_eq(symbolizer_lookup(s, pc, &si), 0);
+	cr_assert_str_eq(si.frames[0].function, "known_function");
+	cr_assert_eq(si.frames[0].line, line);
+	expect_vdso_clock_gettime(s, vdso);
+	cr_assert_eq(symbolizer_lookup(s, libc_function("qsort"), &si), 0);
+	cr_assert_str_eq(si.frames[si.nframes - 1].function, "qsort");
+	cr_assert_eq(symbolizer_refresh(s), -ESRCH);
+	cr_assert_eq(symbolizer_lookup(s, pc, &si), 0);
+	symbolizer_free(s);
+}
+
+Test(symbolize, no_such_process)
+{
+	struct symbolizer *s = NULL;
+	pid_t child = fork();
+	int status;
+
+	cr_assert_geq(child, 0);
+	if (child == 0)
+		_exit(0);
+	cr_assert_eq(waitpid(child, &status, 0), child);
+	cr_assert_eq(symbolizer_new(&s, child), -ESRCH);
+	cr_assert_null(s);
+	cr_assert_eq(symbolizer_new(&s, 0), -EINVAL);
+}
+
+static const struct profile_location *location(const struct profile *p, uint64_t id)
+{
+	cr_assert(id >= 1 && id <= p->nlocations);
+	return &p->locations[id - 1];
+}
+
+static const struct profile_function *function(const struct profile *p, uint64_t id)
+{
+	cr_assert(id >= 1 && id <= p->nfunctions);
+	return &p->functions[id - 1];
+}
+
+Test(symbolize, fill_profile)
+{
+	const struct profile_value_type types[] = { { "samples", "count" } };
+	const struct profile_location *l;
+	const struct profile_mapping *m;
+	struct profile *p;
+	int line, leaf_line, call_line;
+	uint64_t known = known_function(&line), inl = outer_of_inline(&leaf_line, &call_line);
+	uint64_t q = libc_function("qsort");
+	uint64_t id_unknown, id_q, id_known, id_inl, id_q2;
+	size_t nmappings;
+
+	cr_assert_eq(profile_new(&p, types, 1), 0);
+	/* libc first: the main executable's mapping must still be number 1. */
+	cr_assert_eq(profile_location_for_address(p, 0x10, &id_unknown), 0);
+	cr_assert_eq(profile_location_for_address(p, q, &id_q), 0);
+	cr_assert_eq(profile_location_for_address(p, known, &id_known), 0);
+	cr_assert_eq(profile_location_for_address(p, inl, &id_inl), 0);
+	cr_assert_eq(symbolizer_fill_profile(sym, p), 0);
+
+	cr_assert_geq(p->nmappings, 2);
+	m = &p->mappings[0];
+	cr_assert_eq(m->id, 1);
+	cr_assert_str_eq(m->file, self_exe());
+	cr_assert_gt(strlen(m->build_id), 0);
+	cr_assert(m->has_functions && m->has_filenames && m->has_line_numbers &&
+		  m->has_inline_frames);
+	cr_assert(m->start <= known && known < m->limit);
+
+	l = location(p, id_known);
+	cr_assert_eq(l->mapping_id, 1);
+	cr_assert_eq(l->nlines, 1);
+	cr_assert_eq(l->lines[0].line, line);
+	cr_assert_str_eq(function(p, l->lines[0].function_id)->name, "known_function");
+	cr_assert_str_eq(base(function(p, l->lines[0].function_id)->file), "test-symbolize.c");
+	cr_assert_eq(function(p, l->lines[0].function_id)->start_line, known_decl_line);
+
+	l = location(p, id_inl);
+	cr_assert_eq(l->nlines, 2);
+	cr_assert_str_eq(function(p, l->lines[0].function_id)->name, "inlined_leaf");
+	cr_assert_eq(l->lines[0].line, leaf_line);
+	cr_assert_str_eq(function(p, l->lines[1].function_id)->name, "outer_of_inline");
+	cr_assert_eq(l->lines[1].line, call_line);
+
+	l = location(p, id_unknown);
+	cr_assert_eq(l->mapping_id, 0);
+	cr_assert_eq(l->nlines, 1);
+	cr_assert_str_eq(function(p, l->lines[0].function_id)->name, "0x10");
+
+	l = location(p, id_q);
+	cr_assert_gt(l->mapping_id, 1);
+	m = &p->mappings[l->mapping_id - 1];
+	cr_assert_not_null(strstr(m->file, "/libc.so.6"));
+	cr_assert_eq(strlen(m->build_id), 40);
+	cr_assert(m->has_functions);
+	cr_assert_str_eq(function(p, l->lines[l->nlines - 1].function_id)->name, "qsort");
+
+	/* A second fill adds no mapping twice and leaves filled locations be. */
+	nmappings = p->nmappings;
+	cr_assert_eq(profile_location_for_address(p, q + 4, &id_q2), 0);
+	cr_assert_eq(symbolizer_fill_profile(sym, p), 0);
+	cr_assert_eq(p->nmappings, nmappings);
+	cr_assert_eq(location(p, id_q2)->mapping_id, location(p, id_q)->mapping_id);
+	profile_free(p);
+}
+
+Test(symbolize, cost_per_lookup)
+{
+	enum { N = 2000 };
+	uint64_t q = libc_function("qsort"), t0, cold, warm, mod;
+	struct symbol_info si;
+	int rounds = 50;
+
+	/* The first lookup in a module builds its symbol table. */
+	t0 = now_monotonic_ns();
+	cr_assert_eq(symbolizer_lookup(sym, q - 64, &si), 0);
+	mod = now_monotonic_ns() - t0;
+	t0 = now_monotonic_ns();
+	for (uint64_t i = 0; i < N; i++)
+		cr_assert_eq(symbolizer_lookup(sym, q + 16 * i, &si), 0);
+	cold = now_monotonic_ns() - t0;
+	t0 = now_monotonic_ns();
+	for (int r = 0; r < rounds; r++)
+		for (uint64_t i = 0; i < N; i++)
+			cr_assert_eq(symbolizer_lookup(sym, q + 16 * i, &si), 0);
+	warm = now_monotonic_ns() - t0;
+	fprintf(stderr,
+		"symbolize: libc module set-up %.1f ms (symbols%s), first lookup %.1f us, "
+		"cached lookup %.0f ns\n",
+		mod / 1e6, si.module->has_lines ? " + DWARF" : "", cold / 1e3 / N,
+		(double)warm / rounds / N);
+}

@@ -1,0 +1,108 @@
+/* What /proc says about a process (lib/target/). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "target/target.h"
+
+Test(target, self)
+{
+	struct target t;
+
+	cr_assert_eq(target_open(&t, getpid()), 0);
+	cr_assert(t.is_self);
+	cr_assert_not(t.kernel_thread);
+	cr_assert_neq(t.exe[0], '\0');
+	cr_assert_eq(t.tracer_pid, 0);
+	cr_assert(target_alive(getpid()));
+}
+
+Test(target, no_such_process)
+{
+	struct target t = { .pid = 4242 };
+	pid_t child = fork();
+
+	if (child == 0)
+		_exit(0);
+	cr_assert_gt(child, 0);
+	waitpid(child, NULL, 0);
+	cr_assert_eq(target_open(&t, child), -ESRCH);
+	cr_assert_eq(t.pid, 4242, "output clobbered on failure");
+	cr_assert_not(target_alive(child));
+}
+
+Test(target, zombie)
+{
+	struct target t;
+	pid_t child = fork();
+
+	if (child == 0)
+		_exit(0);
+	cr_assert_gt(child, 0);
+	/* Wait until it is a zombie without reaping it. */
+	for (int i = 0; i < 200 && target_alive(child); i++)
+		usleep(5000);
+	cr_assert_eq(target_open(&t, child), 0);
+	cr_assert_eq(t.state, 'Z');
+	cr_assert_not(target_alive(child));
+	waitpid(child, NULL, 0);
+}
+
+Test(target, kernel_thread)
+{
+	char comm[64];
+	struct target t;
+
+	if (target_process_name(2, comm, sizeof(comm)) < 0 || strcmp(comm, "kthreadd"))
+		cr_skip_test("pid 2 is not kthreadd here (a pid namespace?)");
+	cr_assert_eq(target_open(&t, 2), 0);
+	cr_assert(t.kernel_thread);
+	cr_assert_eq(t.exe[0], '\0');
+}
+
+static void *sleeper(void *arg)
+{
+	pthread_setname_np(pthread_self(), "tt-sleeper");
+	while (!*(volatile int *)arg)
+		usleep(1000);
+	return NULL;
+}
+
+Test(target, threads_and_names)
+{
+	pthread_t th[3];
+	int stop = 0;
+	pid_t *tids;
+	size_t n;
+	char name[64];
+	int named = 0;
+
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, sleeper, &stop), 0);
+	usleep(20000);
+	cr_assert_eq(target_list_tids(getpid(), &tids, &n), 0);
+	cr_assert_geq(n, 4);
+	for (size_t i = 0; i < n; i++)
+		if (target_thread_name(getpid(), tids[i], name, sizeof(name)) == 0 &&
+		    !strcmp(name, "tt-sleeper"))
+			named++;
+	cr_assert_eq(named, 3);
+	free(tids);
+	stop = 1;
+	for (int i = 0; i < 3; i++)
+		pthread_join(th[i], NULL);
+}
+
+Test(proc, sysctl)
+{
+	int v = -100;
+
+	cr_assert_eq(proc_sysctl_int("kernel/perf_event_paranoid", &v), 0);
+	cr_assert_geq(v, -1);
+	cr_assert_eq(proc_sysctl_int("kernel/no_such_thing", &v), -ENOENT);
+}
