@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/user.h>
 
 #include "maps/maps.h"
 #include "unwind/unwind.h"
@@ -77,5 +78,36 @@ struct ptrace_snapshot_opts {
 int ptrace_snapshot_take(struct ptrace_snapshot *ret, pid_t pid,
 			 const struct ptrace_snapshot_opts *o);
 void ptrace_snapshot_release(struct ptrace_snapshot *s);
+
+/* ---- pieces shared by every ptrace user (stops.c) ---------------------- */
+
+#define NR_RESTART_SYSCALL 219
+/* include/linux/errno.h: what a blocking call returns when a stop interrupts it. */
+#define ERESTARTSYS 512
+#define ERESTARTNOINTR 513
+#define ERESTARTNOHAND 514
+#define ERESTART_RESTARTBLOCK 516
+
+/*
+ * waitpid(@tid, __WALL | WNOHANG) that leaves a stop uncollected (see
+ * stops.c). Returns @tid with *@ret_status set, 0 if nothing to report, -1
+ * with errno on error.
+ */
+pid_t ptrace_peek_stop(pid_t tid, int *ret_status);
+
+/* @r -> @d[UNWIND_NREGS], in DWARF register order. */
+void ptrace_regs_to_unwind(const struct user_regs_struct *r, uint64_t *d);
+
+/* Was the stopped thread asleep in a system call (that will restart)? */
+bool ptrace_was_blocked(const struct user_regs_struct *r);
+
+/*
+ * Where a thread stopped with @r continues, and with which rax, if it is let
+ * go with no signal handler to run: an interrupted call restarts (rip - 2,
+ * the syscall instruction, rax = its number or restart_syscall). Code that
+ * takes a thread on a detour (lib/inject/) and returns it by itself must go
+ * back there, as the kernel would have.
+ */
+void ptrace_resume_point(const struct user_regs_struct *r, uint64_t *ret_rip, uint64_t *ret_rax);
 
 #endif

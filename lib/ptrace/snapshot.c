@@ -156,29 +156,6 @@ static void check_unstoppable(struct tracer *t)
 
 static void copy_thread(struct tracer *t, struct ptrace_thread *th);
 
-/*
- * waitpid(tid, __WALL | WNOHANG) that looks at a stop without collecting
- * it (WNOWAIT). Collecting a signal-delivery stop clears the signal in the
- * kernel (wait_task_stopped() zeroes exit_code): if cprof died before
- * PTRACE_DETACH handed it back, the target would lose it. Uncollected, the
- * kernel delivers it when it lets the tracees of a dead tracer go. Exits
- * are collected, as before.
- */
-static pid_t wait_thread(pid_t tid, int *ret_status)
-{
-	siginfo_t si;
-
-	memset(&si, 0, sizeof(si));
-	if (waitid(P_PID, (id_t)tid, &si, WEXITED | WSTOPPED | WNOHANG | WNOWAIT | __WALL) < 0)
-		return -1;
-	if (si.si_pid == 0)
-		return 0;
-	if (si.si_code == CLD_TRAPPED || si.si_code == CLD_STOPPED) {
-		*ret_status = si.si_status << 8 | 0x7f;
-		return tid;
-	}
-	return waitpid(tid, ret_status, __WALL | WNOHANG);
-}
 
 /*
  * Collects stops until every thread reported or the deadline passed. Each
@@ -200,7 +177,7 @@ static void wait_for_stops(struct tracer *t, uint64_t deadline)
 
 			if (t->reported[i])
 				continue;
-			w = wait_thread(s->threads[i].tid, &status);
+			w = ptrace_peek_stop(s->threads[i].tid, &status);
 			if (w == 0) {
 				waiting++;
 				continue;
@@ -226,48 +203,6 @@ static void wait_for_stops(struct tracer *t, uint64_t deadline)
 		 */
 		nanosleep(&poll_interval, NULL);
 	}
-}
-
-static void copy_regs(const struct user_regs_struct *r, uint64_t *d)
-{
-	d[UNWIND_REG_RAX] = r->rax;
-	d[UNWIND_REG_RDX] = r->rdx;
-	d[UNWIND_REG_RCX] = r->rcx;
-	d[UNWIND_REG_RBX] = r->rbx;
-	d[UNWIND_REG_RSI] = r->rsi;
-	d[UNWIND_REG_RDI] = r->rdi;
-	d[UNWIND_REG_RBP] = r->rbp;
-	d[UNWIND_REG_RSP] = r->rsp;
-	d[UNWIND_REG_R8] = r->r8;
-	d[UNWIND_REG_R9] = r->r9;
-	d[UNWIND_REG_R10] = r->r10;
-	d[UNWIND_REG_R11] = r->r11;
-	d[UNWIND_REG_R12] = r->r12;
-	d[UNWIND_REG_R13] = r->r13;
-	d[UNWIND_REG_R14] = r->r14;
-	d[UNWIND_REG_R15] = r->r15;
-	d[UNWIND_REG_RIP] = r->rip;
-}
-
-#define NR_RESTART_SYSCALL 219
-/* include/linux/errno.h: what a blocking call returns when a stop interrupts it. */
-#define ERESTARTSYS 512
-#define ERESTARTNOINTR 513
-#define ERESTARTNOHAND 514
-#define ERESTART_RESTARTBLOCK 516
-
-/*
- * Stopped on the way out of the kernel, a thread that was asleep in a call
- * has rax = -ERESTART* or -EINTR (the restart happens after the stop); one
- * whose call had completed has its result there and was really running.
- */
-static bool was_blocked(const struct user_regs_struct *r)
-{
-	int64_t rax = (int64_t)r->rax;
-
-	return (int64_t)r->orig_rax >= 0 &&
-	       (rax == -ERESTARTSYS || rax == -ERESTARTNOINTR || rax == -ERESTARTNOHAND ||
-		rax == -ERESTART_RESTARTBLOCK || rax == -EINTR);
 }
 
 /* The call a restart_syscall continues: glibc's wrappers load the number
@@ -307,8 +242,8 @@ static void copy_thread(struct tracer *t, struct ptrace_thread *th)
 		th->result = PTRACE_THREAD_EXITED;
 		return;
 	}
-	copy_regs(&regs, th->user.regs);
-	if (was_blocked(&regs))
+	ptrace_regs_to_unwind(&regs, th->user.regs);
+	if (ptrace_was_blocked(&regs))
 		th->syscall = (int64_t)regs.orig_rax == NR_RESTART_SYSCALL
 				      ? restarted_call(th->tid, regs.rip)
 				      : (int64_t)regs.orig_rax;

@@ -1,0 +1,24 @@
+#ifndef CPROF_INJECT_PRIVATE_H
+#define CPROF_INJECT_PRIVATE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/user.h>
+
+#include "inject/inject.h"
+
+/*
+ * Is the stopped thread @tid, with registers @r, safe to send on the detour?
+ * Unwinds a copy of its stack and looks at every frame. Returns 0 when safe,
+ * -EAGAIN when not (@why, @len says why), -ESRCH when it is gone.
+ */
+int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct user_regs_struct *r,
+			char *why, size_t len);
+
+/* Loads what judging needs (symbol tables, CFI) before anything stops. */
+void inject_warm_up(const struct inject_opts *o);
+
+/* The threads of @pid, those asleep in a harmless system call first. */
+int inject_order_threads(pid_t pid, pid_t **ret_tids, size_t *ret_n);
+
+#endif

@@ -1,0 +1,542 @@
+/*
+ * The remote call of inject.h, step by step:
+ *
+ *   1. before anything stops: find dlopen/dlsym/dlerror in the target's libc,
+ *      the path the agent has (or will have) there, a trampoline page left
+ *      by an earlier run;
+ *   2. in a tracer thread that blocks every catchable signal: SEIZE and
+ *      INTERRUPT one thread at a time, judge it (judge.c), let it go if
+ *      unsafe, try the next one;
+ *   3. with a safe thread stopped: save its registers and extended state;
+ *      if there is no page yet, make it run mmap (PTRACE_SYSCALL to its exit)
+ *      from its own syscall instruction; write the code and data; point it
+ *      at the code; DETACH. It runs the call on its own and comes back;
+ *   4. wait, without ptrace, for the page to say done, and read the results.
+ */
+#include "inject/inject.h"
+
+#include <errno.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "inject/inject-private.h"
+#include "inject/trampoline.h"
+#include "ptrace/ptrace.h"
+#include "target/target.h"
+#include "util/util.h"
+
+#define RED_ZONE 128
+#define STOP_TIMEOUT_NS (100ULL * 1000 * 1000)
+#define SYSCALL_TIMEOUT_NS (1000ULL * 1000 * 1000)
+#define MAX_PENDING 8
+#define EFLAGS_DF (1u << 10)
+#define EFLAGS_AC (1u << 18)
+
+struct call {
+	pid_t pid;
+	const struct inject_opts *o;
+	struct inject_report *rep;
+	uint64_t dlopen, dlsym, dlerror, syscall_fn;
+	uint64_t page; /* the trampoline page in the target; 0: none yet */
+	pid_t tid;     /* the thread sent on the detour */
+	int pending[MAX_PENDING]; /* signals to hand back to it */
+	size_t npending;
+	int result;
+	uint8_t *image; /* TRAMP_SIZE bytes: what the page will hold */
+	size_t xsave_size;
+	bool fxsave;
+};
+
+/* ---- memory of the target -------------------------------------------- */
+
+static int peek(pid_t pid, uint64_t addr, void *buf, size_t len)
+{
+	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
+
+	return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
+}
+
+static int poke(pid_t pid, uint64_t addr, const void *buf, size_t len)
+{
+	struct iovec local = { (void *)buf, len }, remote = { (void *)(uintptr_t)addr, len };
+
+	return process_vm_writev(pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
+}
+
+static uint64_t *field(struct call *c, unsigned off)
+{
+	return (uint64_t *)(c->image + TRAMP_DATA + off);
+}
+
+/* An earlier run's page: anonymous, rwx, our size, our magic, not busy. */
+static void find_old_page(struct call *c)
+{
+	const struct maps *m = c->o->maps;
+
+	for (size_t i = 0; i < m->n; i++) {
+		const struct map_entry *e = &m->entries[i];
+		uint64_t magic, done;
+
+		if (e->path[0] || e->end - e->start != TRAMP_SIZE ||
+		    e->prot != (MAPS_READ | MAPS_WRITE | MAPS_EXEC))
+			continue;
+		if (peek(c->pid, e->start + TRAMP_DATA + TD_MAGIC, &magic, sizeof(magic)) < 0 ||
+		    peek(c->pid, e->start + TRAMP_DATA + TD_DONE, &done, sizeof(done)) < 0)
+			continue;
+		if (magic == TRAMP_MAGIC && done == 1) {
+			c->page = e->start;
+			c->rep->reused_page = 1;
+			return;
+		}
+	}
+}
+
+/* ---- the agent's path ------------------------------------------------- */
+
+static bool is_agent(const char *path)
+{
+	const char *b = strrchr(path, '/');
+
+	return b && strncmp(b + 1, "cprof-agent", 11) == 0 && strstr(b, ".so");
+}
+
+/*
+ * A resident agent is used again, by the path it was loaded from (dlopen of
+ * the same path returns it, never a second copy that would hook the first).
+ * Otherwise ours, if the target sees the very same file at that path.
+ */
+static int choose_agent_path(struct call *c)
+{
+	const struct maps *m = c->o->maps;
+	char there[1100];
+	struct stat a, b;
+
+	for (size_t i = 0; i < m->n; i++)
+		if (is_agent(m->entries[i].path)) {
+			if (strstr(m->entries[i].path, " (deleted)"))
+				return -EXDEV;
+			snprintf(c->rep->agent_path, sizeof(c->rep->agent_path), "%s",
+				 m->entries[i].path);
+			return 0;
+		}
+	if (c->o->agent_path[0] != '/' || strlen(c->o->agent_path) >= TD_PATH_MAX)
+		return -EINVAL;
+	snprintf(there, sizeof(there), "/proc/%d/root%s", c->pid, c->o->agent_path);
+	if (stat(c->o->agent_path, &a) < 0)
+		return -errno;
+	if (stat(there, &b) < 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+		return -EXDEV;
+	snprintf(c->rep->agent_path, sizeof(c->rep->agent_path), "%s", c->o->agent_path);
+	return 0;
+}
+
+/* ---- ptrace steps (tracer thread) ---------------------------------------- */
+
+static int wait_stop(pid_t tid, int *status, uint64_t timeout_ns, bool collect)
+{
+	const struct timespec pause = { 0, 20000 };
+	uint64_t deadline = now_monotonic_ns() + timeout_ns;
+
+	for (;;) {
+		pid_t w = collect ? waitpid(tid, status, __WALL | WNOHANG)
+				  : ptrace_peek_stop(tid, status);
+
+		if (w < 0)
+			return -ESRCH;
+		if (w > 0)
+			return WIFSTOPPED(*status) ? 0 : -ESRCH;
+		if (now_monotonic_ns() >= deadline)
+			return -ETIMEDOUT;
+		nanosleep(&pause, NULL);
+	}
+}
+
+static void detach(struct call *c, pid_t tid)
+{
+	int first = c->npending ? c->pending[0] : 0;
+
+	ptrace(PTRACE_DETACH, tid, 0, (void *)(uintptr_t)first);
+	/* More than one arrived meanwhile (rare): send the rest again. */
+	for (size_t i = 1; i < c->npending; i++)
+		syscall(SYS_tgkill, c->pid, tid, c->pending[i]);
+	c->npending = 0;
+}
+
+static void keep_signal(struct call *c, int sig)
+{
+	if (c->npending < MAX_PENDING)
+		c->pending[c->npending++] = sig;
+}
+
+/*
+ * Runs one system call in the stopped thread: PTRACE_SYSCALL to its entry
+ * and exit stops. Signals that arrive meanwhile are kept for the detach.
+ */
+static int remote_syscall(struct call *c, pid_t tid, struct user_regs_struct *r)
+{
+	unsigned syscall_stops = 0;
+	int status, k;
+
+	if (ptrace(PTRACE_SETREGS, tid, 0, r) < 0 || ptrace(PTRACE_SYSCALL, tid, 0, 0) < 0)
+		return -ESRCH;
+	while (syscall_stops < 2) {
+		k = wait_stop(tid, &status, SYSCALL_TIMEOUT_NS, true);
+		if (k == -ETIMEDOUT) {
+			/* Cannot happen for mmap; get the thread back to a stop. */
+			ptrace(PTRACE_INTERRUPT, tid, 0, 0);
+			if (wait_stop(tid, &status, SYSCALL_TIMEOUT_NS, true) < 0)
+				return -ESRCH;
+			return -ETIMEDOUT;
+		}
+		if (k < 0)
+			return k;
+		if (WSTOPSIG(status) == (SIGTRAP | 0x80))
+			syscall_stops++;
+		else if (status >> 16 == 0)
+			keep_signal(c, WSTOPSIG(status));
+		if (syscall_stops < 2 && ptrace(PTRACE_SYSCALL, tid, 0, 0) < 0)
+			return -ESRCH;
+	}
+	return ptrace(PTRACE_GETREGS, tid, 0, r) < 0 ? -ESRCH : 0;
+}
+
+/* Where the thread can run a syscall instruction: right behind its pc if
+ * it was asleep in a call, else inside libc's syscall(). */
+static int syscall_site(struct call *c, pid_t tid, const struct user_regs_struct *r,
+			uint64_t *ret)
+{
+	uint8_t code[64];
+
+	if (ptrace_was_blocked(r) && peek(tid, r->rip - 2, code, 2) == 0 && code[0] == 0x0f &&
+	    code[1] == 0x05) {
+		*ret = r->rip - 2;
+		return 0;
+	}
+	if (!c->syscall_fn || peek(tid, c->syscall_fn, code, sizeof(code)) < 0)
+		return -ENOTSUP;
+	for (size_t i = 0; i + 1 < sizeof(code); i++)
+		if (code[i] == 0x0f && code[i + 1] == 0x05) {
+			*ret = c->syscall_fn + i;
+			return 0;
+		}
+	return -ENOTSUP;
+}
+
+static int map_page(struct call *c, pid_t tid, const struct user_regs_struct *orig)
+{
+	struct user_regs_struct r = *orig;
+	uint64_t site;
+	int k;
+
+	k = syscall_site(c, tid, orig, &site);
+	if (k < 0)
+		return k;
+	r.rip = site;
+	r.rax = SYS_mmap;
+	r.orig_rax = (uint64_t)-1; /* no restart of the interrupted call */
+	r.rdi = 0;
+	r.rsi = TRAMP_SIZE;
+	r.rdx = PROT_READ | PROT_WRITE | PROT_EXEC;
+	r.r10 = MAP_PRIVATE | MAP_ANONYMOUS;
+	r.r8 = (uint64_t)-1;
+	r.r9 = 0;
+	k = remote_syscall(c, tid, &r);
+	if (k < 0)
+		return k;
+	if (r.rax > (uint64_t)-4096)
+		return (int)r.rax;
+	c->page = r.rax;
+	return 0;
+}
+
+static int save_xstate(struct call *c, pid_t tid)
+{
+	struct iovec iov = { c->image + TRAMP_DATA + TD_XSAVE, TD_XSAVE_MAX };
+
+	if (ptrace(PTRACE_GETREGSET, tid, (void *)NT_X86_XSTATE, &iov) == 0) {
+		c->xsave_size = iov.iov_len;
+		c->fxsave = false;
+		return 0;
+	}
+	if (ptrace(PTRACE_GETFPREGS, tid, 0, c->image + TRAMP_DATA + TD_XSAVE) == 0) {
+		c->xsave_size = 512;
+		c->fxsave = true;
+		return 0;
+	}
+	return errno == ESRCH ? -ESRCH : -ENOTSUP;
+}
+
+/* Fills the page image: code, what to call, and how to come back. */
+static void fill_image(struct call *c, const struct user_regs_struct *r)
+{
+	uint64_t *regs = field(c, TD_REGS), rip, rax;
+
+	memcpy(c->image, cprof_tramp_code, (size_t)(cprof_tramp_code_end - cprof_tramp_code));
+	*field(c, TD_MAGIC) = TRAMP_MAGIC;
+	*field(c, TD_DLOPEN) = c->dlopen;
+	*field(c, TD_DLSYM) = c->dlsym;
+	*field(c, TD_DLERROR) = c->dlerror;
+	*field(c, TD_FLAGS) = RTLD_NOW;
+	*field(c, TD_ARG0) = (uint64_t)(int64_t)c->o->cprof_pid;
+	*field(c, TD_ARG1) = c->o->rate;
+	*field(c, TD_ARG2) = c->o->ring_size;
+	*field(c, TD_DONE) = 0;
+	*field(c, TD_FXSAVE) = c->fxsave;
+	snprintf((char *)field(c, TD_SYM), TD_SYM_MAX, "cprof_agent_attach");
+	snprintf((char *)field(c, TD_PATH), TD_PATH_MAX, "%s", c->rep->agent_path);
+	ptrace_resume_point(r, &rip, &rax);
+	regs[TR_RAX] = rax;
+	regs[TR_RBX] = r->rbx;
+	regs[TR_RCX] = r->rcx;
+	regs[TR_RDX] = r->rdx;
+	regs[TR_RSI] = r->rsi;
+	regs[TR_RDI] = r->rdi;
+	regs[TR_RBP] = r->rbp;
+	regs[TR_RSP] = r->rsp;
+	regs[TR_R8] = r->r8;
+	regs[TR_R9] = r->r9;
+	regs[TR_R10] = r->r10;
+	regs[TR_R11] = r->r11;
+	regs[TR_R12] = r->r12;
+	regs[TR_R13] = r->r13;
+	regs[TR_R14] = r->r14;
+	regs[TR_R15] = r->r15;
+	regs[TR_RIP] = rip;
+	regs[TR_RFLAGS] = r->eflags;
+}
+
+/* With @tid stopped and judged safe: send it on the detour. */
+static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig)
+{
+	struct user_regs_struct r = *orig;
+	int k;
+
+	k = save_xstate(c, tid);
+	if (k < 0)
+		return k;
+	if (!c->page) {
+		k = map_page(c, tid, orig);
+		if (k < 0) {
+			/* Put back what map_page changed; xstate it did not touch. */
+			ptrace(PTRACE_SETREGS, tid, 0, orig);
+			return k;
+		}
+	}
+	fill_image(c, orig);
+	k = poke(c->pid, c->page, c->image, TRAMP_DATA + TD_XSAVE + c->xsave_size);
+	if (k < 0) {
+		ptrace(PTRACE_SETREGS, tid, 0, orig);
+		return k;
+	}
+	r.rip = c->page;
+	r.rsp = (orig->rsp - RED_ZONE - 256) & ~(uint64_t)15;
+	r.orig_rax = (uint64_t)-1;
+	/* The ABI wants DF clear at a call; AC would fault unaligned code. */
+	r.eflags &= ~(uint64_t)(EFLAGS_DF | EFLAGS_AC);
+	if (ptrace(PTRACE_SETREGS, tid, 0, &r) < 0)
+		return -ESRCH;
+	return 0;
+}
+
+static int seize_error(struct call *c, int err)
+{
+	char path[64], buf[4096], *p;
+	size_t n;
+
+	if (err != EPERM)
+		return -err;
+	snprintf(path, sizeof(path), "/proc/%d/status", c->pid);
+	if (proc_read(path, buf, sizeof(buf) - 1, &n) == 0) {
+		buf[n] = '\0';
+		p = strstr(buf, "TracerPid:");
+		if (p && atoi(p + 10) > 0)
+			return -EBUSY;
+	}
+	return -EPERM;
+}
+
+/* 0: launched; -EAGAIN: not this one; other -errno: give up. */
+static int try_thread(struct call *c, pid_t tid)
+{
+	struct user_regs_struct regs;
+	uint64_t t0;
+	int status, k;
+
+	c->rep->tried++;
+	if (ptrace(PTRACE_SEIZE, tid, 0, PTRACE_O_TRACESYSGOOD) < 0)
+		return errno == ESRCH ? -EAGAIN : seize_error(c, errno);
+	t0 = now_monotonic_ns();
+	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0)
+		return -EAGAIN;
+	k = wait_stop(tid, &status, STOP_TIMEOUT_NS, false);
+	if (k < 0) {
+		/* Uninterruptible sleep: it stays seized until this thread ends. */
+		snprintf(c->rep->why, sizeof(c->rep->why), "thread %d did not stop", tid);
+		return -EAGAIN;
+	}
+	if (status >> 16 != PTRACE_EVENT_STOP) {
+		/* A signal is on its way in: let it go with it. */
+		ptrace(PTRACE_DETACH, tid, 0, (void *)(uintptr_t)WSTOPSIG(status));
+		snprintf(c->rep->why, sizeof(c->rep->why), "a signal was arriving");
+		return -EAGAIN;
+	}
+	if (WSTOPSIG(status) != SIGTRAP) {
+		ptrace(PTRACE_DETACH, tid, 0, 0);
+		return -ENOTSUP; /* group-stopped: nothing would run the call */
+	}
+	waitpid(tid, &status, __WALL | WNOHANG); /* ours: carries no signal */
+	if (ptrace(PTRACE_GETREGS, tid, 0, &regs) < 0)
+		return -EAGAIN;
+	k = inject_judge_thread(c->o, tid, &regs, c->rep->why, sizeof(c->rep->why));
+	if (k == 0)
+		k = launch(c, tid, &regs);
+	if (k < 0) {
+		if (k == -EAGAIN)
+			c->rep->refused++;
+		detach(c, tid);
+		return k == -ESRCH ? -EAGAIN : k;
+	}
+	c->tid = tid;
+	detach(c, tid);
+	c->rep->stopped_ns = now_monotonic_ns() - t0;
+	return 0;
+}
+
+static void *tracer_main(void *arg)
+{
+	struct call *c = arg;
+	uint64_t deadline = now_monotonic_ns() + (uint64_t)c->o->pick_timeout_ms * 1000000ULL;
+	unsigned seed = (unsigned)now_monotonic_ns();
+
+	c->result = -EAGAIN;
+	while (now_monotonic_ns() < deadline) {
+		struct timespec nap = { 0, 1000000 + (long)(rand_r(&seed) % 4000000) };
+		pid_t *tids;
+		size_t n;
+
+		if (inject_order_threads(c->pid, &tids, &n) < 0) {
+			c->result = -ESRCH;
+			return NULL;
+		}
+		for (size_t i = 0; i < n; i++) {
+			int k = try_thread(c, tids[i]);
+
+			if (k != -EAGAIN) {
+				c->result = k;
+				free(tids);
+				return NULL;
+			}
+		}
+		free(tids);
+		/* Every thread was busy where it must not be stopped: let them
+		 * run a little (a thread in a malloc loop leaves it soon). */
+		nanosleep(&nap, NULL);
+	}
+	/* Returning ends this thread: the kernel lets go of any thread
+	 * still seized (one that never reached its stop). */
+	return NULL;
+}
+
+static int run_tracer(struct call *c)
+{
+	sigset_t all, old;
+	pthread_t th;
+	int r;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r = pthread_create(&th, NULL, tracer_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r)
+		return -r;
+	pthread_join(th, NULL);
+	return c->result;
+}
+
+/* ---- waiting for the call ---------------------------------------------- */
+
+static int collect(struct call *c, uint64_t launched)
+{
+	const struct timespec pause = { 0, 500000 };
+	uint64_t deadline = launched + (uint64_t)c->o->call_timeout_ms * 1000000ULL;
+	uint64_t res[5], done = 0; /* handle, func, ret, errstr, done */
+
+	for (;;) {
+		if (peek(c->pid, c->page + TRAMP_DATA + TD_DONE, &done, sizeof(done)) < 0)
+			return target_alive(c->pid) ? -EFAULT : -ESRCH;
+		if (done == 1)
+			break;
+		if (now_monotonic_ns() >= deadline)
+			return -ETIMEDOUT;
+		nanosleep(&pause, NULL);
+	}
+	c->rep->call_ns = now_monotonic_ns() - launched;
+	if (peek(c->pid, c->page + TRAMP_DATA + TD_HANDLE, res, sizeof(res)) < 0)
+		return -ESRCH;
+	if (!res[0]) {
+		char msg[sizeof(c->rep->dlerror)] = "";
+
+		if (res[3])
+			peek(c->pid, res[3], msg, sizeof(msg) - 1); /* may be short */
+		msg[sizeof(msg) - 1] = '\0';
+		snprintf(c->rep->dlerror, sizeof(c->rep->dlerror), "%s", msg);
+		return -ENOEXEC;
+	}
+	if (!res[1])
+		return -ENOSYS;
+	/* cprof_agent_attach returns an int; the target is untrusted. */
+	return (int)(int32_t)res[2];
+}
+
+int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *rep)
+{
+	struct call c = { .pid = pid, .o = o, .rep = rep };
+	uint64_t launched;
+	int r;
+
+	memset(rep, 0, sizeof(*rep));
+	if (!target_alive(pid))
+		return -ESRCH;
+	r = choose_agent_path(&c);
+	if (r < 0)
+		return r;
+	r = inject_find_function(pid, o->maps, "libc.so.", "dlopen", &c.dlopen);
+	if (r == -ENOENT)
+		r = inject_find_function(pid, o->maps, "libdl.so.", "dlopen", &c.dlopen);
+	if (r < 0)
+		return r;
+	if (inject_find_function(pid, o->maps, "libc.so.", "dlsym", &c.dlsym) < 0 &&
+	    inject_find_function(pid, o->maps, "libdl.so.", "dlsym", &c.dlsym) < 0)
+		return -ENOENT;
+	if (inject_find_function(pid, o->maps, "libc.so.", "dlerror", &c.dlerror) < 0 &&
+	    inject_find_function(pid, o->maps, "libdl.so.", "dlerror", &c.dlerror) < 0)
+		return -ENOENT;
+	inject_find_function(pid, o->maps, "libc.so.", "syscall", &c.syscall_fn);
+	c.image = calloc(1, TRAMP_SIZE);
+	if (!c.image)
+		return -ENOMEM;
+	find_old_page(&c);
+	inject_warm_up(o);
+	r = run_tracer(&c);
+	launched = now_monotonic_ns();
+	if (r == 0) {
+		rep->tid = c.tid;
+		r = collect(&c, launched);
+	}
+	free(c.image);
+	return r;
+}

@@ -1,0 +1,77 @@
+/*
+ * Loading cprof-agent.so into a running process and starting a session of
+ * it: a remote dlopen + dlsym + cprof_agent_attach() run by ONE thread of
+ * the target that cprof has checked cannot hold the allocator's or the
+ * loader's locks.
+ *
+ * The target comes first:
+ * - Only the chosen thread is stopped, for about a millisecond; the others
+ *   never are, so whatever lock one of them holds gets released.
+ * - A thread is chosen only if its unwound stack has no frame in malloc &
+ *   co, in the loader (ld.so, dl*), in a signal handler or in the agent, and
+ *   it has stack to spare; threads asleep in a harmless call are tried first.
+ * - The call runs UNTRACED, in a trampoline (trampoline.h) that puts the
+ *   thread back exactly as it was, its interrupted call restarted, by itself.
+ *   If cprof dies during the call, nothing is left half done. The only
+ *   traced moment that changes the thread is the mmap of the trampoline page
+ *   (a few microseconds, done once per target: the page is reused).
+ * - Signals that arrive while the thread is stopped are handed back.
+ * - A timeout ends cprof's wait, never the call.
+ */
+#ifndef CPROF_INJECT_H
+#define CPROF_INJECT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "maps/maps.h"
+#include "symbolize/symbolize.h"
+#include "unwind/unwind.h"
+
+struct inject_opts {
+	const char *agent_path; /* absolute, as the target sees it */
+	int32_t cprof_pid;      /* cprof_agent_attach()'s arguments */
+	uint64_t rate;
+	uint32_t ring_size;
+	unsigned pick_timeout_ms; /* looking for a safe thread */
+	unsigned call_timeout_ms; /* waiting for the call to finish */
+	/* The target's modules (read beforehand) and an unwinder on them. */
+	const struct maps *maps;
+	struct symbolizer *sym;
+	struct unwinder *unw;
+};
+
+struct inject_report {
+	pid_t tid;               /* the thread that made the call, 0 if none */
+	uint64_t stopped_ns;     /* how long it was stopped by cprof */
+	uint64_t call_ns;        /* from its release to the results */
+	unsigned tried;          /* threads looked at */
+	unsigned refused;        /* of which found unsafe */
+	int reused_page;         /* 1: the trampoline page of an earlier run */
+	char why[160];           /* why the last thread was refused */
+	char dlerror[256];       /* dlopen's complaint, when it failed */
+	char agent_path[1024];   /* the path dlopen was given */
+};
+
+/*
+ * Returns the agent's memfd number in the target (>= 0), or:
+ *   -ESRCH      the process is gone
+ *   -EPERM      not allowed to ptrace it
+ *   -EBUSY      already traced by another process
+ *   -ENOENT     no libc.so with dlopen in it (a static binary)
+ *   -EAGAIN     no safe thread within pick_timeout_ms (@rep->why says why)
+ *   -ETIMEDOUT  the call did not finish in call_timeout_ms (it goes on)
+ *   -ENOEXEC    dlopen failed (@rep->dlerror)
+ *   -EXDEV      the agent is not the file the target would load at that path
+ *   -ENOTSUP    a stopped (SIGSTOP) target, or no way to save its state
+ *   other -errno from cprof_agent_attach() (-EBUSY: another cprof's
+ *   session runs) or from the system.
+ */
+int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *rep);
+
+/* The address of exported function @name of the first module whose file
+ * name starts with @lib (e.g. "libc.so."), from its .dynsym. */
+int inject_find_function(pid_t pid, const struct maps *m, const char *lib, const char *name,
+			 uint64_t *ret);
+
+#endif

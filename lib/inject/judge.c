@@ -1,0 +1,254 @@
+/*
+ * Which thread may load the agent. dlopen takes the loader's lock and
+ * allocates; cprof_agent_attach allocates too. A thread stopped while it
+ * holds the allocator's lock (inside malloc) or the loader's (inside dlopen,
+ * dl_iterate_phdr, a constructor) would wait for itself forever, and an
+ * abandoned dlopen leaves _dl_load_lock held: every later dlopen of the
+ * process hangs. So the stopped thread's stack is unwound (from a copy, with
+ * the same DWARF unwinder as cpu profiles) and refused if any frame, inline
+ * ones included, is in such code, or if the unwind does not reach the
+ * thread's start, in which case nothing can be proven.
+ */
+#include "inject/inject-private.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "ptrace/ptrace.h"
+#include "target/target.h"
+#include "util/util.h"
+
+#define RED_ZONE 128
+#define STACK_COPY (64u << 10)
+#define MAX_FRAMES 256
+/* dlopen + the agent's attach use a few KiB; ask for a margin. */
+#define STACK_NEEDED (64u << 10)
+
+/* Functions that hold (or wait for) the allocator's or the loader's locks,
+ * or run under a signal's or fork's constraints: linkage names, ... */
+static const char *const unsafe_names[] = {
+	"malloc", "calloc", "realloc", "free", "cfree", "memalign", "valloc", "pvalloc",
+	"posix_memalign", "aligned_alloc", "reallocarray", "sysmalloc", "systrim",
+	"__libc_malloc", "__libc_calloc", "__libc_realloc", "__libc_free", "__libc_memalign",
+	"__libc_valloc", "__libc_pvalloc", "__libc_alloc_buffer_allocate",
+	"dlopen", "dlmopen", "dlsym", "dlvsym", "dlclose", "dlerror", "dladdr", "dladdr1",
+	"dlinfo", "dl_iterate_phdr", "fork", "_Fork", "vfork", "exit", "_exit", "__cxa_finalize",
+	"__restore_rt", "_Unwind_Find_FDE", "__libc_early_init",
+};
+
+/* ... and prefixes of glibc's (and libgcc's, and the agent's) internals. */
+static const char *const unsafe_prefixes[] = {
+	"_int_", "_mid_memalign", "arena_", "tcache_", "malloc_", "__malloc_", "_dl_", "__dl",
+	"___dl", "dlopen_", "dlsym_", "dlmopen_", "_dlerror", "__libc_dl", "__run_fork",
+	"__run_exit", "__register_frame", "__deregister_frame", "cprof_agent_",
+};
+
+/* A frame named so is where a thread's stack begins. */
+static const char *const roots[] = {
+	"_start", "start_thread", "clone3", "__clone3", "clone", "__clone",
+	"__libc_start_call_main",
+};
+
+static bool in_list(const char *name, const char *const *list, size_t n, bool prefix)
+{
+	for (size_t i = 0; i < n; i++)
+		if (prefix ? strncmp(name, list[i], strlen(list[i])) == 0 : strcmp(name, list[i]) == 0)
+			return true;
+	return false;
+}
+
+static const char *basename_of(const char *path)
+{
+	const char *b = path ? strrchr(path, '/') : NULL;
+
+	return b ? b + 1 : path ? path : "";
+}
+
+/*
+ * 0: the frame at @pc is harmless; -EAGAIN with @why otherwise. Names come
+ * from the symbol tables only (no DWARF: this runs while the thread is
+ * stopped, and inject_warm_up() has loaded them beforehand); glibc's
+ * internals that matter (_int_malloc, _dl_*) are in its .symtab (the
+ * libc6-dbg file), inlined helpers are judged by the function around them.
+ */
+static int judge_frame(const struct inject_opts *o, uint64_t pc, bool *ret_root, char *why,
+		       size_t len)
+{
+	Dwfl_Module *mod = dwfl_addrmodule(symbolizer_dwfl(o->sym), pc);
+	const char *path = NULL, *base, *name;
+	GElf_Off off;
+	GElf_Sym sym;
+
+	if (mod)
+		dwfl_module_info(mod, NULL, NULL, NULL, NULL, NULL, &path, NULL);
+	if (!mod || !path) {
+		snprintf(why, len, "a frame at 0x%llx is in no known module", (unsigned long long)pc);
+		return -EAGAIN;
+	}
+	base = basename_of(path);
+	if (strncmp(base, "ld-linux", 8) == 0 || strncmp(base, "ld-2.", 5) == 0 ||
+	    strncmp(base, "cprof-agent", 11) == 0) {
+		snprintf(why, len, "it is inside %s", base);
+		return -EAGAIN;
+	}
+	name = dwfl_module_addrinfo(mod, pc, &off, &sym, NULL, NULL, NULL);
+	if (!name)
+		return 0;
+	if (in_list(name, unsafe_names, ARRAY_SIZE(unsafe_names), false) ||
+	    in_list(name, unsafe_prefixes, ARRAY_SIZE(unsafe_prefixes), true)) {
+		snprintf(why, len, "it is inside %s (%s)", name, base);
+		return -EAGAIN;
+	}
+	if (in_list(name, roots, ARRAY_SIZE(roots), false))
+		*ret_root = true;
+	return 0;
+}
+
+static int warm_module(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start,
+		       void *arg)
+{
+	Dwarf_Addr bias;
+
+	(void)userdata, (void)name, (void)start, (void)arg;
+	dwfl_module_getsymtab(mod);
+	dwfl_module_eh_cfi(mod, &bias);
+	dwfl_module_dwarf_cfi(mod, &bias);
+	return DWARF_CB_OK;
+}
+
+void inject_warm_up(const struct inject_opts *o)
+{
+	dwfl_getmodules(symbolizer_dwfl(o->sym), warm_module, NULL, 0);
+}
+
+static int copy_stack(const struct inject_opts *o, pid_t tid, const struct user_regs_struct *r,
+		      struct unwind_input *in, char *why, size_t len)
+{
+	const struct map_entry *m = maps_find(o->maps, r->rsp);
+	uint64_t start = r->rsp - RED_ZONE, end = start + STACK_COPY;
+	struct iovec local, remote;
+	ssize_t n;
+
+	if (!m) {
+		snprintf(why, len, "its stack pointer is in no mapping");
+		return -EAGAIN;
+	}
+	/* Thread stacks are fixed mappings; the main one grows on demand. */
+	if (strcmp(m->path, "[stack]") != 0 && r->rsp - m->start < STACK_NEEDED) {
+		snprintf(why, len, "its stack has only %llu bytes left",
+			 (unsigned long long)(r->rsp - m->start));
+		return -EAGAIN;
+	}
+	if (m->end < end)
+		end = m->end;
+	in->stack = malloc(end - start);
+	if (!in->stack)
+		return -ENOMEM;
+	local = (struct iovec){ (void *)in->stack, end - start };
+	remote = (struct iovec){ (void *)(uintptr_t)start, end - start };
+	n = process_vm_readv(tid, &local, 1, &remote, 1, 0);
+	if (n <= 0) {
+		free((void *)in->stack);
+		in->stack = NULL;
+		return -ESRCH;
+	}
+	in->stack_size = (size_t)n;
+	in->stack_start = start;
+	return 0;
+}
+
+int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct user_regs_struct *r,
+			char *why, size_t len)
+{
+	struct unwind_input in = { 0 };
+	uint64_t pcs[MAX_FRAMES];
+	bool root = false;
+	int n, k;
+
+	ptrace_regs_to_unwind(r, in.regs);
+	k = copy_stack(o, tid, r, &in, why, len);
+	if (k < 0)
+		return k;
+	n = unwinder_unwind(o->unw, &in, pcs, MAX_FRAMES);
+	free((void *)in.stack);
+	if (n < 0) {
+		snprintf(why, len, "its stack could not be unwound");
+		return -EAGAIN;
+	}
+	for (int i = 0; i < n; i++) {
+		k = judge_frame(o, pcs[i], &root, why, len);
+		if (k < 0)
+			return k;
+	}
+	if (!root) {
+		snprintf(why, len, "its stack could not be unwound to its start (%d frames)", n);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+/* System calls a thread can be taken out of and put back into with no
+ * effect but a restart: waits of every kind. */
+static bool harmless_call(long nr)
+{
+	switch (nr) {
+	case 0:   /* read */
+	case 7:   /* poll */
+	case 23:  /* select */
+	case 34:  /* pause */
+	case 35:  /* nanosleep */
+	case 43:  /* accept */
+	case 45:  /* recvfrom */
+	case 47:  /* recvmsg */
+	case 61:  /* wait4 */
+	case 128: /* rt_sigtimedwait */
+	case 202: /* futex */
+	case 219: /* restart_syscall */
+	case 230: /* clock_nanosleep */
+	case 232: /* epoll_wait */
+	case 270: /* pselect6 */
+	case 271: /* ppoll */
+	case 281: /* epoll_pwait */
+	case 288: /* accept4 */
+	case 441: /* epoll_pwait2 */
+		return true;
+	}
+	return false;
+}
+
+static bool asleep_in_harmless_call(pid_t pid, pid_t tid)
+{
+	char path[64], buf[256];
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
+	if (proc_read(path, buf, sizeof(buf), &n) < 0 || n == 0)
+		return false;
+	if (buf[0] < '0' || buf[0] > '9') /* "running" or "-1 ..." */
+		return false;
+	return harmless_call(strtol(buf, NULL, 10));
+}
+
+int inject_order_threads(pid_t pid, pid_t **ret_tids, size_t *ret_n)
+{
+	pid_t *tids;
+	size_t n, front = 0;
+	int r;
+
+	r = target_list_tids(pid, &tids, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++)
+		if (asleep_in_harmless_call(pid, tids[i])) {
+			pid_t t = tids[front];
+
+			tids[front++] = tids[i];
+			tids[i] = t;
+		}
+	*ret_tids = tids;
+	*ret_n = n;
+	return 0;
+}
