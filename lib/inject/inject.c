@@ -352,17 +352,20 @@ static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig
 	return 0;
 }
 
-static int seize_error(struct call *c, int err)
+static int seize_error(struct call *c, pid_t tid, int err)
 {
 	char path[64], buf[4096], *p;
 	size_t n;
 
 	if (err != EPERM)
 		return -err;
-	snprintf(path, sizeof(path), "/proc/%d/status", c->pid);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", c->pid, tid);
 	if (proc_read(path, buf, sizeof(buf) - 1, &n) == 0) {
 		buf[n] = '\0';
 		p = strstr(buf, "TracerPid:");
+		/* This thread: a thread seized earlier that never stopped. */
+		if (p && atoi(p + 10) == gettid())
+			return -EAGAIN;
 		if (p && atoi(p + 10) > 0)
 			return -EBUSY;
 	}
@@ -378,7 +381,7 @@ static int try_thread(struct call *c, pid_t tid)
 
 	c->rep->tried++;
 	if (ptrace(PTRACE_SEIZE, tid, 0, PTRACE_O_TRACESYSGOOD) < 0)
-		return errno == ESRCH ? -EAGAIN : seize_error(c, errno);
+		return errno == ESRCH ? -EAGAIN : seize_error(c, tid, errno);
 	t0 = now_monotonic_ns();
 	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0)
 		return -EAGAIN;
@@ -421,10 +424,11 @@ static void *tracer_main(void *arg)
 	struct call *c = arg;
 	uint64_t deadline = now_monotonic_ns() + (uint64_t)c->o->pick_timeout_ms * 1000000ULL;
 	unsigned seed = (unsigned)now_monotonic_ns();
+	long backoff_ns = 1000000;
 
 	c->result = -EAGAIN;
 	while (now_monotonic_ns() < deadline) {
-		struct timespec nap = { 0, 1000000 + (long)(rand_r(&seed) % 4000000) };
+		struct timespec nap = { 0, backoff_ns + (long)(rand_r(&seed) % (unsigned)backoff_ns) };
 		pid_t *tids;
 		size_t n;
 
@@ -442,9 +446,15 @@ static void *tracer_main(void *arg)
 			}
 		}
 		free(tids);
-		/* Every thread was busy where it must not be stopped: let them
-		 * run a little (a thread in a malloc loop leaves it soon). */
+		/*
+		 * Every thread was busy where it must not be stopped: let them
+		 * run (a thread in a malloc loop leaves it soon), longer each
+		 * round, so that looking costs the target little: each look
+		 * stops one thread for about a millisecond.
+		 */
 		nanosleep(&nap, NULL);
+		if (backoff_ns < 50000000)
+			backoff_ns *= 2;
 	}
 	/* Returning ends this thread: the kernel lets go of any thread
 	 * still seized (one that never reached its stop). */

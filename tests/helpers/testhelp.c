@@ -97,9 +97,24 @@ static void *reaper_main(void *arg)
 	struct child *c = arg;
 	siginfo_t si;
 
-	/* Wait for the exit without reaping, then reap under the lock. */
-	while (waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOWAIT) == -1 && errno == EINTR)
-		;
+	/*
+	 * Wait for the exit without reaping, then reap under the lock. When
+	 * this process is also the child's tracer (lib/inject tests), waitid
+	 * reports its ptrace stops even without WSTOPPED: those are not exits,
+	 * and must stay for the tracer to see.
+	 */
+	for (;;) {
+		const struct timespec nap = { 0, 1000000 };
+		int r = waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOWAIT);
+
+		if (r == -1 && errno == EINTR)
+			continue;
+		if (r == 0 && (si.si_code == CLD_TRAPPED || si.si_code == CLD_STOPPED)) {
+			nanosleep(&nap, NULL);
+			continue;
+		}
+		break;
+	}
 	pthread_mutex_lock(&children_lock);
 	if (!c->reaped) {
 		while (wait4(c->pid, &c->status, 0, &c->ru) == -1 && errno == EINTR)
@@ -1192,4 +1207,83 @@ int th_task_list(pid_t pid, pid_t *tids, int max)
 	memcpy(tids, all, (size_t)k * sizeof(*tids));
 	free(all);
 	return k;
+}
+
+/* ---- the target is let go -------------------------------------------- */
+
+/* Reads a small /proc file of thread @tid of @pid. Returns 0 or -1. */
+int th_task_read(pid_t pid, pid_t tid, const char *what, char *buf, size_t size)
+{
+	char path[96];
+	size_t k;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/%s", (int)pid, (int)tid, what);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	k = fread(buf, 1, size - 1, f);
+	fclose(f);
+	buf[k] = '\0';
+	return 0;
+}
+
+/* State letter of thread @tid of @pid, 0 when it is gone. */
+char th_task_state(pid_t pid, pid_t tid)
+{
+	char buf[1024];
+	const char *p;
+
+	if (th_task_read(pid, tid, "stat", buf, sizeof(buf)) < 0)
+		return 0;
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : 0;
+}
+
+/* TracerPid of thread @tid of @pid, -1 when it is gone. */
+long th_task_tracer(pid_t pid, pid_t tid)
+{
+	char path[96], line[256];
+	long tracer = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "TracerPid:", 10) == 0)
+			tracer = strtol(line + 10, NULL, 10);
+	fclose(f);
+	return tracer;
+}
+
+/*
+ * The target comes first: no thread of @pid may be traced or in a trace
+ * stop. With @stopped, every thread must be in group stop (kill -STOP)
+ * still; without, none may be. Threads that vanish meanwhile are skipped.
+ */
+void th_assert_let_go(pid_t pid, bool stopped, const char *after)
+{
+	pid_t tids[1024];
+	int n = th_task_list(pid, tids, 1024);
+
+	cr_assert(n > 0, "%s: pid %d has no threads left", after, (int)pid);
+	for (int i = 0; i < n; i++) {
+		long tracer = th_task_tracer(pid, tids[i]);
+		char st = th_task_state(pid, tids[i]);
+
+		if (tracer < 0 || !st)
+			continue; /* exited meanwhile */
+		cr_assert_eq(tracer, 0, "%s: thread %d of pid %d is still traced by %ld", after,
+			     (int)tids[i], (int)pid, tracer);
+		cr_assert(st != 't', "%s: thread %d of pid %d is left in a trace stop", after,
+			  (int)tids[i], (int)pid);
+		if (stopped)
+			cr_assert(st == 'T', "%s: thread %d of pid %d was group-stopped and is now '%c'",
+				  after, (int)tids[i], (int)pid, st);
+		else
+			cr_assert(st != 'T', "%s: thread %d of pid %d is left stopped", after,
+				  (int)tids[i], (int)pid);
+	}
 }

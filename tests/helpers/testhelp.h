@@ -224,4 +224,19 @@ void th_sleep_ms(int ms);
 
 uint64_t th_now_ns(void); /* CLOCK_MONOTONIC */
 
+/* ---- the target is let go (after every ptrace user) ---------------------- */
+
+/* Reads small file @what of /proc/@pid/task/@tid. Returns 0 or -1. */
+int th_task_read(pid_t pid, pid_t tid, const char *what, char *buf, size_t size);
+/* State letter of thread @tid of @pid, 0 when it is gone. */
+char th_task_state(pid_t pid, pid_t tid);
+/* TracerPid of thread @tid of @pid, -1 when it is gone. */
+long th_task_tracer(pid_t pid, pid_t tid);
+/*
+ * No thread of @pid may be traced or in a trace stop. With @stopped, every
+ * thread must still be in group stop (kill -STOP); without, none may be.
+ * @after names the moment in failure messages.
+ */
+void th_assert_let_go(pid_t pid, bool stopped, const char *after);
+
 #endif

@@ -165,83 +165,6 @@ static int target_threads(const struct target *t)
 
 /* ---- /proc, read from outside ------------------------------------------ */
 
-/* Reads a small /proc file of thread @tid of @pid. Returns 0 or -1. */
-static int task_read(pid_t pid, pid_t tid, const char *what, char *buf, size_t size)
-{
-	char path[96];
-	size_t k;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/%s", (int)pid, (int)tid, what);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	k = fread(buf, 1, size - 1, f);
-	fclose(f);
-	buf[k] = '\0';
-	return 0;
-}
-
-/* State letter of thread @tid of @pid, 0 when it is gone. */
-static char task_state(pid_t pid, pid_t tid)
-{
-	char buf[1024];
-	const char *p;
-
-	if (task_read(pid, tid, "stat", buf, sizeof(buf)) < 0)
-		return 0;
-	p = strrchr(buf, ')');
-	return p && p[1] == ' ' ? p[2] : 0;
-}
-
-/* TracerPid of thread @tid of @pid, -1 when it is gone. */
-static long task_tracer(pid_t pid, pid_t tid)
-{
-	char path[96], line[256];
-	long tracer = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, "TracerPid:", 10) == 0)
-			tracer = strtol(line + 10, NULL, 10);
-	fclose(f);
-	return tracer;
-}
-
-/*
- * The target comes first: no thread of @pid may be traced or in a trace
- * stop. With @stopped, every thread must be in group stop (kill -STOP)
- * still; without, none may be. Threads that vanish meanwhile are skipped.
- */
-static void assert_let_go(pid_t pid, bool stopped, const char *after)
-{
-	pid_t tids[1024];
-	int n = th_task_list(pid, tids, 1024);
-
-	cr_assert(n > 0, "%s: pid %d has no threads left", after, (int)pid);
-	for (int i = 0; i < n; i++) {
-		long tracer = task_tracer(pid, tids[i]);
-		char st = task_state(pid, tids[i]);
-
-		if (tracer < 0 || !st)
-			continue; /* exited meanwhile */
-		cr_assert_eq(tracer, 0, "%s: thread %d of pid %d is still traced by %ld", after,
-			     (int)tids[i], (int)pid, tracer);
-		cr_assert(st != 't', "%s: thread %d of pid %d is left in a trace stop", after,
-			  (int)tids[i], (int)pid);
-		if (stopped)
-			cr_assert(st == 'T', "%s: thread %d of pid %d was group-stopped and is now '%c'",
-				  after, (int)tids[i], (int)pid, st);
-		else
-			cr_assert(st != 'T', "%s: thread %d of pid %d is left stopped", after,
-				  (int)tids[i], (int)pid);
-	}
-}
-
 /* The system call a thread of the target blocks in, or -1 (it spins, or
  * waits for its vfork child, in state D). */
 static long blocking_syscall(const char *name, bool is_main)
@@ -267,7 +190,7 @@ static bool asleep_in(pid_t pid, pid_t tid, long nr)
 	char sc[256];
 	long now;
 
-	if (task_state(pid, tid) != 'S' || task_read(pid, tid, "syscall", sc, sizeof(sc)) < 0 ||
+	if (th_task_state(pid, tid) != 'S' || th_task_read(pid, tid, "syscall", sc, sizeof(sc)) < 0 ||
 	    sc[0] == 'r')
 		return false;
 	now = strtol(sc, NULL, 10);
@@ -293,7 +216,7 @@ static void target_settle(const struct target *t)
 			char comm[64];
 			long want;
 
-			if (task_read(t->pid, tids[i], "comm", comm, sizeof(comm)) < 0)
+			if (th_task_read(t->pid, tids[i], "comm", comm, sizeof(comm)) < 0)
 				continue;
 			want = blocking_syscall(comm, tids[i] == t->pid);
 			if (want < 0 || asleep_in(t->pid, tids[i], want))
@@ -718,7 +641,7 @@ static void debug2_at(int n)
 	snprintf(pid, sizeof(pid), "%d", (int)t.pid);
 	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", pid, "--debug", "2");
 	assert_run(&r, 0, "cprof threads --debug 2");
-	assert_let_go(t.pid, false, "after --debug 2");
+	th_assert_let_go(t.pid, false, "after --debug 2");
 	check_debug2(&t, r.out, false);
 	assert_responds(&t, "after --debug 2");
 	th_run_release(&r);
@@ -736,7 +659,7 @@ static void debug1_at(int n)
 	/* No --debug and no -o: debug=1 text on stdout. */
 	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", pid);
 	assert_run(&r, 0, "cprof threads");
-	assert_let_go(t.pid, false, "after --debug 1");
+	th_assert_let_go(t.pid, false, "after --debug 1");
 	check_debug1(&t, r.out);
 	assert_responds(&t, "after --debug 1");
 	th_run_release(&r);
@@ -760,7 +683,7 @@ static void debug0_at(int n)
 	/* -o and no --debug: debug=0, a gzipped pprof. */
 	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", pid, "-o", path);
 	assert_run(&r, 0, "cprof threads -o");
-	assert_let_go(t.pid, false, "after --debug 0");
+	th_assert_let_go(t.pid, false, "after --debug 0");
 	assert_responds(&t, "after --debug 0");
 	th_run_release(&r);
 	th_kill(t.pid);
@@ -822,7 +745,7 @@ Test(threads, debug2_to_file)
 	snprintf(pid, sizeof(pid), "%d", (int)t.pid);
 	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", pid, "--debug", "2", "-o", path);
 	assert_run(&r, 0, "cprof threads --debug 2 -o");
-	assert_let_go(t.pid, false, "after --debug 2 -o");
+	th_assert_let_go(t.pid, false, "after --debug 2 -o");
 	cr_assert_eq(r.out_len, 0, "stdout is not empty: %s", r.out);
 	cr_assert(th_read_file(path, &buf, &len) == 0, "nothing written to %s", path);
 	buf = realloc(buf, len + 1);
@@ -852,7 +775,7 @@ Test(threads, second_snapshot)
 		target_settle(&t);
 		TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", pid, "--debug", "2");
 		assert_run(&r, 0, i ? "the second snapshot" : "the first snapshot");
-		assert_let_go(t.pid, false, "after a snapshot");
+		th_assert_let_go(t.pid, false, "after a snapshot");
 		cr_log_info("snapshot %d of the same target", i + 1);
 		check_debug2(&t, r.out, false);
 		th_run_release(&r);
@@ -877,7 +800,7 @@ Test(threads, uninterruptible_thread)
 	snprintf(pid, sizeof(pid), "%d", (int)t.pid);
 	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", pid, "--debug", "2");
 	assert_run(&r, 0, "cprof threads with a thread in state D");
-	assert_let_go(t.pid, false, "after a snapshot with a thread in state D");
+	th_assert_let_go(t.pid, false, "after a snapshot with a thread in state D");
 	check_debug2(&t, r.out, false);
 	p = strstr(r.out, "# paused ");
 	if (p)
@@ -1031,7 +954,7 @@ Test(threads, signals_delivered_once)
 	atomic_store(&s.stop, true);
 	pthread_join(th, NULL);
 	cr_assert_eq(s.error, 0, "sigqueue: %s", strerror(s.error));
-	assert_let_go(t.pid, false, "after the snapshots");
+	th_assert_let_go(t.pid, false, "after the snapshots");
 
 	/* Every signal sent is handled by now or soon; a lost one never is. */
 	for (int i = 0; i < 250; i++) {
@@ -1060,7 +983,7 @@ static bool all_in_state(pid_t pid, char want, bool all)
 	int n = th_task_list(pid, tids, 1024), k = 0;
 
 	for (int i = 0; i < n; i++)
-		k += task_state(pid, tids[i]) == want;
+		k += th_task_state(pid, tids[i]) == want;
 	return all ? n > 0 && k == n : k > 0;
 }
 
@@ -1085,14 +1008,14 @@ Test(threads, sigstop_stays_stopped)
 	check_debug2(&t, r.out, true);
 	th_run_release(&r);
 	/* Stopped, and still so a while later: nothing resumed it. */
-	assert_let_go(t.pid, true, "after a snapshot of a stopped process");
+	th_assert_let_go(t.pid, true, "after a snapshot of a stopped process");
 	th_sleep_ms(200);
-	assert_let_go(t.pid, true, "200 ms after a snapshot of a stopped process");
+	th_assert_let_go(t.pid, true, "200 ms after a snapshot of a stopped process");
 
 	cr_assert(kill(t.pid, SIGCONT) == 0);
 	for (i = 0; i < 5000 && all_in_state(t.pid, 'T', false); i++)
 		th_sleep_ms(1);
-	assert_let_go(t.pid, false, "after SIGCONT");
+	th_assert_let_go(t.pid, false, "after SIGCONT");
 	assert_responds(&t, "after SIGCONT");
 	th_kill(t.pid);
 }
@@ -1138,7 +1061,7 @@ Test(threads, already_traced)
 	snprintf(pid, sizeof(pid), "%d", (int)t.pid);
 	tracer = start_tracer(t.pid);
 	snprintf(tracer_pid, sizeof(tracer_pid), "%d", (int)tracer);
-	cr_assert_eq(task_tracer(t.pid, t.pid), tracer);
+	cr_assert_eq(th_task_tracer(t.pid, t.pid), tracer);
 
 	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", pid, "--debug", "2");
 	assert_run(&r, 2, "cprof threads on a traced process");
@@ -1147,16 +1070,16 @@ Test(threads, already_traced)
 	cr_assert_eq(r.out_len, 0, "output on a refused run: %s", r.out);
 	th_run_release(&r);
 	/* The other tracer still holds it: cprof took nothing from it. */
-	cr_assert_eq(task_tracer(t.pid, t.pid), tracer);
+	cr_assert_eq(th_task_tracer(t.pid, t.pid), tracer);
 
 	/* Once the tracer is gone, the snapshot works. */
 	own_kill(tracer);
-	cr_assert_eq(task_tracer(t.pid, t.pid), 0);
+	cr_assert_eq(th_task_tracer(t.pid, t.pid), 0);
 	target_settle(&t);
 	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", pid, "--debug", "2");
 	assert_run(&r, 0, "cprof threads after the tracer left");
 	check_debug2(&t, r.out, false);
-	assert_let_go(t.pid, false, "after the tracer left");
+	th_assert_let_go(t.pid, false, "after the tracer left");
 	assert_responds(&t, "after the tracer left");
 	th_run_release(&r);
 	th_kill(t.pid);
@@ -1191,7 +1114,7 @@ Test(threads, already_traced_by_strace)
 	}
 	own_add(tracer);
 	for (int i = 0; i < 5000 && held != tracer; i++) {
-		held = task_tracer(t.pid, t.pid);
+		held = th_task_tracer(t.pid, t.pid);
 		th_sleep_ms(1);
 	}
 	cr_assert_eq(held, tracer, "strace did not attach");
@@ -1203,7 +1126,7 @@ Test(threads, already_traced_by_strace)
 		  "the message does not name strace (%s):\n%s", tracer_pid, r.err);
 	th_run_release(&r);
 	own_kill(tracer);
-	assert_let_go(t.pid, false, "after strace was killed");
+	th_assert_let_go(t.pid, false, "after strace was killed");
 	assert_responds(&t, "after strace was killed");
 	th_kill(t.pid);
 }
@@ -1248,14 +1171,14 @@ Test(threads, one_thread_traced)
 	}
 	debug2_release(&d);
 	th_run_release(&r);
-	cr_assert_eq(task_tracer(t.pid, victim), tracer, "the other tracer lost its thread");
+	cr_assert_eq(th_task_tracer(t.pid, victim), tracer, "the other tracer lost its thread");
 	for (int i = 0; i < n; i++)
 		if (tids[i] != victim) {
-			cr_assert_eq(task_tracer(t.pid, tids[i]), 0);
-			cr_assert_neq(task_state(t.pid, tids[i]), 't');
+			cr_assert_eq(th_task_tracer(t.pid, tids[i]), 0);
+			cr_assert_neq(th_task_state(t.pid, tids[i]), 't');
 		}
 	own_kill(tracer);
-	assert_let_go(t.pid, false, "after the tracer of one thread left");
+	th_assert_let_go(t.pid, false, "after the tracer of one thread left");
 	assert_responds(&t, "with one thread traced");
 	th_kill(t.pid);
 }
@@ -1291,7 +1214,7 @@ Test(threads, churn)
 		/* The main thread and at most 64 workers are alive at once. */
 		cr_assert(total >= 1 && total <= 65, "snapshot %d: %zu threads", i, total);
 		th_run_release(&r);
-		assert_let_go(target, false, "after a snapshot of a churning process");
+		th_assert_let_go(target, false, "after a snapshot of a churning process");
 	}
 	cr_log_info("churn: %u snapshots, target gone after %u", ok, gone);
 	cr_assert(th_alive(target), "the churning target died");
@@ -1372,7 +1295,7 @@ Test(threads, output_not_writable)
 	EXPECT_EXIT(4, "-o under a file, text", "threads", "-p", pid, "--debug", "1", "-o", inside);
 	EXPECT_EXIT(4, "-o a directory", "threads", "-p", pid, "-o", dir);
 	/* Checked before anything was stopped, and nothing was written. */
-	assert_let_go(t.pid, false, "after refused outputs");
+	th_assert_let_go(t.pid, false, "after refused outputs");
 	cr_assert_eq(th_dir_entries(dir), 0);
 	th_kill(t.pid);
 }

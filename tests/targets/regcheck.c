@@ -15,6 +15,9 @@
  *          (a restarted sleep keeps its remaining time).
  *   read   read() of a pipe that a child writes one byte into every 20 ms:
  *          every byte must arrive, in order.
+ *   handler  sleeps inside a signal handler for the whole run: no thread
+ *          is safe to inject (a handler may have interrupted malloc), so
+ *          cprof must refuse, and the sleep must still end on time.
  */
 #include <errno.h>
 #include <signal.h>
@@ -157,13 +160,30 @@ static int run_read(uint64_t end, unsigned seconds)
 	return 0;
 }
 
+static volatile sig_atomic_t handler_result = -1;
+static uint64_t handler_end;
+
+static void sleepy_handler(int sig)
+{
+	(void)sig;
+	handler_result = run_sleep(handler_end);
+}
+
+static int run_handler(uint64_t end)
+{
+	handler_end = end;
+	signal(SIGUSR1, sleepy_handler);
+	raise(SIGUSR1);
+	return handler_result;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned seconds;
 	uint64_t end;
 
 	if (argc != 3) {
-		fprintf(stderr, "usage: regcheck spin|sleep|read SECONDS\n");
+		fprintf(stderr, "usage: regcheck spin|sleep|read|handler SECONDS\n");
 		return 2;
 	}
 	seconds = (unsigned)atoi(argv[2]);
@@ -175,6 +195,8 @@ int main(int argc, char **argv)
 		return run_spin(end);
 	if (strcmp(argv[1], "sleep") == 0)
 		return run_sleep(end);
+	if (strcmp(argv[1], "handler") == 0)
+		return run_handler(end);
 	if (strcmp(argv[1], "read") == 0)
 		return run_read(end, seconds);
 	return 2;

@@ -1,0 +1,209 @@
+/*
+ * lib/inject/ on real processes: tests/targets/regcheck is taken on the
+ * agent-loading detour while it spins with known values in every register,
+ * sleeps in nanosleep, or blocks in read(); it checks itself that nothing
+ * changed and exits 0 only if so. Around it: a thread in a signal handler is
+ * refused, a traced process is refused with -EBUSY, a resident agent is
+ * reused by its own path, and the target is always let go.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/wire.h"
+#include "inject/inject.h"
+#include "testhelp.h"
+
+struct session {
+	struct maps maps;
+	struct symbolizer *sym;
+	struct unwinder *unw;
+	struct inject_report rep;
+};
+
+static void skip_without_ptrace(void)
+{
+	if (geteuid() != 0)
+		cr_skip_test("injection needs ptrace of the target: run as root");
+}
+
+/* One cprof run's worth of injection into @pid, as cprof heap does it. */
+static int inject(pid_t pid, const char *agent, struct session *s)
+{
+	struct inject_opts o = {
+		.agent_path = agent,
+		.cprof_pid = getpid(),
+		.rate = 1 << 20,
+		.pick_timeout_ms = 2000,
+		.call_timeout_ms = 5000,
+	};
+	int r;
+
+	memset(s, 0, sizeof(*s));
+	cr_assert_eq(maps_read(pid, &s->maps), 0);
+	cr_assert_eq(symbolizer_new(&s->sym, pid), 0);
+	cr_assert_eq(unwinder_new(&s->unw, symbolizer_dwfl(s->sym), pid), 0);
+	o.maps = &s->maps;
+	o.sym = s->sym;
+	o.unw = s->unw;
+	r = inject_agent(pid, &o, &s->rep);
+	unwinder_free(s->unw);
+	symbolizer_free(s->sym);
+	maps_release(&s->maps);
+	return r;
+}
+
+/* Ends the agent's session on memfd @fd of @pid, as cprof does at the end. */
+static void end_session(pid_t pid, int fd)
+{
+	struct cprof_wire_header *h;
+	char path[64];
+	int mfd;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
+	mfd = open(path, O_RDWR | O_CLOEXEC);
+	cr_assert_geq(mfd, 0, "open %s", path);
+	h = mmap(NULL, CPROF_WIRE_HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	close(mfd);
+	cr_assert_neq(h, MAP_FAILED);
+	cr_assert_eq(h->magic, CPROF_WIRE_MAGIC);
+	__atomic_store_n(&h->command, CPROF_CMD_DETACH, __ATOMIC_RELEASE);
+	for (int i = 0; i < 300 && __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) != CPROF_STATE_DETACHED; i++)
+		th_sleep_ms(10);
+	cr_assert_eq(h->state, CPROF_STATE_DETACHED, "the agent did not detach");
+	munmap(h, CPROF_WIRE_HEADER_SIZE);
+}
+
+static int count_agent_mappings(pid_t pid, const char *path)
+{
+	char file[64], line[4200];
+	int n = 0;
+	FILE *f;
+
+	snprintf(file, sizeof(file), "/proc/%d/maps", (int)pid);
+	f = fopen(file, "re");
+	cr_assert(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, path) != NULL && strstr(line, " r--p 00000000 ") != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Injects @times times into regcheck @mode; the target must exit 0. */
+static void detours(const char *mode, int times)
+{
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("regcheck", mode, "4");
+	for (int i = 0; i < times; i++) {
+		struct session s;
+		int fd = inject(pid, CPROF_AGENT_PATH, &s);
+
+		cr_assert_geq(fd, 0, "%s, injection %d: %s (%s)", mode, i, strerror(-fd), s.rep.why);
+		cr_log_info("regcheck %s: injection %d by thread %d, stopped %.2f ms, call %.2f ms%s",
+			    mode, i, (int)s.rep.tid, s.rep.stopped_ns / 1e6, s.rep.call_ns / 1e6,
+			    s.rep.reused_page ? ", page reused" : "");
+		cr_assert_eq(s.rep.tid, pid, "single-threaded: the detour is the main thread's");
+		cr_assert_eq(s.rep.reused_page, i > 0, "one trampoline page per process");
+		th_assert_let_go(pid, false, "after an injection");
+		end_session(pid, fd);
+	}
+	cr_assert_eq(count_agent_mappings(pid, "cprof-agent"), 1, "the agent is loaded once");
+	cr_assert_eq(th_wait_exit(pid, 15000), 0, "regcheck %s saw its state change", mode);
+}
+
+TestSuite(inject, .init = th_init, .fini = th_cleanup, .timeout = 120);
+
+Test(inject, running_thread_keeps_every_register)
+{
+	detours("spin", 5);
+}
+
+Test(inject, nanosleep_restarts_with_its_time)
+{
+	detours("sleep", 5);
+}
+
+Test(inject, blocked_read_loses_nothing)
+{
+	detours("read", 5);
+}
+
+Test(inject, refuses_a_thread_in_a_signal_handler)
+{
+	struct session s;
+	pid_t pid;
+	int r;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("regcheck", "handler", "3");
+	th_sleep_ms(100);
+	r = inject(pid, CPROF_AGENT_PATH, &s);
+	cr_assert_eq(r, -EAGAIN, "got %d", r);
+	cr_assert(strstr(s.rep.why, "__restore_rt"), "why: %s", s.rep.why);
+	cr_log_info("refused %u looks in 2 s: %s", s.rep.refused, s.rep.why);
+	cr_assert_eq(count_agent_mappings(pid, "cprof-agent"), 0);
+	th_assert_let_go(pid, false, "after a refusal");
+	cr_assert_eq(th_wait_exit(pid, 15000), 0, "the handler's sleeps were disturbed");
+}
+
+Test(inject, refuses_a_traced_process)
+{
+	struct session s;
+	pid_t pid, tracer;
+	int sync[2], r;
+	char c;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("regcheck", "sleep", "3");
+	cr_assert_eq(pipe(sync), 0);
+	tracer = fork();
+	cr_assert_geq(tracer, 0);
+	if (tracer == 0) {
+		alarm(10);
+		if (ptrace(PTRACE_SEIZE, pid, 0, 0) < 0)
+			_exit(1);
+		c = 'x';
+		if (write(sync[1], &c, 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	cr_assert_eq(read(sync[0], &c, 1), 1);
+	r = inject(pid, CPROF_AGENT_PATH, &s);
+	kill(tracer, SIGKILL);
+	waitpid(tracer, NULL, 0);
+	cr_assert_eq(r, -EBUSY, "got %d", r);
+	cr_assert_eq(th_wait_exit(pid, 15000), 0);
+}
+
+Test(inject, resident_agent_is_reused_by_its_path)
+{
+	const char *copy = th_tmp_path("cprof-agent-copy.so");
+	char cmd[4200];
+	struct session s;
+	pid_t pid;
+	int r;
+
+	skip_without_ptrace();
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", CPROF_AGENT_PATH, copy);
+	cr_assert_eq(system(cmd), 0);
+	pid = TH_SPAWN("regcheck", "sleep", "3");
+	r = inject(pid, CPROF_AGENT_PATH, &s);
+	cr_assert_geq(r, 0);
+	end_session(pid, r);
+	r = inject(pid, copy, &s);
+	cr_assert_geq(r, 0, "%s", strerror(-r));
+	cr_assert_str_eq(s.rep.agent_path, CPROF_AGENT_PATH);
+	cr_assert_eq(count_agent_mappings(pid, "cprof-agent-copy"), 0, "a second agent was loaded");
+	cr_assert_eq(th_wait_exit(pid, 15000), 0);
+}
