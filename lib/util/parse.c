@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 struct duration_unit {
 	const char *name;
@@ -177,6 +178,45 @@ int parse_int64(const char *s, int64_t min, int64_t max, int64_t *ret)
 	if (r < min || r > max)
 		return -ERANGE;
 	*ret = r;
+	return 0;
+}
+
+static int size_unit(const char *u, unsigned *ret_shift)
+{
+	static const struct {
+		const char *name;
+		unsigned shift;
+	} size_units[] = {
+		{ "", 0 },   { "b", 0 },  { "k", 10 },  { "kb", 10 }, { "kib", 10 }, { "m", 20 },
+		{ "mb", 20 }, { "mib", 20 }, { "g", 30 }, { "gb", 30 }, { "gib", 30 },
+	};
+
+	for (size_t i = 0; i < sizeof(size_units) / sizeof(size_units[0]); i++)
+		if (strcasecmp(u, size_units[i].name) == 0) {
+			*ret_shift = size_units[i].shift;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+int parse_size(const char *s, uint64_t *ret)
+{
+	uint64_t v = 0;
+	unsigned shift;
+	const char *p = s;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	for (; isdigit((unsigned char)*p); p++) {
+		if (v > (UINT64_MAX - 9) / 10)
+			return -ERANGE;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (size_unit(p, &shift) < 0)
+		return -EINVAL;
+	if (v > ((uint64_t)INT64_MAX >> shift))
+		return -ERANGE;
+	*ret = v << shift;
 	return 0;
 }
 

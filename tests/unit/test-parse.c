@@ -94,3 +94,34 @@ Test(parse_pid, range)
 	cr_assert_eq(parse_pid("4194305", &pid), -ERANGE);
 	cr_assert_eq(parse_pid("12x", &pid), -EINVAL);
 }
+
+Test(parse_size, units)
+{
+	static const struct {
+		const char *s;
+		uint64_t v;
+	} ok[] = {
+		{ "0", 0 },		 { "1", 1 },	       { "4096", 4096 },
+		{ "512KiB", 512 << 10 }, { "512kib", 512 << 10 }, { "64k", 64 << 10 },
+		{ "64KB", 64 << 10 },	 { "1MiB", 1 << 20 },  { "2m", 2 << 20 },
+		{ "1GiB", 1ull << 30 },	 { "10B", 10 },
+	};
+	uint64_t v;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		cr_assert_eq(parse_size(ok[i].s, &v), 0, "%s", ok[i].s);
+		cr_assert_eq(v, ok[i].v, "%s: %llu", ok[i].s, (unsigned long long)v);
+	}
+}
+
+Test(parse_size, rejects)
+{
+	static const char *const bad[] = { "", "-1", "KiB", "1 KiB", "1.5MiB", "1TiB", "1Ki", "x1" };
+	uint64_t v;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(parse_size(bad[i], &v), -EINVAL, "%s", bad[i]);
+	cr_assert_eq(parse_size("9223372036854775808", &v), -ERANGE);
+	cr_assert_eq(parse_size("8589934592GiB", &v), -ERANGE);
+	cr_assert_eq(parse_size("99999999999999999999999", &v), -ERANGE);
+}
