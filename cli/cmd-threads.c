@@ -80,19 +80,6 @@ static int parse_args(int argc, char **argv, struct threads_args *a)
 	return 0;
 }
 
-static int preflight_traced(const struct target *t)
-{
-	char name[64] = "?";
-
-	if (!t->tracer_pid)
-		return 0;
-	target_process_name(t->tracer_pid, name, sizeof(name));
-	report_error("cannot stop the threads of pid %d (%s): it is already traced by pid %d (%s)",
-		     t->pid, t->comm, t->tracer_pid, name);
-	report_hint("a process has one tracer at a time; detach the debugger or strace first");
-	return EXIT_TARGET;
-}
-
 static int snapshot_error(int r, pid_t pid, const char *why)
 {
 	report_error_text(NULL, why);
@@ -139,7 +126,7 @@ int cmd_threads(int argc, char **argv)
 	code = preflight_target(a.common.pid, &t);
 	if (code)
 		return code;
-	code = preflight_traced(&t);
+	code = preflight_not_traced(&t, "stop the threads of");
 	if (code)
 		return code;
 	r = output_prepare(&out, a.common.output, a.debug == 0, why, sizeof(why));

@@ -85,3 +85,16 @@ void preflight_raise_nofile(void)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 }
+
+int preflight_not_traced(const struct target *t, const char *what)
+{
+	char name[64] = "?";
+
+	if (!t->tracer_pid)
+		return 0;
+	target_process_name(t->tracer_pid, name, sizeof(name));
+	report_error("cannot %s pid %d (%s): it is already traced by pid %d (%s)", what, t->pid,
+		     t->comm, t->tracer_pid, name);
+	report_hint("a process has one tracer at a time; detach the debugger or strace first");
+	return EXIT_TARGET;
+}

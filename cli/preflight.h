@@ -14,6 +14,10 @@
 /* Existence, kernel thread, zombie, self, other user's process, 32-bit. */
 int preflight_target(pid_t pid, struct target *ret);
 
+/* EXIT_TARGET with a message naming the tracer when @t is already traced;
+ * @what completes "cannot ... pid N". 0 otherwise. */
+int preflight_not_traced(const struct target *t, const char *what);
+
 /* Raises RLIMIT_NOFILE's soft limit to the hard one (per-thread events need
  * one descriptor per thread and cpu). */
 void preflight_raise_nofile(void);

@@ -1,0 +1,160 @@
+#include "agent-load.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "report.h"
+
+#define PICK_TIMEOUT_MS 5000
+#define CALL_TIMEOUT_MS 10000
+
+/*
+ * $CPROF_AGENT, else cprof-agent.so beside the cprof binary (a build tree),
+ * else ../lib/cprof/cprof-agent.so from it (an install). Never a relative
+ * path or $PATH: root must not load code from where it was not put.
+ */
+static int find_agent(char *buf, size_t size)
+{
+	static const char *const rel[] = { "cprof-agent.so", "../lib/cprof/cprof-agent.so" };
+	const char *env = getenv("CPROF_AGENT");
+	char exe[PATH_MAX], *slash;
+	ssize_t n;
+
+	if (env && *env) {
+		if (env[0] != '/' || !realpath(env, buf) || access(buf, R_OK) < 0)
+			return -ENOENT;
+		return 0;
+	}
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return -ENOENT;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return -ENOENT;
+	slash[1] = '\0';
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		char path[PATH_MAX * 2];
+
+		snprintf(path, sizeof(path), "%s%s", exe, rel[i]);
+		if (realpath(path, buf) && access(buf, R_OK) == 0 && strlen(buf) < size)
+			return 0;
+	}
+	return -ENOENT;
+}
+
+static int inject_error(int r, const struct target *t, const struct agent_load *al)
+{
+	const struct inject_report *rep = &al->rep;
+
+	switch (r) {
+	case -ESRCH:
+		report_error("pid %d (%s) exited before the agent was loaded", t->pid, t->comm);
+		return EXIT_TARGET;
+	case -EPERM:
+		report_error("not allowed to ptrace pid %d (%s)", t->pid, t->comm);
+		report_hint("run as root, or as its user with kernel.yama.ptrace_scope = 0 "
+			    "(or CAP_SYS_PTRACE)");
+		return EXIT_PERMISSION;
+	case -EBUSY:
+		report_error("pid %d (%s) is traced by another process (a debugger, strace), or "
+			     "another cprof is profiling it", t->pid, t->comm);
+		report_hint("wait for it to end, or detach the debugger");
+		return EXIT_TARGET;
+	case -ENOENT:
+		report_error("pid %d (%s) has no libc.so with dlopen: it is statically linked, "
+			     "so the agent cannot be loaded", t->pid, t->comm);
+		report_hint("heap, mutex and block need a dynamically linked target; "
+			    "cpu and threads work on any");
+		return EXIT_TARGET;
+	case -EAGAIN:
+		report_error("no thread of pid %d (%s) was safe to load the agent within %d s: "
+			     "%u looks, the last refused because %s", t->pid, t->comm,
+			     PICK_TIMEOUT_MS / 1000, rep->tried, rep->why[0] ? rep->why : "?");
+		report_hint("the target was left as it was; try again in a moment");
+		return EXIT_TARGET;
+	case -ETIMEDOUT:
+		report_error("thread %d of pid %d (%s) did not finish loading the agent in %d s",
+			     rep->tid, t->pid, t->comm, CALL_TIMEOUT_MS / 1000);
+		report_hint("it is not stopped: it finishes on its own and goes back to its work; "
+			    "the agent undoes its hooks within 1 s since cprof is gone");
+		return EXIT_FAIL;
+	case -ENOEXEC:
+		report_error("the target's dlopen refused %s: %s", rep->agent_path,
+			     rep->dlerror[0] ? rep->dlerror : "no reason given");
+		return EXIT_FAIL;
+	case -EXDEV:
+		report_error("pid %d (%s) cannot see the agent at the path cprof has it (another "
+			     "mount namespace: a container?), or a resident agent was deleted",
+			     t->pid, t->comm);
+		return EXIT_TARGET;
+	case -ENOTSUP:
+		report_error("pid %d (%s) is stopped (SIGSTOP or a debugger): no thread can load "
+			     "the agent", t->pid, t->comm);
+		report_hint("send it SIGCONT first");
+		return EXIT_TARGET;
+	}
+	report_error("cannot load the agent into pid %d (%s): %s", t->pid, t->comm, strerror(-r));
+	return EXIT_FAIL;
+}
+
+int agent_load(struct agent_load *al, const struct target *t, uint64_t rate, uint32_t ring_size)
+{
+	char agent[PATH_MAX];
+	struct inject_opts o;
+	int r;
+
+	memset(al, 0, sizeof(*al));
+	al->fd = -1;
+	if (find_agent(agent, sizeof(agent)) < 0) {
+		report_error("cannot find cprof-agent.so beside the cprof binary or in ../lib/cprof");
+		report_hint("set CPROF_AGENT to its absolute path");
+		return EXIT_FAIL;
+	}
+	if (t->state == 'T' || t->state == 't') {
+		report_error("pid %d (%s) is stopped (SIGSTOP or a debugger): no thread can load "
+			     "the agent", t->pid, t->comm);
+		report_hint("send it SIGCONT first");
+		return EXIT_TARGET;
+	}
+	r = maps_read(t->pid, &al->maps);
+	if (r == 0)
+		r = symbolizer_new(&al->sym, t->pid);
+	if (r == 0)
+		r = unwinder_new(&al->unw, symbolizer_dwfl(al->sym), t->pid);
+	if (r < 0) {
+		report_error("cannot read the modules of pid %d (%s): %s", t->pid, t->comm,
+			     strerror(-r));
+		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+	}
+	o = (struct inject_opts){
+		.agent_path = agent,
+		.cprof_pid = getpid(),
+		.rate = rate,
+		.ring_size = ring_size,
+		.pick_timeout_ms = PICK_TIMEOUT_MS,
+		.call_timeout_ms = CALL_TIMEOUT_MS,
+		.maps = &al->maps,
+		.sym = al->sym,
+		.unw = al->unw,
+	};
+	r = inject_agent(t->pid, &o, &al->rep);
+	if (r < 0)
+		return inject_error(r, t, al);
+	al->fd = r;
+	/* The agent is a module of the target now: its frames must resolve. */
+	symbolizer_refresh(al->sym);
+	return 0;
+}
+
+void agent_load_release(struct agent_load *al)
+{
+	unwinder_free(al->unw);
+	symbolizer_free(al->sym);
+	maps_release(&al->maps);
+	memset(al, 0, sizeof(*al));
+}

@@ -1,0 +1,30 @@
+/*
+ * The first step of every command that needs the agent (heap; mutex, block
+ * later): find cprof-agent.so, read the target's modules, inject it
+ * (lib/inject/) and say clearly why not when it cannot be done.
+ */
+#ifndef CPROF_AGENT_LOAD_H
+#define CPROF_AGENT_LOAD_H
+
+#include <stdint.h>
+
+#include "inject/inject.h"
+#include "target/target.h"
+
+struct agent_load {
+	struct maps maps;
+	struct symbolizer *sym; /* the target's modules, the agent included */
+	struct unwinder *unw;   /* on sym's Dwfl: the only one it may have */
+	int fd;                 /* the agent's memfd, as numbered in the target */
+	struct inject_report rep;
+};
+
+/*
+ * Loads the agent into @t and starts a session at @rate bytes with a ring of
+ * @ring_size bytes (0: default). Returns 0, or an exit code (enum cprof_exit)
+ * after reporting the error; @what names the command's aim in messages.
+ */
+int agent_load(struct agent_load *al, const struct target *t, uint64_t rate, uint32_t ring_size);
+void agent_load_release(struct agent_load *al);
+
+#endif
