@@ -102,7 +102,8 @@ static int inject_error(int r, const struct target *t, const struct agent_load *
 	return EXIT_FAIL;
 }
 
-int agent_load(struct agent_load *al, const struct target *t, uint64_t rate, uint32_t ring_size)
+int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate,
+	       uint32_t ring_size)
 {
 	char agent[PATH_MAX];
 	struct inject_opts o;
@@ -136,6 +137,7 @@ int agent_load(struct agent_load *al, const struct target *t, uint64_t rate, uin
 		.cprof_pid = getpid(),
 		.rate = rate,
 		.ring_size = ring_size,
+		.events = events,
 		.pick_timeout_ms = PICK_TIMEOUT_MS,
 		.call_timeout_ms = CALL_TIMEOUT_MS,
 		.maps = &al->maps,

@@ -20,11 +20,13 @@ struct agent_load {
 };
 
 /*
- * Loads the agent into @t and starts a session at @rate bytes with a ring of
+ * Loads the agent into @t and starts a session recording @events
+ * (CPROF_EVENTS_*) at @rate (its unit is the events') with a ring of
  * @ring_size bytes (0: default). Returns 0, or an exit code (enum cprof_exit)
- * after reporting the error; @what names the command's aim in messages.
+ * after reporting the error.
  */
-int agent_load(struct agent_load *al, const struct target *t, uint64_t rate, uint32_t ring_size);
+int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate,
+	       uint32_t ring_size);
 void agent_load_release(struct agent_load *al);
 
 #endif

@@ -9,6 +9,7 @@
  *   ring.c      records into the memfd's ring
  *   capture.c   registers and stack bytes of the sampling thread
  *   watchdog.c  the "cprof-agent" thread: peer death, heartbeat, commands
+ *   locks.c     the pthread/semaphore hooks: block, mutex, threadcreate
  *
  * Rules for code reachable from a hook: no printing, no exit, no sleeping,
  * no locks but the event spinlock, and anything that may allocate runs with
@@ -17,10 +18,13 @@
 #ifndef CPROF_AGENT_PRIVATE_H
 #define CPROF_AGENT_PRIVATE_H
 
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "wire.h"
 
@@ -50,6 +54,8 @@ extern uint64_t agent_rate HIDDEN;
 bool sampler_should_sample(uint64_t size) HIDDEN;
 /* A gap drawn from Exp(mean @rate), rounded up; 0 when @rate is 1. */
 uint64_t sampler_draw(uint64_t rate) HIDDEN;
+/* 64 random bits from this thread's generator. */
+uint64_t sampler_random(void) HIDDEN;
 /* -ln(x) for x in (0, 1]; relative error below 1e-6 (see sampler.c). */
 double sampler_neg_log(double x) HIDDEN;
 
@@ -114,27 +120,74 @@ struct real_funcs {
 	void *(*valloc)(size_t);
 	void *(*pvalloc)(size_t);
 	void *(*dlopen)(const char *, int);
+	/* locks.c's, hooked ... */
+	int (*pthread_mutex_lock)(pthread_mutex_t *);
+	int (*pthread_mutex_timedlock)(pthread_mutex_t *, const struct timespec *);
+	int (*pthread_mutex_unlock)(pthread_mutex_t *);
+	int (*pthread_rwlock_rdlock)(pthread_rwlock_t *);
+	int (*pthread_rwlock_timedrdlock)(pthread_rwlock_t *, const struct timespec *);
+	int (*pthread_rwlock_wrlock)(pthread_rwlock_t *);
+	int (*pthread_rwlock_timedwrlock)(pthread_rwlock_t *, const struct timespec *);
+	int (*pthread_rwlock_unlock)(pthread_rwlock_t *);
+	int (*pthread_cond_wait)(pthread_cond_t *, pthread_mutex_t *);
+	int (*pthread_cond_timedwait)(pthread_cond_t *, pthread_mutex_t *,
+				      const struct timespec *);
+	int (*sem_wait)(sem_t *);
+	int (*sem_timedwait)(sem_t *, const struct timespec *);
+	int (*pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+	/* ... and called only: the first try of every lock. */
+	int (*pthread_mutex_trylock)(pthread_mutex_t *);
+	int (*pthread_rwlock_tryrdlock)(pthread_rwlock_t *);
+	int (*pthread_rwlock_trywrlock)(pthread_rwlock_t *);
+	int (*sem_trywait)(sem_t *);
 };
 
 extern struct real_funcs agent_real HIDDEN;
 
 struct hook_entry {
 	const char *name;
-	void *hook;  /* our function */
-	void **real; /* where agent_real keeps the original */
+	void *hook;      /* our function */
+	void **real;     /* where agent_real keeps the original */
+	uint32_t events; /* CPROF_EVENTS_* sessions that patch it */
 };
+
+/* What the running session records (CPROF_EVENTS_*); 0 between sessions. */
+extern uint32_t agent_events HIDDEN;
 
 extern const struct hook_entry agent_hooks[] HIDDEN;
 extern const size_t agent_nr_hooks HIDDEN;
 
 /* Resolve agent_real (dlsym). Returns 0 or -ENOENT. Not from a hook. */
 int hooks_resolve(void) HIDDEN;
-/* The hook_entry for symbol @name, or NULL. */
-const struct hook_entry *hooks_find(const char *name) HIDDEN;
+/* The hook_entry for symbol @name, or NULL; only those of the running
+ * session's events unless @any (restoring undoes every kind). */
+const struct hook_entry *hooks_find(const char *name, bool any) HIDDEN;
 /* Is @value one of our hook functions? */
 bool hooks_is_hook(uint64_t value) HIDDEN;
 /* Emit FREE for a sampled block being freed (event lock taken inside). */
 void hooks_emit_free(uint64_t addr, uint64_t size) HIDDEN;
+
+/* --- locks.c ------------------------------------------------------------- */
+
+int hook_pthread_mutex_lock(pthread_mutex_t *m) HIDDEN;
+int hook_pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t) HIDDEN;
+int hook_pthread_mutex_unlock(pthread_mutex_t *m) HIDDEN;
+int hook_pthread_rwlock_rdlock(pthread_rwlock_t *l) HIDDEN;
+int hook_pthread_rwlock_timedrdlock(pthread_rwlock_t *l, const struct timespec *t) HIDDEN;
+int hook_pthread_rwlock_wrlock(pthread_rwlock_t *l) HIDDEN;
+int hook_pthread_rwlock_timedwrlock(pthread_rwlock_t *l, const struct timespec *t) HIDDEN;
+int hook_pthread_rwlock_unlock(pthread_rwlock_t *l) HIDDEN;
+int hook_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m) HIDDEN;
+int hook_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
+				const struct timespec *t) HIDDEN;
+int hook_sem_wait(sem_t *s) HIDDEN;
+int hook_sem_timedwait(sem_t *s, const struct timespec *t) HIDDEN;
+int hook_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *),
+			void *arg) HIDDEN;
+/* Resolve the try-functions the hooks call first. 0 or -ENOENT. */
+int locks_resolve(void) HIDDEN;
+/* Forget every registered waiter (a new session, a fork child). */
+void locks_reset(void) HIDDEN;
 
 /* --- got.c ---------------------------------------------------------------- */
 

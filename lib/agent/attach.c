@@ -63,6 +63,7 @@ int agent_detach_locked(uint32_t reason)
 		return -ENOENT;
 	got_restore_all();
 	__atomic_store_n(&agent_sampling, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&agent_events, 0, __ATOMIC_RELAXED);
 	event_lock();
 	liveset_clear();
 	h->hooked = got_nr_patched();
@@ -221,7 +222,19 @@ static bool peer_alive(pid_t pid)
 	return kill(pid, 0) == 0 || errno == EPERM;
 }
 
+static bool one_kind(uint32_t events)
+{
+	return events == CPROF_EVENTS_HEAP || events == CPROF_EVENTS_BLOCK ||
+	       events == CPROF_EVENTS_MUTEX || events == CPROF_EVENTS_THREADCREATE;
+}
+
 CPROF_AGENT_API int cprof_agent_attach(int cprof_pid, uint64_t rate, uint32_t ring_size)
+{
+	return cprof_agent_attach_events(cprof_pid, rate, ring_size, CPROF_EVENTS_HEAP);
+}
+
+CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint32_t ring_size,
+					      uint32_t events)
 {
 	struct cprof_wire_header *h;
 	int ret;
@@ -229,7 +242,7 @@ CPROF_AGENT_API int cprof_agent_attach(int cprof_pid, uint64_t rate, uint32_t ri
 	if (ring_size == 0)
 		ring_size = CPROF_WIRE_RING_DEFAULT;
 	if (cprof_pid <= 0 || ring_size < CPROF_WIRE_RING_MIN || ring_size > CPROF_WIRE_RING_MAX ||
-	    (ring_size & (ring_size - 1)))
+	    (ring_size & (ring_size - 1)) || !one_kind(events))
 		return -EINVAL;
 	rate = clamp_rate(rate);
 
@@ -262,6 +275,7 @@ CPROF_AGENT_API int cprof_agent_attach(int cprof_pid, uint64_t rate, uint32_t ri
 	h = memfd_map;
 	event_lock();
 	header_init(h, cprof_pid, rate, ring_size);
+	h->events = events;
 	agent_ring.data = (uint8_t *)memfd_map + CPROF_WIRE_HEADER_SIZE;
 	agent_ring.size = ring_size;
 	event_unlock();
@@ -272,6 +286,8 @@ CPROF_AGENT_API int cprof_agent_attach(int cprof_pid, uint64_t rate, uint32_t ri
 	peer_pid = cprof_pid;
 	last_command = CPROF_CMD_NONE;
 	__atomic_store_n(&agent_rate, rate, __ATOMIC_RELAXED);
+	locks_reset();
+	__atomic_store_n(&agent_events, events, __ATOMIC_RELAXED);
 	__atomic_store_n(&agent_sampling, 1, __ATOMIC_RELAXED);
 	event_lock();
 	agent_ring.hdr = h;

@@ -39,6 +39,15 @@ CPROF_AGENT_API int cprof_agent_attach(int cprof_pid, uint64_t rate, uint32_t ri
  */
 CPROF_AGENT_API int cprof_agent_detach(void);
 
+/*
+ * The same for sessions of another kind: @events is one of CPROF_EVENTS_*
+ * (wire.h); @rate's unit depends on it (bytes, nanoseconds, 1-in-N).
+ * cprof_agent_attach() is this with CPROF_EVENTS_HEAP. -EINVAL for an
+ * unknown or combined @events.
+ */
+CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint32_t ring_size,
+					      uint32_t events);
+
 /* The wire format version this agent writes (CPROF_WIRE_VERSION). */
 CPROF_AGENT_API uint32_t cprof_agent_version(void);
 

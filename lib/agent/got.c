@@ -215,7 +215,7 @@ static void do_relocs(const struct walk *w, const struct dl_phdr_info *info,
 		sym = &d->symtab[ELF64_R_SYM(rel[i].r_info)];
 		if (sym->st_name == 0 || (d->strsz && sym->st_name >= d->strsz))
 			continue;
-		h = hooks_find(d->strtab + sym->st_name);
+		h = hooks_find(d->strtab + sym->st_name, w->op == GOT_RESTORE);
 		if (h)
 			do_slot(w, d, (uint64_t *)(info->dlpi_addr + rel[i].r_offset), h);
 	}

@@ -283,14 +283,38 @@ static void *hook_dlopen(const char *file, int flags)
 	return h;
 }
 
-#define HOOK(fn) { #fn, (void *)hook_##fn, (void **)&agent_real.fn }
+#define HOOK(fn, ev) { #fn, (void *)hook_##fn, (void **)&agent_real.fn, (ev) }
+#define HEAP CPROF_EVENTS_HEAP
+#define WAITS (CPROF_EVENTS_BLOCK | CPROF_EVENTS_MUTEX)
 
 const struct hook_entry agent_hooks[] = {
-	HOOK(malloc),        HOOK(calloc),   HOOK(realloc), HOOK(reallocarray),
-	HOOK(free),          HOOK(posix_memalign), HOOK(aligned_alloc),
-	HOOK(memalign),      HOOK(valloc),   HOOK(pvalloc), HOOK(dlopen),
+	HOOK(malloc, HEAP),
+	HOOK(calloc, HEAP),
+	HOOK(realloc, HEAP),
+	HOOK(reallocarray, HEAP),
+	HOOK(free, HEAP),
+	HOOK(posix_memalign, HEAP),
+	HOOK(aligned_alloc, HEAP),
+	HOOK(memalign, HEAP),
+	HOOK(valloc, HEAP),
+	HOOK(pvalloc, HEAP),
+	HOOK(dlopen, CPROF_EVENTS_ALL),
+	HOOK(pthread_mutex_lock, WAITS),
+	HOOK(pthread_mutex_timedlock, WAITS),
+	HOOK(pthread_mutex_unlock, CPROF_EVENTS_MUTEX),
+	HOOK(pthread_rwlock_rdlock, WAITS),
+	HOOK(pthread_rwlock_timedrdlock, WAITS),
+	HOOK(pthread_rwlock_wrlock, WAITS),
+	HOOK(pthread_rwlock_timedwrlock, WAITS),
+	HOOK(pthread_rwlock_unlock, CPROF_EVENTS_MUTEX),
+	HOOK(pthread_cond_wait, CPROF_EVENTS_BLOCK),
+	HOOK(pthread_cond_timedwait, CPROF_EVENTS_BLOCK),
+	HOOK(sem_wait, CPROF_EVENTS_BLOCK),
+	HOOK(sem_timedwait, CPROF_EVENTS_BLOCK),
+	HOOK(pthread_create, CPROF_EVENTS_THREADCREATE),
 };
 const size_t agent_nr_hooks = sizeof(agent_hooks) / sizeof(agent_hooks[0]);
+uint32_t agent_events;
 
 int hooks_resolve(void)
 {
@@ -304,20 +328,23 @@ int hooks_resolve(void)
 	/* Without the core four there is nothing sensible to hook. */
 	if (!agent_real.malloc || !agent_real.free || !agent_real.calloc || !agent_real.realloc)
 		return -ENOENT;
-	return 0;
+	return locks_resolve();
 }
 
-const struct hook_entry *hooks_find(const char *name)
+const struct hook_entry *hooks_find(const char *name, bool any)
 {
+	uint32_t events = __atomic_load_n(&agent_events, __ATOMIC_RELAXED);
+
 	/* Cheap reject: every hooked name starts with one of these. */
 	switch (name[0]) {
-	case 'm': case 'c': case 'r': case 'f': case 'p': case 'a': case 'v': case 'd':
+	case 'm': case 'c': case 'r': case 'f': case 'p': case 'a': case 'v': case 'd': case 's':
 		break;
 	default:
 		return NULL;
 	}
 	for (size_t i = 0; i < agent_nr_hooks; i++)
-		if (*agent_hooks[i].real && strcmp(name, agent_hooks[i].name) == 0)
+		if (*agent_hooks[i].real && (any || (agent_hooks[i].events & events)) &&
+		    strcmp(name, agent_hooks[i].name) == 0)
 			return &agent_hooks[i];
 	return NULL;
 }

@@ -121,3 +121,10 @@ bool sampler_should_sample(uint64_t size)
 	}
 	return true;
 }
+
+uint64_t sampler_random(void)
+{
+	if (unlikely(prng_state == 0))
+		prng_seed();
+	return prng_next();
+}

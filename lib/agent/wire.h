@@ -118,7 +118,11 @@ struct cprof_wire_header {
 	uint64_t hooked;        /* GOT entries currently patched */
 	uint64_t errors;        /* GOT patches that failed, stack copies that failed */
 
-	uint8_t pad1[256 - 136];
+	/* Written once by the agent before state leaves INIT. */
+	uint32_t events;        /* CPROF_EVENTS_*: what this session hooks and records */
+	uint32_t pad_events;
+
+	uint8_t pad1[256 - 144];
 
 	/* Ring positions, one cache line each (see the comment on top). */
 	uint64_t data_head; /* agent */
@@ -131,11 +135,24 @@ _Static_assert(sizeof(struct cprof_wire_header) == 384, "wire header layout");
 _Static_assert(__builtin_offsetof(struct cprof_wire_header, data_head) == 256, "wire header");
 _Static_assert(sizeof(struct cprof_wire_header) <= CPROF_WIRE_HEADER_SIZE, "wire header");
 
+/*
+ * What a session records (header.events; cprof_agent_attach_events()).
+ * HEAP hooks the malloc family (ALLOC/FREE records); the others hook
+ * pthread and semaphore functions (EVENT records). One session, one kind,
+ * so that one profile's rate has one meaning.
+ */
+#define CPROF_EVENTS_HEAP 0x1u         /* rate: mean bytes between samples */
+#define CPROF_EVENTS_BLOCK 0x2u        /* rate: nanoseconds (see EVENT) */
+#define CPROF_EVENTS_MUTEX 0x4u        /* rate: one in `rate` contentions */
+#define CPROF_EVENTS_THREADCREATE 0x8u /* rate: unused (every creation) */
+#define CPROF_EVENTS_ALL 0xfu
+
 /* Record types. */
 enum cprof_wire_record_type {
 	CPROF_REC_PAD = 0,   /* skip `size` bytes (to the end of the ring) */
 	CPROF_REC_ALLOC = 1, /* struct cprof_wire_alloc */
 	CPROF_REC_FREE = 2,  /* struct cprof_wire_free */
+	CPROF_REC_EVENT = 3, /* struct cprof_wire_event */
 };
 
 /* Every record starts with this; size is a multiple of 8, >= 8. */
@@ -202,5 +219,49 @@ struct cprof_wire_free {
 };
 
 _Static_assert(sizeof(struct cprof_wire_free) == 40, "wire free layout");
+
+/* event.kind */
+enum cprof_wire_event_kind {
+	CPROF_EV_MUTEX_WAIT = 1,   /* BLOCK: pthread_mutex_lock/timedlock waited */
+	CPROF_EV_RWLOCK_RD_WAIT = 2, /* BLOCK: pthread_rwlock_(timed)rdlock waited */
+	CPROF_EV_RWLOCK_WR_WAIT = 3, /* BLOCK: pthread_rwlock_(timed)wrlock waited */
+	CPROF_EV_COND_WAIT = 4,    /* BLOCK: pthread_cond_(timed)wait */
+	CPROF_EV_SEM_WAIT = 5,     /* BLOCK: sem_(timed)wait waited */
+	CPROF_EV_MUTEX_UNLOCK = 6, /* MUTEX: an unlock that ended others' wait */
+	CPROF_EV_RWLOCK_UNLOCK = 7, /* MUTEX: the same for a rwlock */
+	CPROF_EV_THREAD_CREATE = 8, /* THREADCREATE: pthread_create succeeded */
+};
+
+/*
+ * A blocking, contention or thread-creation event, with the stack that
+ * caused it (regs and stack as in ALLOC, same offsets). Values:
+ *   BLOCK: `value` nanoseconds, already unbiased by the agent: a wait of d
+ *     >= rate is always recorded with value d; a shorter one is recorded
+ *     with probability d / rate and value rate (so the expected sum of
+ *     values is the true total wait, whatever the mix of durations);
+ *   MUTEX: `value` = the nanoseconds other threads had been waiting for
+ *     this lock while the unlocking thread held it (since it took it, or
+ *     the previous charge); one in `rate` such unlocks is recorded: cprof
+ *     multiplies count and value by rate;
+ *   THREADCREATE: value 1.
+ */
+struct cprof_wire_event {
+	struct cprof_wire_record hdr; /* type CPROF_REC_EVENT; size as for ALLOC */
+	uint64_t time_ns;   /* CLOCK_MONOTONIC of the target */
+	uint32_t tid;
+	uint32_t kind;      /* enum cprof_wire_event_kind */
+	uint64_t object;    /* the lock's address (the new thread's id for create) */
+	uint64_t value;
+	uint64_t rate;      /* the session's rate when this was recorded */
+	uint64_t regs[CPROF_REG_COUNT];
+	uint32_t stack_size;
+	uint32_t pad;
+	uint8_t stack[];
+};
+
+_Static_assert(sizeof(struct cprof_wire_event) == 192, "wire event layout");
+_Static_assert(__builtin_offsetof(struct cprof_wire_event, regs) ==
+		       __builtin_offsetof(struct cprof_wire_alloc, regs),
+	       "ALLOC and EVENT share their stack tail");
 
 #endif

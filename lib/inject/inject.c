@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/wire.h"
 #include "inject/inject-private.h"
 #include "inject/trampoline.h"
 #include "ptrace/ptrace.h"
@@ -294,9 +295,10 @@ static void fill_image(struct call *c, const struct user_regs_struct *r)
 	*field(c, TD_ARG0) = (uint64_t)(int64_t)c->o->cprof_pid;
 	*field(c, TD_ARG1) = c->o->rate;
 	*field(c, TD_ARG2) = c->o->ring_size;
+	*field(c, TD_ARG3) = c->o->events ? c->o->events : CPROF_EVENTS_HEAP;
 	*field(c, TD_DONE) = 0;
 	*field(c, TD_FXSAVE) = c->fxsave;
-	snprintf((char *)field(c, TD_SYM), TD_SYM_MAX, "cprof_agent_attach");
+	snprintf((char *)field(c, TD_SYM), TD_SYM_MAX, "cprof_agent_attach_events");
 	snprintf((char *)field(c, TD_PATH), TD_PATH_MAX, "%s", c->rep->agent_path);
 	ptrace_resume_point(r, &rip, &rax);
 	regs[TR_RAX] = rax;

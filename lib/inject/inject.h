@@ -1,6 +1,6 @@
 /*
  * Loading cprof-agent.so into a running process and starting a session of
- * it: a remote dlopen + dlsym + cprof_agent_attach() run by ONE thread of
+ * it: a remote dlopen + dlsym + cprof_agent_attach_events() run by ONE thread of
  * the target that cprof has checked cannot hold the allocator's or the
  * loader's locks.
  *
@@ -30,9 +30,10 @@
 
 struct inject_opts {
 	const char *agent_path; /* absolute, as the target sees it */
-	int32_t cprof_pid;      /* cprof_agent_attach()'s arguments */
+	int32_t cprof_pid;      /* cprof_agent_attach_events()'s arguments */
 	uint64_t rate;
 	uint32_t ring_size;
+	uint32_t events;        /* CPROF_EVENTS_* (agent/wire.h); 0: heap */
 	unsigned pick_timeout_ms; /* looking for a safe thread */
 	unsigned call_timeout_ms; /* waiting for the call to finish */
 	/* The target's modules (read beforehand) and an unwinder on them. */
@@ -64,7 +65,7 @@ struct inject_report {
  *   -ENOEXEC    dlopen failed (@rep->dlerror)
  *   -EXDEV      the agent is not the file the target would load at that path
  *   -ENOTSUP    a stopped (SIGSTOP) target, or no way to save its state
- *   other -errno from cprof_agent_attach() (-EBUSY: another cprof's
+ *   other -errno from cprof_agent_attach_events() (-EBUSY: another cprof's
  *   session runs) or from the system.
  */
 int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *rep);

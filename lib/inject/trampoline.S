@@ -39,6 +39,7 @@ cprof_tramp_code:
 	mov	D(TD_ARG0), %rdi
 	mov	D(TD_ARG1), %rsi
 	mov	D(TD_ARG2), %rdx
+	mov	D(TD_ARG3), %rcx
 	call	*%rax
 	mov	%rax, D(TD_RET)
 .Ldone:

@@ -9,7 +9,7 @@
  *
  *     handle = dlopen(path, flags);           (dlerror() if NULL)
  *     fn = dlsym(handle, sym);
- *     ret = fn(arg0, arg1, arg2);
+ *     ret = fn(arg0, arg1, arg2, arg3);
  *
  * stores the results, sets done, then puts back the thread's extended state
  * (xrstor), flags and registers from the data block and jumps to where the
@@ -38,6 +38,7 @@
 #define TD_ERRSTR 88   /* dlerror's (an address in the target) */
 #define TD_DONE 96     /* 0 while running, 1 when the results are in */
 #define TD_FXSAVE 104  /* 1: restore with fxrstor64 (no XSAVE), 0: xrstor64 */
+#define TD_ARG3 112    /* the function's fourth argument */
 #define TD_REGS 128    /* the registers to go back with, TR_* order */
 #define TD_SYM 320     /* NUL-terminated symbol name, TD_SYM_MAX bytes */
 #define TD_SYM_MAX 64
