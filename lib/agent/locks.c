@@ -5,9 +5,10 @@
  * - Every lock is tried first (trylock, trywait): when it is free, the hook
  *   costs that try and nothing else, no clock read. Only a lock that would
  *   block is timed around the real call.
- * - block: a wait of d nanoseconds at rate r is recorded with value d when
- *   d >= r, else with probability d / r and value r (wire.h, EVENT): the
- *   unbiased version of Go's sampler that seed 001 proposes.
+ * - block: a wait of d nanoseconds at rate r is always recorded when d >= r,
+ *   else with probability d / r; cprof counts the short ones as r
+ *   nanoseconds (wire.h, EVENT): the unbiased version of Go's sampler that
+ *   seed 001 proposes.
  * - mutex: a thread that waits registers in a small table keyed by the
  *   lock's address (the sum of waiters' start times and their number). An
  *   unlock of a lock with waiters is charged the time they have waited so
@@ -223,11 +224,8 @@ static __attribute__((noinline)) void blocked(uint32_t kind, const void *obj, ui
 
 	if (!session_wants(CPROF_EVENTS_BLOCK))
 		return;
-	if (rate > 1 && ns < rate) {
-		if (sampler_random() % rate >= ns)
-			return;
-		ns = rate;
-	}
+	if (rate > 1 && ns < rate && sampler_random() % rate >= ns)
+		return;
 	record_event(kind, (uint64_t)(uintptr_t)obj, ns, rate);
 }
 

@@ -235,10 +235,11 @@ enum cprof_wire_event_kind {
 /*
  * A blocking, contention or thread-creation event, with the stack that
  * caused it (regs and stack as in ALLOC, same offsets). Values:
- *   BLOCK: `value` nanoseconds, already unbiased by the agent: a wait of d
- *     >= rate is always recorded with value d; a shorter one is recorded
- *     with probability d / rate and value rate (so the expected sum of
- *     values is the true total wait, whatever the mix of durations);
+ *   BLOCK: `value` = the wait d in nanoseconds. A wait of d >= rate is
+ *     always recorded; a shorter one with probability d / rate, and cprof
+ *     counts it as rate nanoseconds and rate / d events (seed 001's
+ *     unbiased estimator: expected sums equal the true totals, whatever the
+ *     mix of durations);
  *   MUTEX: `value` = the nanoseconds other threads had been waiting for
  *     this lock while the unlocking thread held it (since it took it, or
  *     the previous charge); one in `rate` such unlocks is recorded: cprof

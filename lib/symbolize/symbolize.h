@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "profile/profile.h"
@@ -66,5 +67,17 @@ int symbolizer_lookup(struct symbolizer *s, uint64_t address, struct symbol_info
  * mapping (one profile mapping per module, the main executable first).
  */
 int symbolizer_fill_profile(struct symbolizer *s, struct profile *p);
+
+/* ---- text (text.c) ------------------------------------------------------ */
+
+/* The frame's source file, else its module's path, else "?". */
+const char *symbol_file_or_module(const struct symbol_frame *f, const struct symbol_info *info);
+/* "libfoo.so+0x1234" and "0x..." names carry their own offset. */
+bool symbol_name_has_offset(const char *name);
+/*
+ * Writes the frames of @pcs (leaf first) to @f in Go's legacy text layout:
+ * "#\t0xPC\tfunction+0xOFF\tfile:line", inlined frames innermost first.
+ */
+void symbolizer_write_frames(struct symbolizer *s, const uint64_t *pcs, size_t n, FILE *f);
 
 #endif

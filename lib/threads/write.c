@@ -12,18 +12,6 @@ static bool has_stack(const struct thread_record *t)
 	return t->result == PTRACE_THREAD_STOPPED && t->npcs > 0;
 }
 
-static const char *file_or_module(const struct symbol_frame *f, const struct symbol_info *info)
-{
-	if (f->file)
-		return f->file;
-	return info->module && info->module->path ? info->module->path : "?";
-}
-
-static bool has_offset(const char *name)
-{
-	return strchr(name, '+') || !strncmp(name, "0x", 2);
-}
-
 static void pause_line(const struct threads_snapshot *s, FILE *f)
 {
 	fprintf(f, "# paused %.3f ms for %zu threads of pid %d (%s): %.3f ms until all had "
@@ -176,25 +164,7 @@ int threads_write_debug1(const struct threads_snapshot *s, FILE *f)
 		for (size_t j = 0; j < t->npcs; j++)
 			fprintf(f, " %#llx", (unsigned long long)t->pcs[j]);
 		fputc('\n', f);
-		for (size_t j = 0; j < t->npcs; j++) {
-			struct symbol_info info;
-
-			if (symbolizer_lookup(s->sym, t->pcs[j], &info) < 0)
-				continue;
-			/* Inlined frames share the PC, innermost first, as Go prints them. */
-			for (size_t k = 0; k < info.nframes; k++) {
-				const struct symbol_frame *fr = &info.frames[k];
-
-				fprintf(f, "#\t%#llx\t", (unsigned long long)t->pcs[j]);
-				/* "libfoo.so+0x1234" and "0x..." names carry their own offset. */
-				if (has_offset(fr->function))
-					fputs(fr->function, f);
-				else
-					fprintf(f, "%s+%#llx", fr->function,
-						(unsigned long long)info.offset_in_function);
-				fprintf(f, "\t%s:%d\n", file_or_module(fr, &info), fr->line);
-			}
-		}
+		symbolizer_write_frames(s->sym, t->pcs, t->npcs, f);
 		fputc('\n', f);
 	}
 	free(groups);
@@ -246,10 +216,10 @@ int threads_write_debug2(const struct threads_snapshot *s, FILE *f)
 			for (size_t k = 0; k < info.nframes; k++) {
 				const struct symbol_frame *fr = &info.frames[k];
 
-				fprintf(f, "%s(...)\n\t%s:%d", fr->function, file_or_module(fr, &info),
+				fprintf(f, "%s(...)\n\t%s:%d", fr->function, symbol_file_or_module(fr, &info),
 					fr->line);
 				/* The offset belongs to the real (outermost) frame only. */
-				if (k + 1 == info.nframes && !has_offset(fr->function))
+				if (k + 1 == info.nframes && !symbol_name_has_offset(fr->function))
 					fprintf(f, " +%#llx", (unsigned long long)info.offset_in_function);
 				fputc('\n', f);
 			}
