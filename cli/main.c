@@ -18,6 +18,9 @@ struct command {
 static const struct command commands[] = {
 	{ "cpu", cmd_cpu, "sample the CPU use of every thread (perf_event_open)" },
 	{ "threads", cmd_threads, "what every thread is doing now: one consistent snapshot" },
+	{ "block", cmd_block, "where threads wait on locks, conditions, semaphores (agent)" },
+	{ "mutex", cmd_mutex, "which lock holders make others wait (agent)" },
+	{ "threadcreate", cmd_threadcreate, "the stacks that create threads (agent)" },
 };
 
 static void usage(FILE *f)
@@ -30,7 +33,7 @@ static void usage(FILE *f)
 		   "\n"
 		   "commands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+		fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
 	fprintf(f, "\n"
 		   "options:\n"
 		   "  -h, --help     show this help\n"

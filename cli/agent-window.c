@@ -1,0 +1,91 @@
+#include "agent-window.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "interrupt.h"
+#include "report.h"
+#include "util/parse.h"
+#include "util/util.h"
+
+#define TICK_NS (100ULL * 1000 * 1000)
+#define DETACH_TIMEOUT_MS 2000
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int drain(struct channel *ch, const struct channel_handlers *h, struct window_result *res)
+{
+	int n;
+
+	if (res->malformed)
+		return 0;
+	n = channel_drain(ch, h);
+	if (n == -EPROTO) {
+		res->malformed = true;
+		return 0;
+	}
+	if (n < 0)
+		return n;
+	res->records += (uint64_t)n;
+	return 0;
+}
+
+int agent_window(struct channel *ch, const struct target *t, uint64_t duration_ns,
+		 const struct channel_handlers *h, const char *what, struct window_result *res)
+{
+	uint64_t start = now_monotonic_ns(), next_progress = start;
+	char total[32], done[32];
+	int r;
+
+	memset(res, 0, sizeof(*res));
+	res->start_realtime_ns = realtime_ns();
+	format_duration(duration_ns, total, sizeof(total));
+	for (;;) {
+		uint64_t now = now_monotonic_ns();
+		struct timespec nap;
+
+		channel_heartbeat(ch);
+		r = drain(ch, h, res);
+		if (r < 0)
+			return r;
+		if (interrupt_requested()) {
+			res->interrupted = true;
+			break;
+		}
+		if (!target_alive(t->pid)) {
+			res->target_exited = true;
+			break;
+		}
+		if (now - start >= duration_ns)
+			break;
+		if (now >= next_progress) {
+			format_duration((now - start) / 1000000000ULL * 1000000000ULL, done,
+					sizeof(done));
+			report_progress("profiling pid %d (%s): %s / %s, %llu %s", t->pid, t->comm,
+					done, total, (unsigned long long)res->records, what);
+			next_progress = now + 1000000000ULL;
+		}
+		nap.tv_sec = 0;
+		nap.tv_nsec = (long)MIN(TICK_NS, duration_ns - (now - start));
+		nanosleep(&nap, NULL);
+	}
+	res->window_ns = now_monotonic_ns() - start;
+	report_progress_done();
+	if (!res->target_exited) {
+		r = channel_command(ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED, DETACH_TIMEOUT_MS);
+		res->detached = r == 0;
+		if (r == -ESRCH)
+			res->target_exited = true;
+	}
+	/* Whatever was published before the hooks went. */
+	r = drain(ch, h, res);
+	channel_counters(ch, &res->counters);
+	return r;
+}

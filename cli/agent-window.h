@@ -1,0 +1,36 @@
+/*
+ * The window of an agent session (heap, block, mutex, threadcreate): keep
+ * the agent's heartbeat, drain its records into the command's handlers,
+ * show progress, stop on the duration, Ctrl-C or the target's exit, then
+ * end the session (the agent restores every GOT entry) and take what is
+ * left. The command builds its profile from what its handlers collected.
+ */
+#ifndef CPROF_AGENT_WINDOW_H
+#define CPROF_AGENT_WINDOW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "channel/channel.h"
+#include "target/target.h"
+
+struct window_result {
+	uint64_t start_realtime_ns; /* for the profile's time_nanos */
+	uint64_t window_ns;
+	uint64_t records;
+	bool target_exited;
+	bool interrupted;
+	bool detached;     /* the agent confirmed its hooks are gone */
+	bool malformed;    /* the ring held garbage: reading stopped there */
+	struct channel_counters counters; /* at the end */
+};
+
+/*
+ * Runs the window on @ch for @duration_ns. @what names the records in the
+ * progress line ("samples", "events"). Returns 0 (also when the target
+ * exited or Ctrl-C came: see @res), or a handler's -errno.
+ */
+int agent_window(struct channel *ch, const struct target *t, uint64_t duration_ns,
+		 const struct channel_handlers *h, const char *what, struct window_result *res);
+
+#endif

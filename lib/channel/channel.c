@@ -1,0 +1,198 @@
+#include "channel/channel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "target/target.h"
+
+#define RECORD_MAX (sizeof(struct cprof_wire_alloc) + CPROF_WIRE_STACK_MAX)
+
+struct channel {
+	pid_t pid;
+	uint8_t *map;
+	size_t map_size;
+	struct cprof_wire_header *hdr;
+	const uint8_t *ring;
+	uint32_t ring_size;
+	uint64_t tail; /* our copy: the target could rewrite data_tail */
+	uint8_t *copy; /* one record, copied out */
+};
+
+static uint64_t load(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+int channel_open(struct channel **ret, pid_t pid, int fd)
+{
+	struct cprof_wire_header h;
+	struct channel *ch;
+	char path[64];
+	struct stat st;
+	int mfd, r;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+	mfd = open(path, O_RDWR | O_CLOEXEC);
+	if (mfd < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	if (fstat(mfd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < CPROF_WIRE_HEADER_SIZE) {
+		r = -EPROTO;
+		goto out_close;
+	}
+	if (pread(mfd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+		r = -EPROTO;
+		goto out_close;
+	}
+	if (h.magic != CPROF_WIRE_MAGIC || h.version != CPROF_WIRE_VERSION ||
+	    h.header_size != CPROF_WIRE_HEADER_SIZE || h.ring_size < CPROF_WIRE_RING_MIN ||
+	    h.ring_size > CPROF_WIRE_RING_MAX || (h.ring_size & (h.ring_size - 1)) ||
+	    h.stack_max > CPROF_WIRE_STACK_MAX ||
+	    (uint64_t)st.st_size < (uint64_t)h.header_size + h.ring_size) {
+		r = -EPROTO;
+		goto out_close;
+	}
+	ch = calloc(1, sizeof(*ch));
+	if (!ch) {
+		r = -ENOMEM;
+		goto out_close;
+	}
+	ch->copy = malloc(RECORD_MAX);
+	ch->map_size = (size_t)h.header_size + h.ring_size;
+	/* The sizes we checked are the ones we use, whatever the agent writes later. */
+	ch->map = ch->copy ? mmap(NULL, ch->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0)
+			   : MAP_FAILED;
+	if (ch->map == MAP_FAILED) {
+		r = ch->copy ? -errno : -ENOMEM;
+		free(ch->copy);
+		free(ch);
+		goto out_close;
+	}
+	ch->pid = pid;
+	ch->hdr = (struct cprof_wire_header *)ch->map;
+	ch->ring = ch->map + h.header_size;
+	ch->ring_size = h.ring_size;
+	ch->tail = load(&ch->hdr->data_tail);
+	close(mfd);
+	*ret = ch;
+	return 0;
+out_close:
+	close(mfd);
+	return r;
+}
+
+void channel_close(struct channel *ch)
+{
+	if (!ch)
+		return;
+	munmap(ch->map, ch->map_size);
+	free(ch->copy);
+	free(ch);
+}
+
+void channel_heartbeat(struct channel *ch)
+{
+	__atomic_fetch_add(&ch->hdr->heartbeat, 1, __ATOMIC_RELEASE);
+}
+
+int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned timeout_ms)
+{
+	const struct timespec nap = { 0, 5 * 1000 * 1000 };
+
+	__atomic_store_n(&ch->hdr->command, cmd, __ATOMIC_RELEASE);
+	for (unsigned waited = 0; waited <= timeout_ms; waited += 5) {
+		if (__atomic_load_n(&ch->hdr->state, __ATOMIC_ACQUIRE) == state)
+			return 0;
+		if (!target_alive(ch->pid))
+			return -ESRCH;
+		channel_heartbeat(ch);
+		nanosleep(&nap, NULL);
+	}
+	return -ETIMEDOUT;
+}
+
+void channel_counters(const struct channel *ch, struct channel_counters *ret)
+{
+	const struct cprof_wire_header *h = ch->hdr;
+
+	ret->state = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
+	ret->detach_reason = __atomic_load_n(&h->detach_reason, __ATOMIC_RELAXED);
+	ret->events = __atomic_load_n(&h->events, __ATOMIC_RELAXED);
+	ret->samples = __atomic_load_n(&h->samples, __ATOMIC_RELAXED);
+	ret->sampled_bytes = __atomic_load_n(&h->sampled_bytes, __ATOMIC_RELAXED);
+	ret->frees = __atomic_load_n(&h->frees, __ATOMIC_RELAXED);
+	ret->lost = __atomic_load_n(&h->lost, __ATOMIC_RELAXED);
+	ret->untracked = __atomic_load_n(&h->untracked, __ATOMIC_RELAXED);
+	ret->hooked = __atomic_load_n(&h->hooked, __ATOMIC_RELAXED);
+	ret->errors = __atomic_load_n(&h->errors, __ATOMIC_RELAXED);
+	ret->rate_in_use = __atomic_load_n(&h->rate_in_use, __ATOMIC_RELAXED);
+}
+
+/* The record at @off (ring offset) of @size bytes, copied, checked by type. */
+static int take(struct channel *ch, uint32_t off, uint32_t size, const struct channel_handlers *h)
+{
+	const struct cprof_wire_record *rec = (const void *)ch->copy;
+	uint32_t stack_size;
+
+	memcpy(ch->copy, ch->ring + off, size);
+	switch (rec->type) {
+	case CPROF_REC_ALLOC:
+	case CPROF_REC_EVENT:
+		/* Same tail (wire.h): stack_size at the same offset. */
+		if (size < sizeof(struct cprof_wire_alloc))
+			return -EPROTO;
+		stack_size = ((const struct cprof_wire_alloc *)rec)->stack_size;
+		if (stack_size > CPROF_WIRE_STACK_MAX ||
+		    stack_size > size - sizeof(struct cprof_wire_alloc))
+			return -EPROTO;
+		if (rec->type == CPROF_REC_ALLOC)
+			return h->alloc ? h->alloc((const void *)rec, h->arg) : 0;
+		return h->event ? h->event((const void *)rec, h->arg) : 0;
+	case CPROF_REC_FREE:
+		if (size < sizeof(struct cprof_wire_free))
+			return -EPROTO;
+		return h->free ? h->free((const void *)rec, h->arg) : 0;
+	}
+	return -EPROTO;
+}
+
+int channel_drain(struct channel *ch, const struct channel_handlers *h)
+{
+	uint64_t head = load(&ch->hdr->data_head);
+	int n = 0, r;
+
+	if (head < ch->tail || head - ch->tail > ch->ring_size)
+		return -EPROTO;
+	while (ch->tail < head) {
+		uint32_t off = (uint32_t)(ch->tail & (ch->ring_size - 1));
+		struct cprof_wire_record rec;
+
+		if (head - ch->tail < sizeof(rec))
+			return -EPROTO;
+		memcpy(&rec, ch->ring + off, sizeof(rec));
+		if (rec.size < sizeof(rec) || rec.size % 8 || rec.size > head - ch->tail ||
+		    rec.size > ch->ring_size - off)
+			return -EPROTO;
+		if (rec.type == CPROF_REC_PAD) {
+			/* Fills the ring's end, nothing else. */
+			if (off + rec.size != ch->ring_size)
+				return -EPROTO;
+		} else {
+			if (rec.size > RECORD_MAX)
+				return -EPROTO;
+			r = take(ch, off, rec.size, h);
+			if (r < 0)
+				return r;
+			n++;
+		}
+		ch->tail += rec.size;
+		__atomic_store_n(&ch->hdr->data_tail, ch->tail, __ATOMIC_RELEASE);
+	}
+	return n;
+}

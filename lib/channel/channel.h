@@ -1,0 +1,58 @@
+/*
+ * cprof's end of the agent's channel (lib/agent/wire.h): the memfd the
+ * agent created in the target, opened through /proc/PID/fd and mapped.
+ * Every byte of it is UNTRUSTED: the target may be buggy or hostile. The
+ * header is checked once, positions on every drain, each record before it
+ * is used, and records are copied out before they are looked at (the
+ * target can change them under us).
+ */
+#ifndef CPROF_CHANNEL_H
+#define CPROF_CHANNEL_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "agent/wire.h"
+
+struct channel;
+
+/* Counters the agent keeps, copied out. */
+struct channel_counters {
+	uint32_t state, detach_reason, events;
+	uint64_t samples, sampled_bytes, frees, lost, untracked, hooked, errors, rate_in_use;
+};
+
+/* What a drain hands over: copies, checked for size and bounds. */
+struct channel_handlers {
+	int (*alloc)(const struct cprof_wire_alloc *r, void *arg);
+	int (*free)(const struct cprof_wire_free *r, void *arg);
+	int (*event)(const struct cprof_wire_event *r, void *arg);
+	void *arg;
+};
+
+/*
+ * Opens memfd @fd of @pid. -ESRCH: gone; -EPROTO: not a channel of a
+ * compatible agent (magic, version, sizes); -errno otherwise.
+ */
+int channel_open(struct channel **ret, pid_t pid, int fd);
+void channel_close(struct channel *ch);
+
+/* cprof is alive: the agent detaches by itself when this stops (1 s). */
+void channel_heartbeat(struct channel *ch);
+
+/*
+ * Sends @cmd (CPROF_CMD_*) and waits up to @timeout_ms for the agent's
+ * state to become @state. 0, -ETIMEDOUT, or -ESRCH when the target is gone.
+ */
+int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned timeout_ms);
+
+void channel_counters(const struct channel *ch, struct channel_counters *ret);
+
+/*
+ * Hands every complete record to @h, frees their space. Returns the number
+ * of records, or -EPROTO at the first malformed one (the ring is then
+ * unusable: the caller stops reading and says so), or a handler's error.
+ */
+int channel_drain(struct channel *ch, const struct channel_handlers *h);
+
+#endif

@@ -1,0 +1,286 @@
+#include "contention/contention.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+
+#define MAX_FRAMES 128
+
+struct bucket {
+	uint64_t *pcs; /* leaf first, agent frames dropped */
+	size_t npcs;
+	uint64_t hash;
+	double events;
+	double delay_ns;
+};
+
+struct contention {
+	struct contention_opts opts;
+	struct contention_stats stats;
+	struct bucket *buckets;
+	size_t nbuckets, alloc;
+	struct u64map index; /* stack hash -> bucket index + 1 (chains by probing hash + 1) */
+	uint64_t pcs[MAX_FRAMES];
+	uint64_t agent_start, agent_end; /* cprof-agent.so in the target */
+};
+
+static int find_agent(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start,
+		      void *arg)
+{
+	struct contention *c = arg;
+	const char *path = NULL, *base;
+	Dwarf_Addr lo, hi;
+
+	(void)userdata, (void)name, (void)start;
+	dwfl_module_info(mod, NULL, &lo, &hi, NULL, NULL, &path, NULL);
+	base = path ? strrchr(path, '/') : NULL;
+	if (base && strncmp(base + 1, "cprof-agent", 11) == 0) {
+		c->agent_start = lo;
+		c->agent_end = hi;
+		return DWARF_CB_ABORT;
+	}
+	return DWARF_CB_OK;
+}
+
+int contention_new(struct contention **ret, const struct contention_opts *o)
+{
+	struct contention *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	c->opts = *o;
+	u64map_init(&c->index);
+	dwfl_getmodules(symbolizer_dwfl(o->sym), find_agent, c, 0);
+	*ret = c;
+	return 0;
+}
+
+void contention_free(struct contention *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->nbuckets; i++)
+		free(c->buckets[i].pcs);
+	free(c->buckets);
+	u64map_release(&c->index);
+	free(c);
+}
+
+const struct contention_stats *contention_stats(const struct contention *c)
+{
+	return &c->stats;
+}
+
+static bool kind_matches(uint32_t events, uint32_t kind)
+{
+	switch (kind) {
+	case CPROF_EV_MUTEX_WAIT:
+	case CPROF_EV_RWLOCK_RD_WAIT:
+	case CPROF_EV_RWLOCK_WR_WAIT:
+	case CPROF_EV_COND_WAIT:
+	case CPROF_EV_SEM_WAIT:
+		return events == CPROF_EVENTS_BLOCK;
+	case CPROF_EV_MUTEX_UNLOCK:
+	case CPROF_EV_RWLOCK_UNLOCK:
+		return events == CPROF_EVENTS_MUTEX;
+	case CPROF_EV_THREAD_CREATE:
+		return events == CPROF_EVENTS_THREADCREATE;
+	}
+	return false;
+}
+
+/* What one record stands for: (events, delay), see contention.h. */
+static void estimate(const struct contention *c, const struct cprof_wire_event *ev,
+		     double *ret_events, double *ret_delay)
+{
+	double rate = ev->rate ? (double)ev->rate : 1.0, d = (double)ev->value;
+
+	switch (c->opts.events) {
+	case CPROF_EVENTS_BLOCK:
+		if (ev->rate > 1 && ev->value < ev->rate) {
+			*ret_events = d > 0 ? rate / d : rate;
+			*ret_delay = rate;
+		} else {
+			*ret_events = 1;
+			*ret_delay = d;
+		}
+		return;
+	case CPROF_EVENTS_MUTEX:
+		*ret_events = rate;
+		*ret_delay = d * rate;
+		return;
+	default:
+		*ret_events = 1;
+		*ret_delay = 0;
+	}
+}
+
+static struct bucket *bucket_for(struct contention *c, const uint64_t *pcs, size_t n)
+{
+	uint64_t h = hash_bytes(pcs, n * sizeof(*pcs), 0x636f6e74), v;
+	struct bucket *b;
+
+	for (uint64_t probe = h;; probe++) {
+		if (!u64map_get(&c->index, probe, &v))
+			break;
+		b = &c->buckets[v - 1];
+		if (b->npcs == n && !memcmp(b->pcs, pcs, n * sizeof(*pcs)))
+			return b;
+	}
+	if (GROW(c->buckets, c->nbuckets + 1, c->alloc) < 0)
+		return NULL;
+	b = &c->buckets[c->nbuckets];
+	memset(b, 0, sizeof(*b));
+	b->pcs = malloc(n * sizeof(*pcs));
+	if (!b->pcs)
+		return NULL;
+	memcpy(b->pcs, pcs, n * sizeof(*pcs));
+	b->npcs = n;
+	b->hash = h;
+	for (uint64_t probe = h;; probe++)
+		if (!u64map_get(&c->index, probe, &v)) {
+			if (u64map_put(&c->index, probe, c->nbuckets + 1) < 0) {
+				free(b->pcs);
+				return NULL;
+			}
+			break;
+		}
+	c->nbuckets++;
+	return b;
+}
+
+int contention_add(struct contention *c, const struct cprof_wire_event *ev)
+{
+	struct unwind_input in;
+	struct bucket *b;
+	double events, delay;
+	size_t skip = 0;
+	int n;
+
+	if (!kind_matches(c->opts.events, ev->kind)) {
+		c->stats.ignored++;
+		return 0;
+	}
+	c->stats.records++;
+	memcpy(in.regs, ev->regs, sizeof(in.regs));
+	in.stack = ev->stack;
+	in.stack_size = ev->stack_size;
+	in.stack_start = ev->regs[CPROF_REG_RSP];
+	n = unwinder_unwind(c->opts.unw, &in, c->pcs, MAX_FRAMES);
+	if (n <= 0)
+		return 0;
+	/* The agent's own frames (record_event, the hook) lead: drop them. */
+	while (skip < (size_t)n && c->pcs[skip] >= c->agent_start && c->pcs[skip] < c->agent_end)
+		skip++;
+	if (skip == (size_t)n)
+		return 0;
+	c->stats.unwound++;
+	b = bucket_for(c, c->pcs + skip, (size_t)n - skip);
+	if (!b)
+		return -ENOMEM;
+	estimate(c, ev, &events, &delay);
+	b->events += events;
+	b->delay_ns += delay;
+	c->stats.events += events;
+	c->stats.delay_ns += delay;
+	return 0;
+}
+
+static int64_t round_value(double v)
+{
+	return v >= 9.2e18 ? INT64_MAX : (int64_t)llround(v);
+}
+
+int contention_build(struct contention *c, const char *command_line, int64_t time_nanos,
+		     int64_t duration_nanos, struct profile **ret)
+{
+	static const struct profile_value_type waits[] = { { "contentions", "count" },
+							   { "delay", "nanoseconds" } };
+	static const struct profile_value_type creates[] = { { "threadcreate", "count" } };
+	bool tc = c->opts.events == CPROF_EVENTS_THREADCREATE;
+	uint64_t *locs = NULL;
+	size_t locs_alloc = 0;
+	struct profile *p;
+	int r;
+
+	r = profile_new(&p, tc ? creates : waits, tc ? 1 : 2);
+	if (r < 0)
+		return r;
+	p->time_nanos = time_nanos;
+	p->duration_nanos = duration_nanos;
+	r = tc ? profile_set_period(p, "threadcreate", "count", 1)
+	       : profile_set_period(p, "contentions", "count", 1);
+	if (r == 0)
+		r = profile_set_drop_frames(p, "^cprof_agent|^hook_|^record_event$");
+	if (r == 0 && command_line)
+		r = profile_add_comment(p, command_line);
+	for (size_t i = 0; r == 0 && i < c->nbuckets; i++) {
+		const struct bucket *b = &c->buckets[i];
+		int64_t values[2] = { round_value(b->events), round_value(b->delay_ns) };
+
+		if (values[0] == 0 && values[1] == 0)
+			values[0] = 1;
+		r = GROW(locs, b->npcs, locs_alloc);
+		for (size_t j = 0; r == 0 && j < b->npcs; j++)
+			r = profile_location_for_address(p, b->pcs[j], &locs[j]);
+		if (r == 0)
+			r = profile_add_sample(p, locs, b->npcs, values, NULL, 0);
+	}
+	if (r == 0)
+		r = symbolizer_fill_profile(c->opts.sym, p);
+	free(locs);
+	if (r < 0) {
+		profile_free(p);
+		return r;
+	}
+	*ret = p;
+	return 0;
+}
+
+static int by_delay(const void *a, const void *b)
+{
+	const struct bucket *x = *(const struct bucket *const *)a;
+	const struct bucket *y = *(const struct bucket *const *)b;
+	double kx = x->delay_ns ? x->delay_ns : x->events, ky = y->delay_ns ? y->delay_ns : y->events;
+
+	return (kx < ky) - (kx > ky);
+}
+
+int contention_write_text(struct contention *c, uint64_t rate, FILE *f)
+{
+	const struct bucket **order = calloc(c->nbuckets + 1, sizeof(*order));
+	bool tc = c->opts.events == CPROF_EVENTS_THREADCREATE;
+
+	if (!order)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->nbuckets; i++)
+		order[i] = &c->buckets[i];
+	qsort(order, c->nbuckets, sizeof(*order), by_delay);
+	if (tc) {
+		fprintf(f, "threadcreate profile: total %lld\n", (long long)round_value(c->stats.events));
+	} else {
+		fprintf(f, "--- %s:\n", c->opts.events == CPROF_EVENTS_MUTEX ? "mutex" : "contention");
+		fprintf(f, "cycles/second=1000000000\n");
+		fprintf(f, "sampling period=%llu\n", (unsigned long long)rate);
+	}
+	for (size_t i = 0; i < c->nbuckets; i++) {
+		const struct bucket *b = order[i];
+
+		if (tc)
+			fprintf(f, "%lld @", (long long)round_value(b->events));
+		else
+			fprintf(f, "%lld %lld @", (long long)round_value(b->delay_ns),
+				(long long)round_value(b->events));
+		for (size_t j = 0; j < b->npcs; j++)
+			fprintf(f, " %#llx", (unsigned long long)b->pcs[j]);
+		fputc('\n', f);
+		symbolizer_write_frames(c->opts.sym, b->pcs, b->npcs, f);
+		if (tc)
+			fputc('\n', f);
+	}
+	free(order);
+	return ferror(f) ? -EIO : 0;
+}
