@@ -18,6 +18,7 @@ struct command {
 static const struct command commands[] = {
 	{ "cpu", cmd_cpu, "sample the CPU use of every thread (perf_event_open)" },
 	{ "threads", cmd_threads, "what every thread is doing now: one consistent snapshot" },
+	{ "heap", cmd_heap, "Go's heap profile: sampled allocations, in use and total (agent)" },
 	{ "block", cmd_block, "where threads wait on locks, conditions, semaphores (agent)" },
 	{ "mutex", cmd_mutex, "which lock holders make others wait (agent)" },
 	{ "threadcreate", cmd_threadcreate, "the stacks that create threads (agent)" },

@@ -27,24 +27,6 @@ struct contention {
 	uint64_t agent_start, agent_end; /* cprof-agent.so in the target */
 };
 
-static int find_agent(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start,
-		      void *arg)
-{
-	struct contention *c = arg;
-	const char *path = NULL, *base;
-	Dwarf_Addr lo, hi;
-
-	(void)userdata, (void)name, (void)start;
-	dwfl_module_info(mod, NULL, &lo, &hi, NULL, NULL, &path, NULL);
-	base = path ? strrchr(path, '/') : NULL;
-	if (base && strncmp(base + 1, "cprof-agent", 11) == 0) {
-		c->agent_start = lo;
-		c->agent_end = hi;
-		return DWARF_CB_ABORT;
-	}
-	return DWARF_CB_OK;
-}
-
 int contention_new(struct contention **ret, const struct contention_opts *o)
 {
 	struct contention *c = calloc(1, sizeof(*c));
@@ -53,7 +35,7 @@ int contention_new(struct contention **ret, const struct contention_opts *o)
 		return -ENOMEM;
 	c->opts = *o;
 	u64map_init(&c->index);
-	dwfl_getmodules(symbolizer_dwfl(o->sym), find_agent, c, 0);
+	symbolizer_module_range(o->sym, "cprof-agent", &c->agent_start, &c->agent_end);
 	*ret = c;
 	return 0;
 }

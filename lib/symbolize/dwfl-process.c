@@ -322,3 +322,40 @@ void sym_module_prepare(struct sym_module *m)
 	/* Looks in /usr/lib/debug (by build-id too) once; libdw remembers. */
 	m->pub.has_lines = m->has_elf && dwfl_module_getdwarf(m->mod, &bias) != NULL;
 }
+
+struct module_search {
+	const char *prefix;
+	uint64_t start, end;
+	bool found;
+};
+
+static int match_module(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start,
+			void *arg)
+{
+	struct module_search *ms = arg;
+	const char *path = NULL, *base;
+	Dwarf_Addr lo, hi;
+
+	(void)userdata, (void)name, (void)start;
+	dwfl_module_info(mod, NULL, &lo, &hi, NULL, NULL, &path, NULL);
+	base = path ? strrchr(path, '/') : NULL;
+	if (!base || strncmp(base + 1, ms->prefix, strlen(ms->prefix)) != 0)
+		return DWARF_CB_OK;
+	ms->start = lo;
+	ms->end = hi;
+	ms->found = true;
+	return DWARF_CB_ABORT;
+}
+
+int symbolizer_module_range(struct symbolizer *s, const char *prefix, uint64_t *ret_start,
+			    uint64_t *ret_end)
+{
+	struct module_search ms = { .prefix = prefix };
+
+	dwfl_getmodules(symbolizer_dwfl(s), match_module, &ms, 0);
+	if (!ms.found)
+		return -ENOENT;
+	*ret_start = ms.start;
+	*ret_end = ms.end;
+	return 0;
+}

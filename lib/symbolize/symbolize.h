@@ -68,6 +68,13 @@ int symbolizer_lookup(struct symbolizer *s, uint64_t address, struct symbol_info
  */
 int symbolizer_fill_profile(struct symbolizer *s, struct profile *p);
 
+/*
+ * The address range of the first module whose file name starts with
+ * @prefix (e.g. "cprof-agent"). 0, or -ENOENT.
+ */
+int symbolizer_module_range(struct symbolizer *s, const char *prefix, uint64_t *ret_start,
+			    uint64_t *ret_end);
+
 /* ---- text (text.c) ------------------------------------------------------ */
 
 /* The frame's source file, else its module's path, else "?". */

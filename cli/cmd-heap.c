@@ -1,0 +1,263 @@
+/*
+ * cprof heap: Go's heap profile of a running process. Options, the agent's
+ * window (agent-load.c, agent-window.c) and the report; the profile is
+ * built in lib/heap/.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent-load.h"
+#include "agent-window.h"
+#include "commands.h"
+#include "heap/heap.h"
+#include "interrupt.h"
+#include "options.h"
+#include "output.h"
+#include "preflight.h"
+#include "report.h"
+#include "util/parse.h"
+#include "util/util.h"
+
+#define CMD "heap"
+#define DEFAULT_RATE (512u << 10) /* Go's MemProfileRate */
+#define RING_SIZE (16u << 20)     /* ~10,000 records between two drains */
+
+static const char *const indexes[] = { "inuse_space", "inuse_objects", "alloc_space",
+				       "alloc_objects" };
+
+struct heap_args {
+	struct common_opts common;
+	uint64_t duration_ns;
+	uint64_t rate;
+	const char *index;
+	int debug; /* -1: not given */
+};
+
+static void heap_help(void)
+{
+	printf("usage: cprof heap -p PID [-d DURATION] [--rate SIZE] [--index TYPE] [--debug N] "
+	       "[-o FILE] [-q]\n"
+	       "\n"
+	       "Sample the allocations of process PID while it runs, as Go's runtime does (one\n"
+	       "sample per SIZE bytes allocated on average), and write Go's heap profile:\n"
+	       "alloc_objects, alloc_space, inuse_objects, inuse_space, unbiased with Go's\n"
+	       "scaleHeapSample. Loads cprof-agent.so into the process; its hooks go when the\n"
+	       "window ends (and by themselves within 1 s if cprof dies). Ctrl-C stops early\n"
+	       "and still writes the profile.\n"
+	       "\n"
+	       "  -p, --pid PID            process to profile\n"
+	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
+	       "      --rate SIZE          mean bytes between samples: 512KiB, 64k, 4096\n"
+	       "                           (default 512KiB, Go's MemProfileRate; 1: every one)\n"
+	       "      --index TYPE         sample type pprof shows first: inuse_space (default),\n"
+	       "                           inuse_objects, alloc_space or alloc_objects\n"
+	       "      --debug N            0: gzipped pprof (default with -o); 1: Go's text heap\n"
+	       "                           profile (default without -o, to stdout)\n"
+	       "  -o, --output FILE        where to write, - for stdout (default heap.pb.gz with\n"
+	       "                           --debug 0, stdout for text)\n"
+	       "  -q, --quiet              no progress or summary on stderr\n"
+	       "  -h, --help               show this help\n");
+}
+
+static int heap_option(int c, const char *arg, void *ctx)
+{
+	struct heap_args *a = ctx;
+	int64_t v;
+	int r;
+
+	switch (c) {
+	case 'd':
+		return option_duration(CMD, "duration", arg, &a->duration_ns);
+	case 'R':
+		r = parse_size(arg, &a->rate);
+		if (r < 0 || a->rate == 0 || a->rate > CPROF_WIRE_RATE_MAX)
+			return report_usage(CMD, "invalid rate '%s': expected a size from 1 to 1TiB, "
+					    "like 512KiB, 64k or 4096", arg);
+		return 0;
+	case 'I':
+		for (size_t i = 0; i < ARRAY_SIZE(indexes); i++)
+			if (!strcmp(arg, indexes[i])) {
+				a->index = indexes[i];
+				return 0;
+			}
+		return report_usage(CMD, "invalid index '%s': expected inuse_space, inuse_objects, "
+				    "alloc_space or alloc_objects", arg);
+	case 'D':
+		r = option_int(CMD, "debug level", arg, 0, 1, &v);
+		if (r == 0)
+			a->debug = (int)v;
+		return r;
+	}
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct heap_args *a)
+{
+	static const struct option longopts[] = {
+		{ "pid", required_argument, NULL, 'p' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "rate", required_argument, NULL, 'R' },
+		{ "index", required_argument, NULL, 'I' },
+		{ "debug", required_argument, NULL, 'D' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	int r;
+
+	*a = (struct heap_args){ .duration_ns = 30ULL * 1000000000ULL, .rate = DEFAULT_RATE,
+				 .index = "inuse_space", .debug = -1 };
+	r = options_parse(CMD, argc, argv, ":p:d:o:qh", longopts, &a->common, heap_option, a);
+	if (r)
+		return r;
+	if (a->common.help) {
+		heap_help();
+		return -1;
+	}
+	if (a->debug < 0)
+		a->debug = a->common.output ? 0 : 1;
+	if (!a->common.output)
+		a->common.output = a->debug == 0 ? "heap.pb.gz" : "-";
+	return 0;
+}
+
+static int on_alloc(const struct cprof_wire_alloc *r, void *arg)
+{
+	return heap_add_alloc(arg, r);
+}
+
+static int on_free(const struct cprof_wire_free *r, void *arg)
+{
+	return heap_add_free(arg, r);
+}
+
+static int render_text(struct heap *h, char **ret, size_t *ret_len)
+{
+	FILE *f = open_memstream(ret, ret_len);
+	int r;
+
+	if (!f)
+		return -errno;
+	r = heap_write_text(h, f);
+	if (fclose(f) != 0 && r == 0)
+		r = -EIO;
+	return r;
+}
+
+static void summary(const struct heap_args *a, const struct output *out,
+		    const struct window_result *w, const struct heap_stats *st)
+{
+	char window[32];
+
+	format_duration(w->window_ns, window, sizeof(window));
+	report_note("wrote %s: %llu samples (%llu freed) at rate %llu bytes in a %s window",
+		    output_name(out), (unsigned long long)st->allocs, (unsigned long long)st->frees,
+		    (unsigned long long)a->rate, window);
+	if (w->counters.lost)
+		report_warning("%llu samples lost: the agent's ring was full; try a larger --rate",
+			       (unsigned long long)w->counters.lost);
+	if (st->untracked)
+		report_warning("%llu sampled blocks could not be followed to their free (the "
+			       "agent's table was full): they count as in use",
+			       (unsigned long long)st->untracked);
+	if (st->allocs && st->unwound * 100 < st->allocs * 90)
+		report_warning("only %llu of %llu allocation stacks unwound into the program",
+			       (unsigned long long)st->unwound, (unsigned long long)st->allocs);
+}
+
+int cmd_heap(int argc, char **argv)
+{
+	struct channel_handlers handlers = { .alloc = on_alloc, .free = on_free };
+	struct agent_load al = { .fd = -1 };
+	struct profile *profile = NULL;
+	struct channel *ch = NULL;
+	struct heap *h = NULL;
+	struct window_result w;
+	struct heap_opts hopts;
+	struct heap_args a;
+	struct output out;
+	struct target t;
+	char why[1024], cmdline[1024], *text = NULL;
+	size_t text_len = 0;
+	int r, code;
+
+	code = parse_args(argc, argv, &a);
+	if (code)
+		return code < 0 ? EXIT_OK : code;
+	report_set_quiet(a.common.quiet);
+	code = preflight_target(a.common.pid, &t);
+	if (code)
+		return code;
+	code = preflight_not_traced(&t, "load the agent into");
+	if (code)
+		return code;
+	r = output_prepare(&out, a.common.output, a.debug == 0, why, sizeof(why));
+	if (r < 0) {
+		report_error_text(NULL, why);
+		return EXIT_OUTPUT;
+	}
+	interrupt_install();
+	code = agent_load(&al, &t, CPROF_EVENTS_HEAP, a.rate, RING_SIZE);
+	if (code)
+		goto out_abort;
+	r = channel_open(&ch, t.pid, al.fd);
+	if (r < 0) {
+		report_error("cannot open the agent's channel in pid %d: %s", t.pid, strerror(-r));
+		code = r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+		goto out_abort;
+	}
+	hopts = (struct heap_opts){ .sym = al.sym, .unw = al.unw, .rate = a.rate };
+	r = heap_new(&h, &hopts);
+	if (r < 0)
+		goto out_fail;
+	handlers.arg = h;
+	r = agent_window(ch, &t, a.duration_ns, &handlers, "samples", &w);
+	if (r < 0)
+		goto out_fail;
+	if (w.target_exited)
+		report_warning("pid %d exited during the profile; writing what was collected",
+			       t.pid);
+	else if (w.interrupted)
+		report_note("interrupted; writing what was collected");
+	if (w.malformed)
+		report_warning("the agent's ring in pid %d held malformed records; reading "
+			       "stopped there", t.pid);
+	if (!w.detached && !w.target_exited)
+		report_warning("the agent did not confirm its hooks were removed; it removes "
+			       "them by itself within 1 s of cprof's exit");
+	if (a.debug == 0) {
+		command_line_join(argc, argv, cmdline, sizeof(cmdline));
+		r = heap_build(h, a.index, cmdline, (int64_t)w.start_realtime_ns,
+			       (int64_t)w.window_ns, &profile);
+		if (r == 0)
+			r = output_commit_profile(&out, profile);
+	} else {
+		r = render_text(h, &text, &text_len);
+		if (r == 0)
+			r = output_commit_bytes(&out, text, text_len);
+	}
+	if (r < 0) {
+		report_error("cannot write to '%s': %s", output_name(&out), strerror(-r));
+		code = EXIT_FAIL;
+		goto out_abort;
+	}
+	summary(&a, &out, &w, heap_stats(h));
+	code = EXIT_OK;
+	goto out_free;
+out_fail:
+	report_error("profiling pid %d failed: %s", t.pid, strerror(-r));
+	code = EXIT_FAIL;
+out_abort:
+	output_abort(&out);
+out_free:
+	free(text);
+	profile_free(profile);
+	heap_free(h);
+	channel_close(ch);
+	agent_load_release(&al);
+	return code;
+}

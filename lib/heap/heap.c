@@ -1,0 +1,282 @@
+#include "heap/heap.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+
+#define MAX_FRAMES 128
+
+struct bucket {
+	uint64_t *pcs; /* leaf first, agent frames dropped */
+	size_t npcs;
+	uint64_t size; /* bytes per block */
+	uint64_t alloc_objects, alloc_bytes;
+	uint64_t free_objects, free_bytes;
+};
+
+struct heap {
+	struct heap_opts opts;
+	struct heap_stats stats;
+	struct bucket *buckets;
+	size_t nbuckets, alloc;
+	struct u64map index; /* hash(stack, size) -> bucket + 1, probing hash + 1 */
+	struct u64map live;  /* block address -> bucket + 1; 0 once freed */
+	uint64_t pcs[MAX_FRAMES];
+	uint64_t agent_start, agent_end;
+};
+
+int heap_new(struct heap **ret, const struct heap_opts *o)
+{
+	struct heap *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	h->opts = *o;
+	u64map_init(&h->index);
+	u64map_init(&h->live);
+	symbolizer_module_range(o->sym, "cprof-agent", &h->agent_start, &h->agent_end);
+	*ret = h;
+	return 0;
+}
+
+void heap_free(struct heap *h)
+{
+	if (!h)
+		return;
+	for (size_t i = 0; i < h->nbuckets; i++)
+		free(h->buckets[i].pcs);
+	free(h->buckets);
+	u64map_release(&h->index);
+	u64map_release(&h->live);
+	free(h);
+}
+
+const struct heap_stats *heap_stats(const struct heap *h)
+{
+	return &h->stats;
+}
+
+static uint64_t key_of(const uint64_t *pcs, size_t n, uint64_t size)
+{
+	return hash_bytes(pcs, n * sizeof(*pcs), hash_u64(size));
+}
+
+/* The bucket of (stack, size), created if new; its index + 1 in *ret. */
+static int bucket_for(struct heap *h, const uint64_t *pcs, size_t n, uint64_t size,
+		      uint64_t *ret)
+{
+	uint64_t key = key_of(pcs, n, size), v, probe;
+	struct bucket *b;
+	int r;
+
+	for (probe = key; u64map_get(&h->index, probe, &v); probe++) {
+		b = &h->buckets[v - 1];
+		if (b->size == size && b->npcs == n && !memcmp(b->pcs, pcs, n * sizeof(*pcs))) {
+			*ret = v;
+			return 0;
+		}
+	}
+	r = GROW(h->buckets, h->nbuckets + 1, h->alloc);
+	if (r < 0)
+		return r;
+	b = &h->buckets[h->nbuckets];
+	memset(b, 0, sizeof(*b));
+	b->pcs = malloc(n * sizeof(*pcs));
+	if (!b->pcs)
+		return -ENOMEM;
+	memcpy(b->pcs, pcs, n * sizeof(*pcs));
+	b->npcs = n;
+	b->size = size;
+	r = u64map_put(&h->index, probe, h->nbuckets + 1);
+	if (r < 0) {
+		free(b->pcs);
+		return r;
+	}
+	*ret = ++h->nbuckets;
+	return 0;
+}
+
+int heap_add_alloc(struct heap *h, const struct cprof_wire_alloc *a)
+{
+	struct unwind_input in;
+	struct bucket *b;
+	size_t skip = 0;
+	uint64_t id;
+	int n, r;
+
+	h->stats.allocs++;
+	if (a->rate != h->opts.rate)
+		h->stats.other_rate++;
+	memcpy(in.regs, a->regs, sizeof(in.regs));
+	in.stack = a->stack;
+	in.stack_size = a->stack_size;
+	in.stack_start = a->regs[CPROF_REG_RSP];
+	n = unwinder_unwind(h->opts.unw, &in, h->pcs, MAX_FRAMES);
+	if (n <= 0) {
+		/* Not even a PC: count it at an unknown place rather than lose it. */
+		h->pcs[0] = 0;
+		n = 1;
+	}
+	/* The agent's frames (the hook, its sampling path) lead: drop them. */
+	while (skip + 1 < (size_t)n && h->pcs[skip] >= h->agent_start &&
+	       h->pcs[skip] < h->agent_end)
+		skip++;
+	if (skip + 1 < (size_t)n || !(h->pcs[skip] >= h->agent_start && h->pcs[skip] < h->agent_end))
+		h->stats.unwound++;
+	r = bucket_for(h, h->pcs + skip, (size_t)n - skip, a->size, &id);
+	if (r < 0)
+		return r;
+	b = &h->buckets[id - 1];
+	b->alloc_objects++;
+	b->alloc_bytes += a->size;
+	if (a->flags & CPROF_ALLOC_UNTRACKED) {
+		h->stats.untracked++;
+		return 0;
+	}
+	return u64map_put(&h->live, a->address, id);
+}
+
+int heap_add_free(struct heap *h, const struct cprof_wire_free *f)
+{
+	uint64_t id;
+	struct bucket *b;
+
+	if (!u64map_get(&h->live, f->address, &id) || id == 0 || id > h->nbuckets) {
+		h->stats.unknown_frees++;
+		return 0;
+	}
+	b = &h->buckets[id - 1];
+	b->free_objects++;
+	b->free_bytes += b->size;
+	h->stats.frees++;
+	return u64map_put(&h->live, f->address, 0);
+}
+
+double heap_scale(double count, double bytes, uint64_t rate)
+{
+	double avg;
+
+	if (count <= 0 || bytes <= 0 || rate <= 1)
+		return 1.0;
+	avg = bytes / count;
+	return 1.0 / (1.0 - exp(-avg / (double)rate));
+}
+
+static int64_t to_i64(double v)
+{
+	return v >= 9.2e18 ? INT64_MAX : (int64_t)v;
+}
+
+static uint64_t inuse_objects(const struct bucket *b)
+{
+	return b->alloc_objects - b->free_objects;
+}
+
+static uint64_t inuse_bytes(const struct bucket *b)
+{
+	return b->alloc_bytes - b->free_bytes;
+}
+
+int heap_build(struct heap *h, const char *default_type, const char *command_line,
+	       int64_t time_nanos, int64_t duration_nanos, struct profile **ret)
+{
+	static const struct profile_value_type types[] = {
+		{ "alloc_objects", "count" },
+		{ "alloc_space", "bytes" },
+		{ "inuse_objects", "count" },
+		{ "inuse_space", "bytes" },
+	};
+	uint64_t *locs = NULL;
+	size_t locs_alloc = 0;
+	struct profile *p;
+	int r;
+
+	r = profile_new(&p, types, 4);
+	if (r < 0)
+		return r;
+	p->time_nanos = time_nanos;
+	p->duration_nanos = duration_nanos;
+	r = profile_set_period(p, "space", "bytes", (int64_t)h->opts.rate);
+	if (r == 0 && default_type)
+		r = profile_set_default_sample_type(p, default_type);
+	if (r == 0)
+		r = profile_set_drop_frames(p, "^cprof_agent|^hook_|^record_alloc$|^alloc_slow$");
+	if (r == 0 && command_line)
+		r = profile_add_comment(p, command_line);
+	for (size_t i = 0; r == 0 && i < h->nbuckets; i++) {
+		const struct bucket *b = &h->buckets[i];
+		double ac = (double)b->alloc_objects, ab = (double)b->alloc_bytes;
+		double ic = (double)inuse_objects(b), ib = (double)inuse_bytes(b);
+		double as = heap_scale(ac, ab, h->opts.rate), is = heap_scale(ic, ib, h->opts.rate);
+		int64_t values[4] = { to_i64(ac * as), to_i64(ab * as), to_i64(ic * is),
+				      to_i64(ib * is) };
+		struct profile_label label = { .key = "bytes", .num = (int64_t)b->size,
+					       .num_unit = "bytes" };
+
+		r = GROW(locs, b->npcs, locs_alloc);
+		for (size_t j = 0; r == 0 && j < b->npcs; j++)
+			r = profile_location_for_address(p, b->pcs[j], &locs[j]);
+		if (r == 0)
+			r = profile_add_sample(p, locs, b->npcs, values, &label, 1);
+	}
+	if (r == 0)
+		r = symbolizer_fill_profile(h->opts.sym, p);
+	free(locs);
+	if (r < 0) {
+		profile_free(p);
+		return r;
+	}
+	*ret = p;
+	return 0;
+}
+
+static int by_inuse_bytes(const void *a, const void *b)
+{
+	const struct bucket *x = *(const struct bucket *const *)a;
+	const struct bucket *y = *(const struct bucket *const *)b;
+	uint64_t ix = inuse_bytes(x), iy = inuse_bytes(y);
+
+	if (ix != iy)
+		return ix < iy ? 1 : -1;
+	return (x->alloc_bytes < y->alloc_bytes) - (x->alloc_bytes > y->alloc_bytes);
+}
+
+int heap_write_text(struct heap *h, FILE *f)
+{
+	const struct bucket **order = calloc(h->nbuckets + 1, sizeof(*order));
+	uint64_t io = 0, ib = 0, ao = 0, ab = 0;
+
+	if (!order)
+		return -ENOMEM;
+	for (size_t i = 0; i < h->nbuckets; i++) {
+		order[i] = &h->buckets[i];
+		io += inuse_objects(order[i]);
+		ib += inuse_bytes(order[i]);
+		ao += order[i]->alloc_objects;
+		ab += order[i]->alloc_bytes;
+	}
+	qsort(order, h->nbuckets, sizeof(*order), by_inuse_bytes);
+	fprintf(f, "heap profile: %llu: %llu [%llu: %llu] @ heap/%llu\n", (unsigned long long)io,
+		(unsigned long long)ib, (unsigned long long)ao, (unsigned long long)ab,
+		(unsigned long long)(2 * h->opts.rate));
+	for (size_t i = 0; i < h->nbuckets; i++) {
+		const struct bucket *b = order[i];
+
+		fprintf(f, "%llu: %llu [%llu: %llu] @", (unsigned long long)inuse_objects(b),
+			(unsigned long long)inuse_bytes(b), (unsigned long long)b->alloc_objects,
+			(unsigned long long)b->alloc_bytes);
+		for (size_t j = 0; j < b->npcs; j++)
+			fprintf(f, " %#llx", (unsigned long long)b->pcs[j]);
+		fputc('\n', f);
+		symbolizer_write_frames(h->opts.sym, b->pcs, b->npcs, f);
+		fputc('\n', f);
+	}
+	fprintf(f, "# cprof\n# samples = %llu\n# frees = %llu\n# untracked = %llu\n",
+		(unsigned long long)h->stats.allocs, (unsigned long long)h->stats.frees,
+		(unsigned long long)h->stats.untracked);
+	free(order);
+	return ferror(f) ? -EIO : 0;
+}

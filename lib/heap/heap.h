@@ -1,0 +1,67 @@
+/*
+ * Go's heap profile of a process, from the agent's ALLOC and FREE records
+ * (lib/agent/wire.h): each sampled allocation's stack is unwound from its
+ * copy, and counted in a bucket of (stack, size), as Go's memprofile
+ * buckets are; a FREE of a sampled block moves it out of "inuse". Written
+ * as runtime/pprof writes the heap profile:
+ *
+ *   pprof: alloc_objects/count, alloc_space/bytes, inuse_objects/count,
+ *   inuse_space/bytes; period_type space/bytes, period = rate; the numeric
+ *   label "bytes" = the bucket's block size; values unbiased per bucket
+ *   with scaleHeapSample: x / (1 - exp(-avg_size / rate)) (seed 000);
+ *
+ *   text (debug=1): "heap profile: I: IB [A: AB] @ heap/2*rate", then one
+ *   "i: ib [a: ab] @ 0xPC ..." line per bucket, most inuse bytes first,
+ *   with its frames; raw sampled counts, as Go prints them.
+ */
+#ifndef CPROF_HEAP_H
+#define CPROF_HEAP_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "agent/wire.h"
+#include "profile/profile.h"
+#include "symbolize/symbolize.h"
+#include "unwind/unwind.h"
+
+struct heap_opts {
+	struct symbolizer *sym; /* the target's, the agent among its modules */
+	struct unwinder *unw;   /* on sym's Dwfl */
+	uint64_t rate;          /* the session's sampling rate, bytes */
+};
+
+struct heap_stats {
+	uint64_t allocs;        /* ALLOC records */
+	uint64_t frees;         /* FREE records of blocks we had */
+	uint64_t unknown_frees; /* FREE records of blocks we never saw */
+	uint64_t untracked;     /* ALLOCs the agent could not follow (stay inuse) */
+	uint64_t unwound;       /* ALLOCs unwound past the agent */
+	uint64_t other_rate;    /* ALLOCs drawn at another rate than opts.rate */
+};
+
+struct heap;
+
+int heap_new(struct heap **ret, const struct heap_opts *o);
+void heap_free(struct heap *h);
+
+/* One record each (copies the caller has checked: lib/channel). */
+int heap_add_alloc(struct heap *h, const struct cprof_wire_alloc *r);
+int heap_add_free(struct heap *h, const struct cprof_wire_free *r);
+
+const struct heap_stats *heap_stats(const struct heap *h);
+
+/* The scale of seed 000: 1 / (1 - exp(-avg / rate)); 1 when rate <= 1. */
+double heap_scale(double count, double bytes, uint64_t rate);
+
+/*
+ * The pprof profile. @default_type is one of the four sample types (the
+ * one pprof shows first); @command_line goes into a comment.
+ */
+int heap_build(struct heap *h, const char *default_type, const char *command_line,
+	       int64_t time_nanos, int64_t duration_nanos, struct profile **ret);
+
+/* Go's debug=1 text, to @f. */
+int heap_write_text(struct heap *h, FILE *f);
+
+#endif
