@@ -1287,3 +1287,13 @@ void th_assert_let_go(pid_t pid, bool stopped, const char *after)
 				  (int)tids[i], (int)pid);
 	}
 }
+
+const char *th_pid_str(pid_t pid)
+{
+	static char bufs[8][16];
+	static unsigned next;
+	char *b = bufs[next++ % 8];
+
+	snprintf(b, sizeof(bufs[0]), "%d", (int)pid);
+	return b;
+}

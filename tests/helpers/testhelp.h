@@ -226,6 +226,9 @@ uint64_t th_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* ---- the target is let go (after every ptrace user) ---------------------- */
 
+/* "@pid" as text, in one of 8 rotating static buffers (for argument lists). */
+const char *th_pid_str(pid_t pid);
+
 /* Reads small file @what of /proc/@pid/task/@tid. Returns 0 or -1. */
 int th_task_read(pid_t pid, pid_t tid, const char *what, char *buf, size_t size);
 /* State letter of thread @tid of @pid, 0 when it is gone. */

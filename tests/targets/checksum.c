@@ -1,5 +1,5 @@
 /*
- * checksum SECONDS --report FILE [--compute N] [--nice NICE]
+ * checksum SECONDS --report FILE [--compute N] [--alloc N] [--nice NICE]
  *
  * A target that checks its own work, for the torture suite
  * (tests/integration/test-torture.c): whatever cprof does to it, each of its
@@ -20,6 +20,11 @@
  *   "writer"     writes a numbered byte sequence into a pipe in chunks of
  *   "reader"     1-97 bytes every 1 ms; the reader, blocked in read(), checks
  *                every byte, and that no read fails with EINTR.
+ *   "alloc-K"    (--alloc N of them, default 0) hammer the allocator: malloc,
+ *                calloc, realloc and free of random sizes (16 B - 64 KiB),
+ *                each block filled with a pattern of its own and checked
+ *                before realloc and free (calloc's must be zero): the
+ *                allocator's hooks (cprof heap) must not change a byte.
  *   "spawner"    every 2 ms creates a thread ("child") that hashes 1 KiB and
  *                ends; the spawner joins it and checks its result: threads
  *                are born and end during every snapshot.
@@ -84,7 +89,8 @@ struct worker {
 	atomic_ulong iterations;
 };
 
-static struct worker workers[MAX_COMPUTE + 6];
+#define MAX_ALLOC 16
+static struct worker workers[MAX_COMPUTE + MAX_ALLOC + 6];
 static int nworkers;
 
 static atomic_int stop;
@@ -352,6 +358,83 @@ static void *spawner_main(void *arg)
 	return NULL;
 }
 
+#define ALLOC_SLOTS 64
+
+static void fill_block(uint8_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(seed + i * 31);
+}
+
+static bool block_filled(const uint8_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (uint8_t)(seed + i * 31))
+			return false;
+	return true;
+}
+
+static NOINLINE void *alloc_main(void *arg)
+{
+	struct worker *w = arg;
+	uint8_t *blocks[ALLOC_SLOTS] = { 0 };
+	size_t sizes[ALLOC_SLOTS] = { 0 };
+	uint64_t seeds[ALLOC_SLOTS] = { 0 }, x = 0x9e3779b97f4a7c15ull * (uint64_t)(w->index + 1);
+
+	while (!atomic_load(&stop)) {
+		for (int k = 0; k < 256; k++) {
+			unsigned slot;
+			size_t n;
+
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			slot = (unsigned)(x % ALLOC_SLOTS);
+			n = 16 + (size_t)((x >> 8) % (64 * 1024));
+			if (blocks[slot] && !block_filled(blocks[slot], sizes[slot], seeds[slot]))
+				fail(w->name, "a block of %zu bytes changed", sizes[slot]);
+			switch ((x >> 40) % 4) {
+			case 0:
+				free(blocks[slot]);
+				blocks[slot] = malloc(n);
+				break;
+			case 1:
+				free(blocks[slot]);
+				blocks[slot] = calloc(1, n);
+				if (blocks[slot])
+					for (size_t i = 0; i < n; i++)
+						if (blocks[slot][i])
+							fail(w->name, "calloc returned dirty memory");
+				break;
+			case 2: {
+				uint8_t *q = realloc(blocks[slot], n);
+				size_t keep = n < sizes[slot] ? n : sizes[slot];
+
+				if (q && blocks[slot] && !block_filled(q, keep, seeds[slot]))
+					fail(w->name, "realloc lost the contents");
+				if (q || !n)
+					blocks[slot] = q;
+				break;
+			}
+			default:
+				free(blocks[slot]);
+				blocks[slot] = NULL;
+				sizes[slot] = 0;
+				continue;
+			}
+			if (!blocks[slot]) {
+				sizes[slot] = 0;
+				continue;
+			}
+			sizes[slot] = n;
+			seeds[slot] = x;
+			fill_block(blocks[slot], n, x);
+		}
+		atomic_fetch_add(&w->iterations, 1);
+	}
+	for (int i = 0; i < ALLOC_SLOTS; i++)
+		free(blocks[i]);
+	return NULL;
+}
+
 /* ---- signals and the report ------------------------------------------- */
 
 static void on_signal(int sig)
@@ -404,7 +487,8 @@ static void add_worker(const char *name, void *(*fn)(void *), int index)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: checksum SECONDS --report FILE [--compute N] [--nice NICE]\n");
+	fprintf(stderr, "usage: checksum SECONDS --report FILE [--compute N] [--alloc N] "
+			"[--nice NICE]\n");
 	return 64;
 }
 
@@ -457,7 +541,7 @@ int main(int argc, char **argv)
 	struct sigaction sa;
 	sigset_t all, wanted;
 	double seconds;
-	int ncompute = 2, hung;
+	int ncompute = 2, nalloc = 0, hung;
 	uint64_t end;
 	char *e;
 
@@ -471,12 +555,15 @@ int main(int argc, char **argv)
 			report_path = argv[++i];
 		else if (!strcmp(argv[i], "--compute") && i + 1 < argc)
 			ncompute = (int)strtol(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--alloc") && i + 1 < argc)
+			nalloc = (int)strtol(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--nice") && i + 1 < argc)
 			compute_nice = (int)strtol(argv[++i], NULL, 10);
 		else
 			return usage();
 	}
-	if (!report_path || ncompute < 0 || ncompute > MAX_COMPUTE)
+	if (!report_path || ncompute < 0 || ncompute > MAX_COMPUTE || nalloc < 0 ||
+	    nalloc > MAX_ALLOC)
 		return usage();
 
 	for (int b = 0; b < NBUFS; b++) {
@@ -508,6 +595,12 @@ int main(int argc, char **argv)
 
 		snprintf(name, sizeof(name), "compute-%d", i);
 		add_worker(name, compute_main, i);
+	}
+	for (int i = 0; i < nalloc; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "alloc-%d", i);
+		add_worker(name, alloc_main, i);
 	}
 	add_worker("sleeper", sleeper_main, 0);
 	add_worker("ping", ping_main, 0);

@@ -1,0 +1,376 @@
+/*
+ * cprof heap on real processes:
+ *   - accuracy on seed 000's pattern (tests/targets/heapsites), against the
+ *     truth the target counts itself over exactly the window the agent
+ *     hooks its malloc: every site within 15%, sites at or above the rate
+ *     within 3%, the retained live set within 15%, freeing sites ~0;
+ *   - Go's layout: sample types, period, label bytes, --index, --debug 1,
+ *     and `go tool pprof` reads it;
+ *   - the target comes first: 50 injections into a process whose threads
+ *     hammer malloc/realloc/free and check every byte (tests/targets/
+ *     checksum --alloc), cprof SIGKILLed mid-window (the agent unhooks
+ *     within 1 s), a static binary and a stopped process refused.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "agent/wire.h"
+#include "testhelp.h"
+
+TestSuite(heap, .init = th_init, .fini = th_cleanup, .timeout = 240);
+
+static void skip_without_ptrace(void)
+{
+	if (geteuid() != 0)
+		cr_skip_test("cprof heap needs ptrace of the target: run as root");
+}
+
+/* ---- the truth heapsites writes ---------------------------------------- */
+
+struct site_truth {
+	char name[32];
+	uint64_t objects, bytes;
+};
+
+static size_t read_truth(const char *path, struct site_truth *t, size_t max)
+{
+	char line[256];
+	size_t n = 0;
+	FILE *f = NULL;
+
+	for (int i = 0; i < 100 && !(f = fopen(path, "re")); i++)
+		th_sleep_ms(50);
+	cr_assert_not_null(f, "heapsites wrote no report %s", path);
+	while (n < max && fgets(line, sizeof(line), f)) {
+		unsigned long long o, b;
+
+		if (sscanf(line, "%31s %llu %llu", t[n].name, &o, &b) == 3) {
+			t[n].objects = o;
+			t[n].bytes = b;
+			n++;
+		}
+	}
+	fclose(f);
+	return n;
+}
+
+static const struct site_truth *truth_of(const struct site_truth *t, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(t[i].name, name))
+			return &t[i];
+	cr_assert_fail("no truth for %s", name);
+	return NULL;
+}
+
+static double rel_err(double got, double want)
+{
+	return want ? fabs(got - want) / want : (got ? 1.0 : 0.0);
+}
+
+Test(heap, seed000_accuracy)
+{
+	static const struct {
+		const char *name;
+		uint64_t size;
+	} sites[] = {
+		{ "a_512k", 512 << 10 }, { "a_256k_1", 256 << 10 }, { "a_1k", 1024 },
+		{ "a_256k_2", 256 << 10 }, { "a_512", 512 },	  { "a_256k_3", 256 << 10 },
+		{ "a_256", 256 },	   { "a_256k_4", 256 << 10 }, { "a_16", 16 },
+		{ "b_1k", 1024 },	   { "b_512", 512 },	  { "b_256", 256 },
+		{ "b_16", 16 },		   { "retain_4k", 4096 },
+	};
+	const uint64_t rate = 1024;
+	const char *report = th_tmp_path("heapsites.report");
+	const char *out = th_tmp_path("heap-accuracy.pb.gz");
+	struct site_truth truth[32];
+	struct th_func_sum *sums[4];
+	size_t nsums[4], ntruth;
+	const struct site_truth *live;
+	struct profile *p;
+	struct th_run r;
+	int vi[4];
+	pid_t pid;
+
+	skip_without_ptrace();
+	/* 4000 rounds/s for 8 s: a_16 and b_16 get ~500 samples each at 1 KiB. */
+	pid = TH_SPAWN("heapsites", "20", report, "256", "4000");
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "8s", "--rate", "1024", "-o", out,
+		 "--index", "alloc_space");
+	th_run_log(&r, "cprof heap");
+	cr_assert_eq(r.exit_code, 0);
+	cr_assert(!strstr(r.err, "lost"), "samples were lost: %s", r.err);
+	kill(pid, SIGUSR2);
+	ntruth = read_truth(report, truth, 32);
+	th_kill(pid);
+
+	p = th_load_profile(out);
+	vi[0] = th_sample_type(p, "alloc_objects", "count");
+	vi[1] = th_sample_type(p, "alloc_space", "bytes");
+	vi[2] = th_sample_type(p, "inuse_objects", "count");
+	vi[3] = th_sample_type(p, "inuse_space", "bytes");
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(vi[i], i, "sample type %d in Go's order", i);
+		th_func_sums(p, (size_t)vi[i], &sums[i], &nsums[i]);
+	}
+	cr_assert_str_eq(p->period_type.type, "space");
+	cr_assert_str_eq(p->period_type.unit, "bytes");
+	cr_assert_eq(p->period, (int64_t)rate);
+	cr_assert_str_eq(p->default_sample_type, "alloc_space");
+
+	for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); i++) {
+		const struct site_truth *t = truth_of(truth, ntruth, sites[i].name);
+		struct th_func_sum ao = th_func_get(sums[0], nsums[0], sites[i].name);
+		struct th_func_sum as = th_func_get(sums[1], nsums[1], sites[i].name);
+		double expected = (double)t->objects * (1 - exp(-(double)sites[i].size / rate));
+		double limit = sites[i].size >= rate ? 0.03 : 0.15;
+		double eo = rel_err((double)ao.flat, (double)t->objects);
+		double eb = rel_err((double)as.flat, (double)t->bytes);
+
+		cr_log_info("%-9s truth %8llu objects %12llu bytes; cprof %8lld (%+.1f%%) %12lld "
+			    "(%+.1f%%); ~%.0f samples", sites[i].name,
+			    (unsigned long long)t->objects, (unsigned long long)t->bytes,
+			    (long long)ao.flat, 100.0 * ((double)ao.flat / t->objects - 1),
+			    (long long)as.flat, 100.0 * ((double)as.flat / t->bytes - 1), expected);
+		cr_assert_geq(expected, 400, "%s: only %.0f expected samples: run longer",
+			      sites[i].name, expected);
+		cr_expect_leq(eo, limit, "%s: alloc_objects off by %.1f%%", sites[i].name, eo * 100);
+		cr_expect_leq(eb, limit, "%s: alloc_space off by %.1f%%", sites[i].name, eb * 100);
+		if (strcmp(sites[i].name, "retain_4k")) {
+			struct th_func_sum is = th_func_get(sums[3], nsums[3], sites[i].name);
+
+			/* At most the one block in flight when the hooks went. */
+			cr_expect_leq(is.flat, (int64_t)(sites[i].size * 2),
+				      "%s frees at once, yet %lld bytes in use", sites[i].name,
+				      (long long)is.flat);
+		}
+	}
+	live = truth_of(truth, ntruth, "live_retain_4k");
+	{
+		struct th_func_sum io = th_func_get(sums[2], nsums[2], "retain_4k");
+		struct th_func_sum is = th_func_get(sums[3], nsums[3], "retain_4k");
+
+		cr_log_info("retain_4k live: truth %llu objects %llu bytes; cprof %lld, %lld",
+			    (unsigned long long)live->objects, (unsigned long long)live->bytes,
+			    (long long)io.flat, (long long)is.flat);
+		cr_expect_leq(rel_err((double)is.flat, (double)live->bytes), 0.15);
+		cr_expect_leq(rel_err((double)io.flat, (double)live->objects), 0.15);
+	}
+	/* Every sample says its block size. */
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct profile_label *l = th_label(&p->samples[i], "bytes");
+
+		cr_assert(l && !l->str && l->num > 0, "sample %zu has no numeric bytes label", i);
+	}
+	th_assert_pprof_ok(out);
+	for (int i = 0; i < 4; i++)
+		free(sums[i]);
+	profile_free(p);
+	th_run_release(&r);
+}
+
+Test(heap, debug1_text_and_index)
+{
+	regex_t header, record, frame;
+	char *save = NULL, *line;
+	bool saw_record = false, saw_frame = false;
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("heapsites", "10", th_tmp_path("unused.report"), "64", "1000");
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--rate", "64KiB");
+	th_run_log(&r, "cprof heap --debug 1 (the default without -o)");
+	cr_assert_eq(r.exit_code, 0);
+	cr_assert_eq(regcomp(&header, "^heap profile: [0-9]+: [0-9]+ \\[[0-9]+: [0-9]+\\] @ heap/131072$",
+			     REG_EXTENDED | REG_NOSUB), 0);
+	cr_assert_eq(regcomp(&record, "^[0-9]+: [0-9]+ \\[[0-9]+: [0-9]+\\] @( 0x[0-9a-f]+)+$",
+			     REG_EXTENDED | REG_NOSUB), 0);
+	cr_assert_eq(regcomp(&frame, "^#\t0x[0-9a-f]+\t[^\t]+\t.+:[0-9]+$", REG_EXTENDED | REG_NOSUB),
+		     0);
+	line = strtok_r(r.out, "\n", &save);
+	cr_assert(line && regexec(&header, line, 0, NULL, 0) == 0, "header: %s", line ? line : "");
+	while ((line = strtok_r(NULL, "\n", &save))) {
+		saw_record |= regexec(&record, line, 0, NULL, 0) == 0;
+		saw_frame |= regexec(&frame, line, 0, NULL, 0) == 0 && strstr(line, "a_512k");
+	}
+	cr_assert(saw_record && saw_frame, "no bucket line, or no frame of a_512k");
+	regfree(&header);
+	regfree(&record);
+	regfree(&frame);
+	th_run_release(&r);
+
+	for (const char *const *idx = (const char *const[]){ "inuse_objects", "alloc_objects", NULL };
+	     *idx; idx++) {
+		const char *out = th_tmp_path("heap-index.pb.gz");
+		struct profile *p;
+
+		TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "300ms", "--index", *idx,
+			 "-o", out);
+		cr_assert_eq(r.exit_code, 0);
+		p = th_load_profile(out);
+		cr_assert_str_eq(p->default_sample_type, *idx);
+		profile_free(p);
+		th_run_release(&r);
+	}
+	th_kill(pid);
+}
+
+/* ---- the target comes first --------------------------------------------- */
+
+static int report_errors(const char *path)
+{
+	char line[512];
+	int errors = -1;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "errors ", 7))
+			errors = atoi(line + 7);
+	fclose(f);
+	return errors;
+}
+
+Test(heap, fifty_injections_into_a_malloc_hammer)
+{
+	const char *report = th_tmp_path("checksum-heap.report");
+	const char *env = getenv("CPROF_HEAP_INJECTIONS");
+	int runs = env ? atoi(env) : 50; /* scripts/test lowers it under ASan */
+	uint64_t t0 = th_now_ns();
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("checksum", "120", "--report", report, "--alloc", "3", "--compute", "1");
+	for (int i = 0; i < runs; i++) {
+		struct th_run r;
+
+		TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "100ms", "-q", "-o",
+			 th_tmp_path("hammer.pb.gz"));
+		if (r.exit_code != 0)
+			th_run_log(&r, "cprof heap");
+		cr_assert_eq(r.exit_code, 0, "run %d: exit %d", i, r.exit_code);
+		cr_assert(th_alive(pid), "the target died after run %d", i);
+		th_assert_let_go(pid, false, "after cprof heap");
+		th_run_release(&r);
+	}
+	cr_log_info("%d heap runs into checksum --alloc 3 in %.1f s", runs, (th_now_ns() - t0) / 1e9);
+	kill(pid, SIGUSR2);
+	th_sleep_ms(300);
+	cr_assert_eq(report_errors(report), 0, "the target saw its memory or results change");
+	th_kill(pid);
+}
+
+/* The memfd the agent made in @pid, mapped (its header), or NULL. */
+static struct cprof_wire_header *agent_header(pid_t pid)
+{
+	char dir[64], link[256], path[320];
+	struct cprof_wire_header *h = NULL;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	if (!d)
+		return NULL;
+	while (!h && (e = readdir(d))) {
+		ssize_t n;
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		if (!strstr(link, "memfd:cprof-agent"))
+			continue;
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		h = mmap(NULL, CPROF_WIRE_HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+		close(fd);
+		if (h == MAP_FAILED)
+			h = NULL;
+	}
+	closedir(d);
+	return h;
+}
+
+Test(heap, sigkill_of_cprof_unhooks_within_a_second)
+{
+	const char *report = th_tmp_path("checksum-kill.report");
+	struct cprof_wire_header *h;
+	uint64_t killed, detached = 0;
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("checksum", "30", "--report", report, "--alloc", "2", "--compute", "1");
+	th_run_cprof_ex(&r, 30000, SIGKILL, 1500,
+			(const char *const[]){ "heap", "-p", th_pid_str(pid), "-d", "20s", "-o",
+					       th_tmp_path("killed.pb.gz"), NULL });
+	killed = r.signal_ns;
+	cr_assert_eq(r.exit_code, 128 + SIGKILL);
+	h = agent_header(pid);
+	cr_assert_not_null(h, "no agent channel in the target");
+	while (th_now_ns() - killed < 3000000000ull) {
+		if (__atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == CPROF_STATE_DETACHED) {
+			detached = th_now_ns();
+			break;
+		}
+		th_sleep_ms(2);
+	}
+	cr_assert(detached, "the agent never unhooked");
+	cr_log_info("hooks gone %.0f ms after cprof's SIGKILL (reason %u)",
+		    (detached - killed) / 1e6, h->detach_reason);
+	cr_assert_lt(detached - killed, 1000000000ull, "unhooked after %.0f ms",
+		     (detached - killed) / 1e6);
+	cr_assert_eq(h->hooked, 0);
+	th_assert_let_go(pid, false, "after cprof was killed");
+	cr_assert_eq(access(th_tmp_path("killed.pb.gz"), F_OK), -1, "a partial profile was left");
+	th_sleep_ms(500);
+	kill(pid, SIGUSR2);
+	th_sleep_ms(300);
+	cr_assert_eq(report_errors(report), 0);
+	munmap(h, CPROF_WIRE_HEADER_SIZE);
+	th_run_release(&r);
+	th_kill(pid);
+}
+
+Test(heap, refuses_static_and_stopped_targets)
+{
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("statictarget", "20");
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "1s", "-o",
+		 th_tmp_path("static.pb.gz"));
+	cr_assert_eq(r.exit_code, 2, "static: exit %d", r.exit_code);
+	cr_assert(strstr(r.err, "statically linked"), "%s", r.err);
+	th_assert_let_go(pid, false, "after refusing a static binary");
+	th_run_release(&r);
+	th_kill(pid);
+
+	pid = TH_SPAWN("regcheck", "sleep", "10");
+	kill(pid, SIGSTOP);
+	th_sleep_ms(100);
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "1s", "-o",
+		 th_tmp_path("stopped.pb.gz"));
+	cr_assert_eq(r.exit_code, 2, "stopped: exit %d", r.exit_code);
+	cr_assert(strstr(r.err, "SIGCONT"), "%s", r.err);
+	th_assert_let_go(pid, true, "after refusing a stopped process");
+	kill(pid, SIGCONT);
+	th_run_release(&r);
+	th_kill(pid);
+}
