@@ -7,9 +7,12 @@
  * noinline function). The waiter measures every wait itself, with the
  * clock around the call, and on SIGUSR2 (or at the end) writes per site:
  *   "SITE COUNT TOTAL_NS\n"
- * to REPORT (written beside, then renamed). Measurement starts at SIGUSR1
- * (so that the truth covers cprof's window: the test sends it when cprof
- * is attached) and counts until SIGUSR2.
+ * to REPORT (written beside, then renamed). The truth covers exactly cprof's
+ * window: the program reloads its own GOT slot of a function the agent
+ * hooks in that mode (pthread_mutex_lock; pthread_rwlock_rdlock for kinds,
+ * pthread_create for create) and counts only while it differs from its
+ * value at start; once the hook is gone the counts freeze. SIGUSR1 opens a
+ * window by hand instead (runs without cprof); SIGUSR2 writes the report.
  *
  * Modes:
  *   ab      site_a waits once for 10*BASE, site_b ten times for BASE:
@@ -57,12 +60,50 @@ static void sleep_ns(uint64_t ns)
 enum { MAX_SITES = 8 };
 static const char *site_names[MAX_SITES];
 static uint64_t site_count[MAX_SITES], site_ns[MAX_SITES];
-static volatile sig_atomic_t counting, report_now;
+static volatile sig_atomic_t counting, report_now, by_hand;
+static int frozen, hook_slot_kind;
+static void *slot_at_start;
+
+#define GOT_SLOT(fn)                                                                   \
+	({                                                                             \
+		void *v_;                                                              \
+		__asm__ volatile("movq " #fn "@GOTPCREL(%%rip), %0" : "=r"(v_));       \
+		v_;                                                                    \
+	})
+
+static void *hook_slot(void)
+{
+	switch (hook_slot_kind) {
+	case 1:
+		return GOT_SLOT(pthread_rwlock_rdlock);
+	case 2:
+		return GOT_SLOT(pthread_create);
+	default:
+		return GOT_SLOT(pthread_mutex_lock);
+	}
+}
+
+/* Counting follows the hook (see the top). */
+static void follow_hook(void)
+{
+	bool hooked;
+
+	if (by_hand || frozen)
+		return;
+	hooked = hook_slot() != slot_at_start;
+	if (hooked && !counting)
+		counting = 1;
+	else if (!hooked && counting) {
+		counting = 0;
+		frozen = 1;
+	}
+}
 static const char *report_path;
 static uint64_t base_ns, end_ns;
 
 static void count(int site, uint64_t ns)
 {
+	follow_hook();
 	if (!counting)
 		return;
 	__atomic_fetch_add(&site_count[site], 1, __ATOMIC_RELAXED);
@@ -88,8 +129,10 @@ static void write_report(void)
 
 static void on_signal(int sig)
 {
-	if (sig == SIGUSR1)
+	if (sig == SIGUSR1) {
+		by_hand = 1;
 		counting = 1;
+	}
 	else {
 		counting = 0;
 		report_now = 1;
@@ -266,9 +309,12 @@ static void mode_holders(void)
 		pthread_create(&th, NULL, holders_main, NULL);
 	}
 	while (running() && !report_now) {
-		while (!__atomic_load_n(&held, __ATOMIC_ACQUIRE) && running())
+		/* The hold may be over already (we were late): then skip it. */
+		while (!__atomic_load_n(&held, __ATOMIC_ACQUIRE) &&
+		       __atomic_load_n(&turn, __ATOMIC_ACQUIRE) != 2 && running())
 			sleep_ns(1000);
-		contend(next);
+		if (__atomic_load_n(&held, __ATOMIC_ACQUIRE))
+			contend(next);
 		while (__atomic_load_n(&turn, __ATOMIC_ACQUIRE) != 2 && running())
 			sleep_ns(1000);
 		next = !next;
@@ -282,6 +328,9 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t cv_m = PTHREAD_MUTEX_INITIALIZER;
 static int cv_flag;
 static sem_t sem;
+/* The waiter says what it is about to wait for; the signaller wakes it a
+ * base time later, so that every wait really blocks. */
+static int about_to; /* 0 nothing, 1 cond, 2 sem */
 
 static NOINLINE void wait_rdlock(void)
 {
@@ -306,7 +355,8 @@ static NOINLINE void wait_cond(void)
 	uint64_t t0 = now_ns();
 
 	pthread_mutex_lock(&cv_m);
-	while (!cv_flag)
+	__atomic_store_n(&about_to, 1, __ATOMIC_RELEASE);
+	while (!cv_flag && running())
 		pthread_cond_wait(&cv, &cv_m);
 	cv_flag = 0;
 	pthread_mutex_unlock(&cv_m);
@@ -317,6 +367,7 @@ static NOINLINE void wait_sem(void)
 {
 	uint64_t t0 = now_ns();
 
+	__atomic_store_n(&about_to, 2, __ATOMIC_RELEASE);
 	while (sem_wait(&sem) != 0)
 		;
 	count(3, now_ns() - t0);
@@ -326,13 +377,21 @@ static void *signaller_main(void *arg)
 {
 	(void)arg;
 	while (running()) {
+		int what = __atomic_exchange_n(&about_to, 0, __ATOMIC_ACQ_REL);
+
+		if (!what) {
+			sleep_ns(20000);
+			continue;
+		}
 		sleep_ns(base_ns);
-		pthread_mutex_lock(&cv_m);
-		cv_flag = 1;
-		pthread_cond_signal(&cv);
-		pthread_mutex_unlock(&cv_m);
-		sleep_ns(base_ns);
-		sem_post(&sem);
+		if (what == 1) {
+			pthread_mutex_lock(&cv_m);
+			cv_flag = 1;
+			pthread_cond_signal(&cv);
+			pthread_mutex_unlock(&cv_m);
+		} else {
+			sem_post(&sem);
+		}
 	}
 	/* Release a last waiter. */
 	pthread_mutex_lock(&cv_m);
@@ -416,6 +475,8 @@ int main(int argc, char **argv)
 	base_ns = (uint64_t)atoi(argv[3]) * 1000;
 	report_path = argv[4];
 	memcpy(site_names, modes[which].sites, sizeof(site_names));
+	hook_slot_kind = !strcmp(argv[1], "kinds") ? 1 : !strcmp(argv[1], "create") ? 2 : 0;
+	slot_at_start = hook_slot();
 	alarm(seconds + 10);
 	end_ns = now_ns() + (uint64_t)seconds * 1000000000ull;
 	signal(SIGUSR1, on_signal);

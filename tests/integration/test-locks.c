@@ -1,0 +1,261 @@
+/*
+ * cprof block, mutex and threadcreate on tests/targets/locks, whose truth
+ * is what it measured itself around every wait, over exactly the window
+ * the agent hooked it:
+ *   - block is unbiased (seed 001): site A waits once for D, site B ten
+ *     times for D/10; at a rate between the two, both totals are within
+ *     15% of the truth and of each other; waits of 1x, 2x, 3x a base with
+ *     equal totals stay equal at a rate of 2x the base;
+ *   - mutex charges the holder's unlock site: the long holder gets the
+ *     delay, the waiter's lock site none;
+ *   - rwlock, condition variable and semaphore waits appear at their sites;
+ *   - threadcreate counts every creation at its site.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testhelp.h"
+
+TestSuite(locks, .init = th_init, .fini = th_cleanup, .timeout = 180);
+
+struct truth {
+	char name[32];
+	uint64_t count, ns;
+};
+
+static size_t read_truth(pid_t pid, const char *path, struct truth *t, size_t max)
+{
+	char line[256];
+	size_t n = 0;
+	FILE *f = NULL;
+
+	kill(pid, SIGUSR2);
+	for (int i = 0; i < 200 && !(f = fopen(path, "re")); i++)
+		th_sleep_ms(25);
+	cr_assert_not_null(f, "locks wrote no report %s", path);
+	while (n < max && fgets(line, sizeof(line), f)) {
+		unsigned long long c, ns;
+
+		if (sscanf(line, "%31s %llu %llu", t[n].name, &c, &ns) == 3) {
+			t[n].count = c;
+			t[n].ns = ns;
+			n++;
+		}
+	}
+	fclose(f);
+	return n;
+}
+
+static const struct truth *truth_of(const struct truth *t, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(t[i].name, name))
+			return &t[i];
+	cr_assert_fail("no truth for %s", name);
+	return NULL;
+}
+
+static void skip_without_ptrace(void)
+{
+	if (geteuid() != 0)
+		cr_skip_test("the agent needs ptrace of the target: run as root");
+}
+
+/* Runs `cprof CMD -p PID -d DUR [--rate RATE] -o OUT` and loads OUT. */
+static struct profile *profile_of(const char *cmd, pid_t pid, const char *dur, const char *rate,
+				  const char *out)
+{
+	struct th_run r;
+
+	if (rate)
+		TH_CPROF(&r, 60000, cmd, "-p", th_pid_str(pid), "-d", dur, "--rate", rate, "-o", out);
+	else
+		TH_CPROF(&r, 60000, cmd, "-p", th_pid_str(pid), "-d", dur, "-o", out);
+	th_run_log(&r, cmd);
+	cr_assert_eq(r.exit_code, 0);
+	th_run_release(&r);
+	th_assert_pprof_ok(out);
+	return th_load_profile(out);
+}
+
+static double rel(double a, double b)
+{
+	return b ? fabs(a - b) / b : 1.0;
+}
+
+/* Delay (flat) per site, checked against the truth within @tol. */
+static void check_sites(const struct profile *p, const struct truth *t, size_t nt,
+			const char *const *sites, size_t n, double tol)
+{
+	struct th_func_sum *sums;
+	size_t nsums;
+	int vi = th_sample_type(p, "delay", "nanoseconds");
+	double first = 0;
+
+	cr_assert_eq(vi, 1, "delay/nanoseconds is the second sample type");
+	cr_assert_eq(th_sample_type(p, "contentions", "count"), 0);
+	cr_assert_str_eq(p->period_type.type, "contentions");
+	th_func_sums(p, (size_t)vi, &sums, &nsums);
+	for (size_t i = 0; i < n; i++) {
+		const struct truth *tr = truth_of(t, nt, sites[i]);
+		struct th_func_sum s = th_func_get(sums, nsums, sites[i]);
+
+		cr_log_info("%-8s truth %5llu waits %8.1f ms; cprof %8.1f ms (%+.1f%%)", sites[i],
+			    (unsigned long long)tr->count, tr->ns / 1e6, s.flat / 1e6,
+			    100.0 * ((double)s.flat / (double)tr->ns - 1));
+		cr_expect_leq(rel((double)s.flat, (double)tr->ns), tol, "%s: %.1f%% off the truth",
+			      sites[i], 100 * rel((double)s.flat, (double)tr->ns));
+		if (i == 0)
+			first = (double)s.flat;
+		else
+			cr_expect_leq(rel((double)s.flat, first), tol,
+				      "%s and %s differ by %.1f%%", sites[i], sites[0],
+				      100 * rel((double)s.flat, first));
+	}
+	free(sums);
+}
+
+Test(locks, block_unbiased_one_long_vs_ten_short)
+{
+	const char *report = th_tmp_path("locks-ab.report");
+	static const char *const sites[] = { "site_a", "site_b" };
+	struct truth t[8];
+	struct profile *p;
+	size_t nt;
+	pid_t pid;
+
+	skip_without_ptrace();
+	/* D = 5 ms at site_a, D/10 = 0.5 ms at site_b; rate 2 ms in between. */
+	pid = TH_SPAWN("locks", "ab", "20", "500", report);
+	p = profile_of("block", pid, "5s", "2ms", th_tmp_path("block-ab.pb.gz"));
+	nt = read_truth(pid, report, t, 8);
+	check_sites(p, t, nt, sites, 2, 0.15);
+	profile_free(p);
+	th_kill(pid);
+}
+
+Test(locks, block_unbiased_1x_2x_3x)
+{
+	const char *report = th_tmp_path("locks-three.report");
+	static const char *const sites[] = { "site_1x", "site_2x", "site_3x" };
+	struct truth t[8];
+	struct profile *p;
+	size_t nt;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("locks", "three", "20", "1000", report);
+	p = profile_of("block", pid, "5s", "2ms", th_tmp_path("block-three.pb.gz"));
+	nt = read_truth(pid, report, t, 8);
+	check_sites(p, t, nt, sites, 3, 0.15);
+	profile_free(p);
+	th_kill(pid);
+}
+
+Test(locks, mutex_charges_the_holder)
+{
+	const char *report = th_tmp_path("locks-holders.report");
+	struct th_func_sum *sums, lng, shrt, waiter;
+	const struct truth *tl, *ts;
+	struct truth t[8];
+	struct profile *p;
+	size_t nt, nsums;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("locks", "holders", "20", "500", report);
+	p = profile_of("mutex", pid, "4s", NULL, th_tmp_path("mutex.pb.gz"));
+	nt = read_truth(pid, report, t, 8);
+	th_func_sums(p, 1, &sums, &nsums);
+	lng = th_func_get(sums, nsums, "holder_long");
+	shrt = th_func_get(sums, nsums, "holder_short");
+	waiter = th_func_get(sums, nsums, "contend");
+	tl = truth_of(t, nt, "holder_long");
+	ts = truth_of(t, nt, "holder_short");
+	cr_log_info("mutex: holder_long %.1f ms (truth %.1f), holder_short %.1f ms (truth %.1f), "
+		    "waiter's site %.1f ms", lng.flat / 1e6, tl->ns / 1e6, shrt.flat / 1e6,
+		    ts->ns / 1e6, waiter.cum / 1e6);
+	cr_expect_leq(rel((double)lng.flat, (double)tl->ns), 0.25);
+	cr_expect_leq(rel((double)shrt.flat, (double)ts->ns), 0.5);
+	cr_expect_gt(lng.flat, 4 * shrt.flat, "the long holder must carry most of the delay");
+	cr_expect_eq(waiter.cum, 0, "the waiter's lock site was charged");
+	free(sums);
+	profile_free(p);
+	th_kill(pid);
+}
+
+Test(locks, rwlock_cond_sem_at_their_sites)
+{
+	static const char *const sites[] = { "wait_rdlock", "wait_wrlock", "wait_cond", "wait_sem" };
+	struct th_func_sum *sums;
+	struct profile *p;
+	size_t nsums;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("locks", "kinds", "20", "2000", th_tmp_path("locks-kinds.report"));
+	p = profile_of("block", pid, "2s", "1us", th_tmp_path("block-kinds.pb.gz"));
+	th_func_sums(p, 0, &sums, &nsums);
+	for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); i++) {
+		struct th_func_sum s = th_func_get(sums, nsums, sites[i]);
+
+		cr_log_info("%s: %lld contentions", sites[i], (long long)s.flat);
+		cr_expect_gt(s.flat, 0, "no wait at %s", sites[i]);
+	}
+	free(sums);
+	profile_free(p);
+	th_kill(pid);
+}
+
+Test(locks, threadcreate_counts_every_creation)
+{
+	const char *report = th_tmp_path("locks-create.report");
+	struct th_func_sum *sums, s;
+	const struct truth *tc;
+	struct truth t[8];
+	struct profile *p;
+	size_t nt, nsums;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("locks", "create", "20", "2000", report);
+	p = profile_of("threadcreate", pid, "2s", NULL, th_tmp_path("threadcreate.pb.gz"));
+	nt = read_truth(pid, report, t, 8);
+	cr_assert_eq(th_sample_type(p, "threadcreate", "count"), 0);
+	th_func_sums(p, 0, &sums, &nsums);
+	s = th_func_get(sums, nsums, "create_threads");
+	tc = truth_of(t, nt, "create_threads");
+	cr_log_info("threadcreate: %lld at create_threads, truth %llu", (long long)s.flat,
+		    (unsigned long long)tc->count);
+	cr_expect_gt(s.flat, 100);
+	cr_expect_leq(llabs(s.flat - (long long)tc->count), 2);
+	free(sums);
+	profile_free(p);
+	th_kill(pid);
+}
+
+Test(locks, debug1_headers)
+{
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("locks", "ab", "20", "500", th_tmp_path("locks-text.report"));
+	TH_CPROF(&r, 30000, "block", "-p", th_pid_str(pid), "-d", "1s", "--rate", "1ms");
+	cr_assert_eq(r.exit_code, 0);
+	cr_assert(!strncmp(r.out, "--- contention:\ncycles/second=1000000000\nsampling period=1000000\n",
+			   65), "%.100s", r.out);
+	cr_assert(strstr(r.out, "site_a+0x"), "no frame of site_a");
+	th_run_release(&r);
+	TH_CPROF(&r, 30000, "mutex", "-p", th_pid_str(pid), "-d", "500ms", "--rate", "2");
+	cr_assert_eq(r.exit_code, 0);
+	cr_assert(!strncmp(r.out, "--- mutex:\ncycles/second=1000000000\nsampling period=2\n", 52),
+		  "%.100s", r.out);
+	th_run_release(&r);
+	th_kill(pid);
+}
