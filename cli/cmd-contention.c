@@ -64,7 +64,7 @@ struct args {
 
 static void help(const struct kind *k)
 {
-	printf("usage: cprof %s -p PID [-d DURATION]%s [--debug 0|1] [-o FILE] [-q]\n\n%s"
+	printf("usage: cprof %s -p PID [-d DURATION]%s [--debug N] [-o FILE] [-q]\n\n%s"
 	       "Loads cprof-agent.so into the running process; its hooks go when the window\n"
 	       "ends (and by themselves within 1 s if cprof dies). Ctrl-C stops early and\n"
 	       "still writes the profile.\n\n"

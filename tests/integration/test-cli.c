@@ -12,7 +12,7 @@
 #error "SOURCE_DIR must point at the source tree (for man/)"
 #endif
 
-static const char *commands[] = { "cpu", "threads" };
+static const char *commands[] = { "cpu", "threads", "heap", "block", "mutex", "threadcreate" };
 
 TestSuite(cli, .init = th_init, .fini = th_cleanup);
 
