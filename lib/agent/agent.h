@@ -69,9 +69,20 @@ size_t agent_copy_stack(void *dst, uint64_t from, size_t max) HIDDEN;
 
 /* Learn the main thread's stack (attach, not from a hook). */
 void capture_init(void) HIDDEN;
-/* How many bytes from @rsp up to the end of this thread's stack, at most
- * @max. Calls nothing. */
-size_t agent_stack_limit(uint64_t rsp, size_t max) HIDDEN;
+/*
+ * How many bytes from @rsp up to the end of this thread's stack, at most
+ * @max; *@ret_direct when they are known to be mapped (a plain copy will
+ * do). Looks up the thread's stack once per thread (raw /proc read).
+ */
+size_t agent_stack_limit(uint64_t rsp, size_t max, bool *ret_direct) HIDDEN;
+/* Copies @limit bytes from @rsp as agent_stack_limit() allowed. */
+size_t agent_capture_stack(void *dst, uint64_t rsp, size_t limit, bool direct) HIDDEN;
+/* This thread's kernel id, cached (gettid() is a system call). */
+uint32_t agent_tid(void) HIDDEN;
+/* A fork child forgets what it cached about its parent's thread. */
+void capture_forget_thread(void) HIDDEN;
+/* Our pid, set at attach (getpid() is a system call). */
+extern pid_t agent_pid HIDDEN;
 
 /* --- ring.c --------------------------------------------------------------- */
 
@@ -100,6 +111,21 @@ void liveset_clear(void) HIDDEN;
 uint64_t liveset_count(void) HIDDEN;
 /* Insert (event lock held). Returns false when the set is full. */
 bool liveset_insert(uint64_t addr, uint64_t size) HIDDEN;
+/* The set's filter (liveset.c): a zero counter means "not in the set". */
+#define LIVESET_FILTER_BITS 16
+extern uint8_t liveset_filter[1u << LIVESET_FILTER_BITS] HIDDEN;
+
+static inline uint32_t liveset_filter_slot(uint64_t addr)
+{
+	return (uint32_t)(((addr >> 4) * 0xc2b2ae3d27d4eb4full) >> (64 - LIVESET_FILTER_BITS));
+}
+
+/* Inline, for free()'s fast path: false means surely not sampled. */
+static inline bool liveset_filter_hit(uint64_t addr)
+{
+	return __atomic_load_n(&liveset_filter[liveset_filter_slot(addr)], __ATOMIC_ACQUIRE) != 0;
+}
+
 /* Lock-free: might @addr be in the set? No false negatives. */
 bool liveset_maybe_contains(uint64_t addr) HIDDEN;
 /* Remove (event lock held). Returns true and *ret_size if it was there. */

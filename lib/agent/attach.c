@@ -26,6 +26,7 @@ static int memfd = -1;
 static void *memfd_map;
 static size_t memfd_map_size;
 static pid_t peer_pid;
+pid_t agent_pid;
 static uint32_t last_command;
 static bool atfork_registered;
 
@@ -149,6 +150,8 @@ static void atfork_child(void)
 
 	memcpy(&agent_mutex, &fresh, sizeof(fresh));
 	event_unlock();
+	agent_pid = getpid();
+	capture_forget_thread();
 	if (!agent_ring.hdr)
 		return;
 	__atomic_store_n(&agent_sampling, 0, __ATOMIC_RELAXED);
@@ -266,6 +269,7 @@ CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint
 			goto out_unlock;
 		atfork_registered = true;
 	}
+	agent_pid = getpid();
 	capture_init();
 	ret = memfd_setup(ring_size);
 	if (ret < 0)

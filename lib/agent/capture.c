@@ -78,7 +78,7 @@ size_t agent_copy_stack(void *dst, uint64_t from, size_t max)
 		at = next;
 	}
 	local.iov_len = at - from;
-	got = process_vm_readv(getpid(), &local, 1, remote, (unsigned long)n, 0);
+	got = process_vm_readv(agent_pid, &local, 1, remote, (unsigned long)n, 0);
 	return got > 0 ? (size_t)got : 0;
 }
 
@@ -115,7 +115,11 @@ static uint64_t parse_hex(const char **p)
 	}
 }
 
-void capture_init(void)
+/*
+ * Calls @fn(lo, hi, line, arg) for each line of /proc/self/maps until it
+ * returns true. Raw reads, no stdio, no malloc: callable from a hook.
+ */
+static void maps_each(bool (*fn)(uint64_t lo, uint64_t hi, const char *line, void *arg), void *arg)
 {
 	char buf[4096];
 	size_t have = 0;
@@ -132,20 +136,53 @@ void capture_init(void)
 		have += (size_t)n;
 		buf[have] = '\0';
 		while ((nl = strchr(line, '\n'))) {
-			*nl = '\0';
-			if (strstr(line, "[stack]")) {
-				const char *p = line;
+			const char *p = line;
+			uint64_t lo, hi;
 
-				main_stack_lo = parse_hex(&p);
-				p++;
-				main_stack_hi = parse_hex(&p);
-			}
+			*nl = '\0';
+			lo = parse_hex(&p);
+			p++;
+			hi = parse_hex(&p);
+			if (fn(lo, hi, line, arg))
+				goto out_close;
 			line = nl + 1;
 		}
 		have = strlen(line);
 		memmove(buf, line, have);
 	}
+out_close:
 	close(fd);
+}
+
+static bool is_main_stack(uint64_t lo, uint64_t hi, const char *line, void *arg)
+{
+	(void)arg;
+	if (!strstr(line, "[stack]"))
+		return false;
+	main_stack_lo = lo;
+	main_stack_hi = hi;
+	return true;
+}
+
+struct range_query {
+	uint64_t addr, lo, hi;
+};
+
+static bool contains(uint64_t lo, uint64_t hi, const char *line, void *arg)
+{
+	struct range_query *q = arg;
+
+	(void)line;
+	if (q->addr < lo || q->addr >= hi)
+		return false;
+	q->lo = lo;
+	q->hi = hi;
+	return true;
+}
+
+void capture_init(void)
+{
+	maps_each(is_main_stack, NULL);
 	/* ld.so's; dlsym is fine here (attach, not a hook). */
 	void **end = dlsym(RTLD_DEFAULT, "__libc_stack_end");
 	uint64_t e = end && *end ? ((uint64_t)(uintptr_t)*end & ~4095ull) + 4096 : 0;
@@ -154,14 +191,68 @@ void capture_init(void)
 		main_stack_hi = e;
 }
 
-size_t agent_stack_limit(uint64_t rsp, size_t max)
-{
-	uint64_t tls = (uint64_t)(uintptr_t)&agent_countdown;
+/*
+ * A glibc thread's stack mapping, looked up once per thread (on its first
+ * sample: /proc/self/maps, raw) and kept in TLS. Within it, and within the
+ * main thread's [stack], the copy is a plain memcpy: the bytes from rsp to
+ * the mapping's end are mapped for as long as the thread runs on them. That
+ * saves process_vm_readv's system call on every sample (11% of a
+ * malloc-bound program's time at the default rate, measured).
+ */
+static AGENT_TLS uint64_t thread_stack_lo, thread_stack_hi; /* hi 1: none found */
 
-	if (rsp >= main_stack_lo && rsp < main_stack_hi)
+size_t agent_stack_limit(uint64_t rsp, size_t max, bool *ret_direct)
+{
+	uint64_t tls = (uint64_t)(uintptr_t)&agent_countdown, end;
+
+	*ret_direct = false;
+	if (rsp >= main_stack_lo && rsp < main_stack_hi) {
+		*ret_direct = true;
 		return main_stack_hi - rsp < max ? (size_t)(main_stack_hi - rsp) : max;
+	}
+	if (!thread_stack_hi) {
+		struct range_query q = { .addr = rsp };
+
+		maps_each(contains, &q);
+		/* Ours only if our TLS sits in it too (not a coroutine's stack). */
+		if (q.hi && tls >= q.lo && tls < q.hi) {
+			thread_stack_lo = q.lo;
+			thread_stack_hi = q.hi;
+		} else {
+			thread_stack_hi = 1;
+		}
+	}
+	if (rsp >= thread_stack_lo && rsp < thread_stack_hi && tls > rsp) {
+		*ret_direct = true;
+		end = tls < thread_stack_hi ? tls : thread_stack_hi;
+		return end - rsp < max ? (size_t)(end - rsp) : max;
+	}
 	/* 64 MiB: more than any thread stack glibc would put below its TLS. */
 	if (rsp < tls && tls - rsp < (64ull << 20))
 		return tls - rsp < max ? (size_t)(tls - rsp) : max;
 	return max;
+}
+
+size_t agent_capture_stack(void *dst, uint64_t rsp, size_t limit, bool direct)
+{
+	if (!direct)
+		return agent_copy_stack(dst, rsp, limit);
+	memcpy(dst, (const void *)(uintptr_t)rsp, limit);
+	return limit;
+}
+
+static AGENT_TLS uint32_t cached_tid;
+
+uint32_t agent_tid(void)
+{
+	if (unlikely(!cached_tid))
+		cached_tid = (uint32_t)gettid();
+	return cached_tid;
+}
+
+void capture_forget_thread(void)
+{
+	cached_tid = 0;
+	thread_stack_lo = 0;
+	thread_stack_hi = 0;
 }

@@ -33,20 +33,21 @@ static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
 	struct cprof_wire_alloc *r;
 	uint64_t regs[CPROF_REG_COUNT];
 	uint64_t now = agent_now_ns();
-	uint32_t tid = (uint32_t)gettid(), bytes;
+	uint32_t tid = agent_tid(), bytes;
 	size_t stack;
 
 	size_t limit;
+	bool direct;
 
 	agent_capture_regs(regs);
-	limit = agent_stack_limit(regs[CPROF_REG_RSP], CPROF_WIRE_STACK_MAX);
+	limit = agent_stack_limit(regs[CPROF_REG_RSP], CPROF_WIRE_STACK_MAX, &direct);
 	event_lock();
 	r = ring_reserve(sizeof(*r) + CPROF_WIRE_STACK_MAX);
 	if (!r) {
 		event_unlock();
 		return;
 	}
-	stack = agent_copy_stack(r->stack, regs[CPROF_REG_RSP], limit);
+	stack = agent_capture_stack(r->stack, regs[CPROF_REG_RSP], limit, direct);
 	if (stack == 0)
 		AGENT_COUNT(errors, 1);
 	r->time_ns = now;
@@ -81,7 +82,7 @@ static void record_free_locked(uint64_t addr, uint64_t size)
 	r->time_ns = agent_now_ns();
 	r->address = addr;
 	r->size = size;
-	r->tid = (uint32_t)gettid();
+	r->tid = agent_tid();
 	r->pad = 0;
 	AGENT_COUNT(frees, 1);
 	ring_commit(sizeof(*r));
@@ -129,7 +130,8 @@ static __attribute__((noinline)) bool take_sampled(uint64_t addr, uint64_t *ret_
 
 static inline bool may_be_sampled(const void *p)
 {
-	return p && liveset_count() != 0 && !agent_in_hook;
+	return p && liveset_count() != 0 && liveset_filter_hit((uint64_t)(uintptr_t)p) &&
+	       !agent_in_hook;
 }
 
 static __attribute__((noinline)) void free_slow(void *p)

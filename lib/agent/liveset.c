@@ -11,8 +11,16 @@
  * sampled, its insertion happened before malloc returned it, hence before the
  * free. Inserts only fill empty slots and never hide an entry, so they need
  * no counter bump.
+ *
+ * The table is 4 MiB: a probe of a random slot misses the caches, and every
+ * free() made one (15% of a malloc-bound program's time, measured). So a
+ * filter comes first: 64 KiB of 8-bit counters indexed by another hash of
+ * the address, incremented on insert and decremented on remove (a saturated
+ * counter stays: "maybe" forever). A zero counter means "not in the set",
+ * by the same ordering argument; it stays in the caches.
  */
 #include <errno.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #include "agent.h"
@@ -29,12 +37,36 @@ struct live_slot {
 };
 
 static struct live_slot *slots;
+uint8_t liveset_filter[1u << LIVESET_FILTER_BITS];
+#define filter liveset_filter
+#define FILTER_BITS LIVESET_FILTER_BITS
 static uint64_t live_count;
 static uint32_t live_seq;
 
 static uint32_t slot_of(uint64_t addr)
 {
 	return (uint32_t)(((addr >> 4) * 0x9e3779b97f4a7c15ull) >> (64 - LIVESET_BITS));
+}
+
+static uint32_t filter_of(uint64_t addr)
+{
+	return liveset_filter_slot(addr);
+}
+
+static void filter_add(uint64_t addr)
+{
+	uint8_t *c = &filter[filter_of(addr)];
+
+	if (*c != 255)
+		__atomic_store_n(c, (uint8_t)(*c + 1), __ATOMIC_RELEASE);
+}
+
+static void filter_sub(uint64_t addr)
+{
+	uint8_t *c = &filter[filter_of(addr)];
+
+	if (*c != 255 && *c != 0)
+		__atomic_store_n(c, (uint8_t)(*c - 1), __ATOMIC_RELAXED);
 }
 
 int liveset_init(void)
@@ -64,6 +96,7 @@ void liveset_clear(void)
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	/* Give the pages back too: a session may have touched many. */
 	madvise(slots, LIVESET_SLOTS * sizeof(*slots), MADV_DONTNEED);
+	memset(filter, 0, sizeof(filter));
 	__atomic_store_n(&live_count, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&live_seq, live_seq + 1, __ATOMIC_RELEASE);
 }
@@ -82,6 +115,7 @@ bool liveset_insert(uint64_t addr, uint64_t size)
 		}
 	}
 	slots[i].size = size;
+	filter_add(addr);
 	__atomic_store_n(&slots[i].addr, addr, __ATOMIC_RELEASE);
 	__atomic_store_n(&live_count, live_count + 1, __ATOMIC_RELAXED);
 	return true;
@@ -89,6 +123,8 @@ bool liveset_insert(uint64_t addr, uint64_t size)
 
 bool liveset_maybe_contains(uint64_t addr)
 {
+	if (__atomic_load_n(&filter[filter_of(addr)], __ATOMIC_ACQUIRE) == 0)
+		return false;
 	for (int tries = 0; tries < 2; tries++) {
 		uint32_t s1 = __atomic_load_n(&live_seq, __ATOMIC_ACQUIRE), i;
 		bool found = false;
@@ -126,6 +162,7 @@ bool liveset_remove(uint64_t addr, uint64_t *ret_size)
 		if (!slots[i].addr)
 			return false;
 	*ret_size = slots[i].size;
+	filter_sub(addr);
 
 	__atomic_store_n(&live_seq, live_seq + 1, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_RELEASE);

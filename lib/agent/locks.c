@@ -185,21 +185,22 @@ static __attribute__((noinline)) void record_event(uint32_t kind, uint64_t objec
 	uint64_t regs[CPROF_REG_COUNT];
 	uint32_t bytes;
 	size_t limit, stack;
+	bool direct;
 
 	if (agent_in_hook)
 		return;
 	agent_in_hook = 1;
 	agent_capture_regs(regs);
-	limit = agent_stack_limit(regs[CPROF_REG_RSP], CPROF_WIRE_STACK_MAX);
+	limit = agent_stack_limit(regs[CPROF_REG_RSP], CPROF_WIRE_STACK_MAX, &direct);
 	event_lock();
 	r = ring_reserve(sizeof(*r) + CPROF_WIRE_STACK_MAX);
 	if (!r)
 		goto out_unlock;
-	stack = agent_copy_stack(r->stack, regs[CPROF_REG_RSP], limit);
+	stack = agent_capture_stack(r->stack, regs[CPROF_REG_RSP], limit, direct);
 	if (stack == 0)
 		AGENT_COUNT(errors, 1);
 	r->time_ns = agent_now_ns();
-	r->tid = (uint32_t)gettid();
+	r->tid = agent_tid();
 	r->kind = kind;
 	r->object = object;
 	r->value = value;

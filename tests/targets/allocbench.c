@@ -1,0 +1,92 @@
+/*
+ * allocbench SECONDS REPORT [THREADS]
+ *
+ * The malloc-heavy program of scripts/bench-heap: THREADS (default 1)
+ * threads malloc and free blocks of 16-1024 bytes (a pool of 256 live
+ * blocks each, the first byte of each written), as fast as they can. On
+ * SIGUSR2 it writes the operations done so far ("ops N\n") to REPORT
+ * (beside, then renamed): the bench reads it twice to get a rate. Prints
+ * "ready"; exits after SECONDS.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static atomic_ulong ops;
+static volatile sig_atomic_t report_now;
+static time_t end;
+
+static void *worker(void *arg)
+{
+	void *pool[256] = { 0 };
+	uint64_t x = 0x9e3779b97f4a7c15ull ^ (uintptr_t)arg;
+
+	while (time(NULL) < end) {
+		for (int i = 0; i < 4096; i++) {
+			unsigned slot;
+			size_t n;
+
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			slot = (unsigned)(x & 255);
+			n = 16 + (size_t)((x >> 8) & 1007);
+			free(pool[slot]);
+			pool[slot] = malloc(n);
+			if (pool[slot])
+				*(volatile char *)pool[slot] = (char)i;
+		}
+		atomic_fetch_add(&ops, 4096);
+	}
+	for (int i = 0; i < 256; i++)
+		free(pool[i]);
+	return NULL;
+}
+
+static void on_usr2(int sig)
+{
+	(void)sig;
+	report_now = 1;
+}
+
+int main(int argc, char **argv)
+{
+	int nthreads = argc > 3 ? atoi(argv[3]) : 1;
+	pthread_t th[64];
+
+	if (argc < 3 || nthreads < 1 || nthreads > 64) {
+		fprintf(stderr, "usage: allocbench SECONDS REPORT [THREADS]\n");
+		return 2;
+	}
+	alarm((unsigned)atoi(argv[1]) + 10);
+	end = time(NULL) + atoi(argv[1]);
+	signal(SIGUSR2, on_usr2);
+	for (int i = 0; i < nthreads; i++)
+		pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)(i + 1));
+	printf("ready\n");
+	fflush(stdout);
+	while (time(NULL) < end) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+		if (report_now) {
+			char tmp[4200];
+			FILE *f;
+
+			report_now = 0;
+			snprintf(tmp, sizeof(tmp), "%s.tmp", argv[2]);
+			f = fopen(tmp, "w");
+			if (f) {
+				fprintf(f, "ops %lu\n", atomic_load(&ops));
+				fclose(f);
+				rename(tmp, argv[2]);
+			}
+		}
+	}
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(th[i], NULL);
+	return 0;
+}
