@@ -38,8 +38,9 @@ static int drain(struct channel *ch, const struct channel_handlers *h, struct wi
 	return 0;
 }
 
-int agent_window(struct channel *ch, const struct target *t, uint64_t duration_ns,
-		 const struct channel_handlers *h, const char *what, struct window_result *res)
+static int window(struct channel *ch, const struct target *t, uint64_t duration_ns,
+		  const struct channel_handlers *h, const char *what, bool detach,
+		  struct window_result *res)
 {
 	uint64_t start = now_monotonic_ns(), next_progress = start;
 	char total[32], done[32];
@@ -79,7 +80,7 @@ int agent_window(struct channel *ch, const struct target *t, uint64_t duration_n
 	}
 	res->window_ns = now_monotonic_ns() - start;
 	report_progress_done();
-	if (!res->target_exited) {
+	if (detach && !res->target_exited) {
 		r = channel_command(ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED, DETACH_TIMEOUT_MS);
 		res->detached = r == 0;
 		if (r == -ESRCH)
@@ -88,5 +89,21 @@ int agent_window(struct channel *ch, const struct target *t, uint64_t duration_n
 	/* Whatever was published before the hooks went. */
 	r = drain(ch, h, res);
 	channel_counters(ch, &res->counters);
+	return r;
+}
+
+int agent_window(struct channel *ch, const struct target *t, uint64_t duration_ns,
+		 const struct channel_handlers *h, const char *what, struct window_result *res)
+{
+	return window(ch, t, duration_ns, h, what, true, res);
+}
+
+int agent_window_keep(struct channel *ch, const struct target *t, uint64_t duration_ns,
+		      const struct channel_handlers *h, const char *what,
+		      struct window_result *res)
+{
+	int r = window(ch, t, duration_ns, h, what, false, res);
+
+	res->detached = true; /* not asked: the session goes on */
 	return r;
 }

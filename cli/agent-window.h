@@ -33,4 +33,9 @@ struct window_result {
 int agent_window(struct channel *ch, const struct target *t, uint64_t duration_ns,
 		 const struct channel_handlers *h, const char *what, struct window_result *res);
 
+/* The same, but the session goes on after the window (cprof heap --keep). */
+int agent_window_keep(struct channel *ch, const struct target *t, uint64_t duration_ns,
+		      const struct channel_handlers *h, const char *what,
+		      struct window_result *res);
+
 #endif

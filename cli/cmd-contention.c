@@ -245,6 +245,11 @@ static int run(int argc, char **argv, const struct kind *k)
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		r = contention_build(c, cmdline, (int64_t)w.start_realtime_ns, (int64_t)w.window_ns,
 				     &profile);
+		if (r == 0 && w.counters.lost) {
+			snprintf(why, sizeof(why), "lost %llu records: the agent's ring was full",
+				 (unsigned long long)w.counters.lost);
+			r = profile_add_comment(profile, why);
+		}
 		if (r == 0)
 			r = output_commit_profile(&out, profile);
 	} else {

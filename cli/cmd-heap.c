@@ -4,7 +4,9 @@
  * built in lib/heap/.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +14,9 @@
 #include "agent-load.h"
 #include "agent-window.h"
 #include "commands.h"
+#include "heap-keep.h"
 #include "heap/heap.h"
+#include "pprof/pprof.h"
 #include "interrupt.h"
 #include "options.h"
 #include "output.h"
@@ -34,12 +38,13 @@ struct heap_args {
 	uint64_t rate;
 	const char *index;
 	int debug; /* -1: not given */
+	bool duration_given, keep, stop;
 };
 
 static void heap_help(void)
 {
 	printf("usage: cprof heap -p PID [-d DURATION] [--rate SIZE] [--index TYPE] [--debug N] "
-	       "[-o FILE] [-q]\n"
+	       "[--keep | --stop] [-o FILE] [-q]\n"
 	       "\n"
 	       "Sample the allocations of process PID while it runs, as Go's runtime does (one\n"
 	       "sample per SIZE bytes allocated on average), and write Go's heap profile:\n"
@@ -56,6 +61,11 @@ static void heap_help(void)
 	       "                           inuse_objects, alloc_space or alloc_objects\n"
 	       "      --debug N            0: gzipped pprof (default with -o); 1: Go's text heap\n"
 	       "                           profile (default without -o, to stdout)\n"
+	       "      --keep               go on sampling in the background after the profile is\n"
+	       "                           written; a later 'cprof heap -p PID' (no -d) returns\n"
+	       "                           the profile since sampling began (Go's always-on heap\n"
+	       "                           profile)\n"
+	       "      --stop               end the background sampling of --keep (hooks removed)\n"
 	       "  -o, --output FILE        where to write, - for stdout (default heap.pb.gz with\n"
 	       "                           --debug 0, stdout for text)\n"
 	       "  -q, --quiet              no progress or summary on stderr\n"
@@ -70,7 +80,14 @@ static int heap_option(int c, const char *arg, void *ctx)
 
 	switch (c) {
 	case 'd':
+		a->duration_given = true;
 		return option_duration(CMD, "duration", arg, &a->duration_ns);
+	case 'K':
+		a->keep = true;
+		return 0;
+	case 'S':
+		a->stop = true;
+		return 0;
 	case 'R':
 		r = parse_size(arg, &a->rate);
 		if (r < 0 || a->rate == 0 || a->rate > CPROF_WIRE_RATE_MAX)
@@ -102,6 +119,8 @@ static int parse_args(int argc, char **argv, struct heap_args *a)
 		{ "rate", required_argument, NULL, 'R' },
 		{ "index", required_argument, NULL, 'I' },
 		{ "debug", required_argument, NULL, 'D' },
+		{ "keep", no_argument, NULL, 'K' },
+		{ "stop", no_argument, NULL, 'S' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
@@ -118,6 +137,8 @@ static int parse_args(int argc, char **argv, struct heap_args *a)
 		heap_help();
 		return -1;
 	}
+	if (a->keep && a->stop)
+		return report_usage(CMD, "--keep and --stop do not go together");
 	if (a->debug < 0)
 		a->debug = a->common.output ? 0 : 1;
 	if (!a->common.output)
@@ -169,6 +190,172 @@ static void summary(const struct heap_args *a, const struct output *out,
 			       (unsigned long long)st->unwound, (unsigned long long)st->allocs);
 }
 
+/* The background session's view of its profile (heap-keep.h). */
+struct keep_ctx {
+	struct heap *heap;
+	uint64_t start_realtime_ns, start_ns;
+	const char *command_line;
+};
+
+static int keep_render(void *arg, const char *index, int debug, char **ret, size_t *ret_len)
+{
+	struct keep_ctx *k = arg;
+	struct profile *p = NULL;
+	uint8_t *buf;
+	int r;
+
+	if (debug == 1)
+		return render_text(k->heap, ret, ret_len);
+	for (size_t i = 0; i < ARRAY_SIZE(indexes); i++)
+		if (!strcmp(index, indexes[i])) {
+			r = heap_build(k->heap, indexes[i], k->command_line,
+				       (int64_t)k->start_realtime_ns,
+				       (int64_t)(now_monotonic_ns() - k->start_ns), &p);
+			if (r == 0)
+				r = pprof_encode_gzip(p, &buf, ret_len);
+			if (r == 0)
+				*ret = (char *)buf;
+			profile_free(p);
+			return r;
+		}
+	return -EINVAL;
+}
+
+/* --stop, or a profile from the background session of --keep. -1: none runs. */
+static int from_background(const struct heap_args *a, const struct target *t)
+{
+	struct output out;
+	char req[64], why[1024], *body = NULL;
+	size_t len = 0;
+	int fd = keep_connect(t), r, code;
+
+	if (fd < 0) {
+		if (!a->stop)
+			return -1;
+		report_error("no background heap sampling runs for pid %d (%s)", t->pid, t->comm);
+		report_hint("'cprof heap -p %d --keep' starts one", t->pid);
+		return EXIT_FAIL;
+	}
+	if (a->stop) {
+		r = keep_request(fd, "stop\n", &body, &len);
+		close(fd);
+		free(body);
+		if (r < 0) {
+			report_error("the background sampling of pid %d did not answer", t->pid);
+			return EXIT_FAIL;
+		}
+		report_note("stopped the background heap sampling of pid %d: its hooks are gone",
+			    t->pid);
+		return EXIT_OK;
+	}
+	if (a->duration_given || a->keep) {
+		close(fd);
+		report_error("background heap sampling (--keep) already runs for pid %d (%s)",
+			     t->pid, t->comm);
+		report_hint("'cprof heap -p %d' (no -d) returns its profile; --stop ends it",
+			    t->pid);
+		return EXIT_TARGET;
+	}
+	r = output_prepare(&out, a->common.output, a->debug == 0, why, sizeof(why));
+	if (r < 0) {
+		close(fd);
+		report_error_text(NULL, why);
+		return EXIT_OUTPUT;
+	}
+	snprintf(req, sizeof(req), "profile %s %d\n", a->index, a->debug);
+	r = keep_request(fd, req, &body, &len);
+	close(fd);
+	if (r == 0)
+		r = output_commit_bytes(&out, body, len);
+	if (r < 0) {
+		report_error("cannot get the profile of pid %d from its background sampling: %s",
+			     t->pid, r == -EPROTO && body ? body : strerror(-r));
+		output_abort(&out);
+		code = EXIT_FAIL;
+	} else {
+		report_note("wrote %s: the heap profile of pid %d since background sampling began",
+			    output_name(&out), t->pid);
+		code = EXIT_OK;
+	}
+	free(body);
+	return code;
+}
+
+static volatile sig_atomic_t keep_child;
+
+static void forward_signal(int sig)
+{
+	if (keep_child > 0)
+		kill(keep_child, sig);
+}
+
+/*
+ * --keep: the work goes on in a child that stays as the agent's peer. This
+ * process waits for the child's word that the first profile is written (a
+ * byte: its exit code) and exits with it; Ctrl-C is passed on. Returns -1
+ * in the child (go on, tell *@ret_fd when done), an exit code here.
+ */
+static int keep_fork(int *ret_fd)
+{
+	struct sigaction sa;
+	unsigned char code;
+	int fds[2];
+	pid_t pid;
+
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return EXIT_FAIL;
+	pid = fork();
+	if (pid < 0) {
+		report_error("cannot fork the background sampler: %s", strerror(errno));
+		return EXIT_FAIL;
+	}
+	if (pid == 0) {
+		close(fds[0]);
+		setsid(); /* the terminal's Ctrl-C reaches it through the parent only */
+		*ret_fd = fds[1];
+		return -1;
+	}
+	close(fds[1]);
+	keep_child = pid;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = forward_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	for (;;) {
+		ssize_t n = read(fds[0], &code, 1);
+
+		if (n == 1)
+			return code;
+		if (n == 0 || errno != EINTR)
+			return EXIT_FAIL; /* it died: it said why on stderr */
+	}
+}
+
+/* In the child, once the first profile is written: say so, go quiet, serve. */
+static void keep_serve_on(struct channel *ch, const struct target *t,
+			  const struct channel_handlers *h, struct keep_ctx *k, int code_fd,
+			  int code)
+{
+	unsigned char c = (unsigned char)code;
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	report_note("sampling goes on in the background (pid %d): 'cprof heap -p %d' returns the "
+		    "profile since it began, 'cprof heap -p %d --stop' ends it", getpid(), t->pid,
+		    t->pid);
+	if (null >= 0) {
+		dup2(null, STDIN_FILENO);
+		dup2(null, STDOUT_FILENO);
+		dup2(null, STDERR_FILENO);
+		close(null);
+	}
+	if (write(code_fd, &c, 1) != 1) {
+		/* The foreground is gone: nobody knows we run. Stop. */
+	}
+	close(code_fd);
+	interrupt_reset();
+	keep_serve(ch, t, h, keep_render, k);
+}
+
 int cmd_heap(int argc, char **argv)
 {
 	struct channel_handlers handlers = { .alloc = on_alloc, .free = on_free };
@@ -183,7 +370,8 @@ int cmd_heap(int argc, char **argv)
 	struct target t;
 	char why[1024], cmdline[1024], *text = NULL;
 	size_t text_len = 0;
-	int r, code;
+	int r, code, keep_fd = -1;
+	struct keep_ctx keep = { 0 };
 
 	code = parse_args(argc, argv, &a);
 	if (code)
@@ -192,6 +380,9 @@ int cmd_heap(int argc, char **argv)
 	code = preflight_target(a.common.pid, &t);
 	if (code)
 		return code;
+	code = from_background(&a, &t);
+	if (code >= 0)
+		return code;
 	code = preflight_not_traced(&t, "load the agent into");
 	if (code)
 		return code;
@@ -199,6 +390,11 @@ int cmd_heap(int argc, char **argv)
 	if (r < 0) {
 		report_error_text(NULL, why);
 		return EXIT_OUTPUT;
+	}
+	if (a.keep) {
+		code = keep_fork(&keep_fd);
+		if (code >= 0)
+			return code; /* the foreground: the child wrote the profile */
 	}
 	interrupt_install();
 	code = agent_load(&al, &t, CPROF_EVENTS_HEAP, a.rate, RING_SIZE);
@@ -215,7 +411,9 @@ int cmd_heap(int argc, char **argv)
 	if (r < 0)
 		goto out_fail;
 	handlers.arg = h;
-	r = agent_window(ch, &t, a.duration_ns, &handlers, "samples", &w);
+	keep.start_ns = now_monotonic_ns();
+	r = a.keep ? agent_window_keep(ch, &t, a.duration_ns, &handlers, "samples", &w)
+		   : agent_window(ch, &t, a.duration_ns, &handlers, "samples", &w);
 	if (r < 0)
 		goto out_fail;
 	if (w.target_exited)
@@ -233,6 +431,11 @@ int cmd_heap(int argc, char **argv)
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		r = heap_build(h, a.index, cmdline, (int64_t)w.start_realtime_ns,
 			       (int64_t)w.window_ns, &profile);
+		if (r == 0 && w.counters.lost) {
+			snprintf(why, sizeof(why), "lost %llu records: the agent's ring was full",
+				 (unsigned long long)w.counters.lost);
+			r = profile_add_comment(profile, why);
+		}
 		if (r == 0)
 			r = output_commit_profile(&out, profile);
 	} else {
@@ -247,6 +450,14 @@ int cmd_heap(int argc, char **argv)
 	}
 	summary(&a, &out, &w, heap_stats(h));
 	code = EXIT_OK;
+	if (a.keep && !w.target_exited) {
+		command_line_join(argc, argv, cmdline, sizeof(cmdline));
+		keep.heap = h;
+		keep.start_realtime_ns = w.start_realtime_ns;
+		keep.command_line = cmdline;
+		keep_serve_on(ch, &t, &handlers, &keep, keep_fd, code);
+		keep_fd = -1;
+	}
 	goto out_free;
 out_fail:
 	report_error("profiling pid %d failed: %s", t.pid, strerror(-r));
@@ -254,6 +465,14 @@ out_fail:
 out_abort:
 	output_abort(&out);
 out_free:
+	if (keep_fd >= 0) {
+		unsigned char c = (unsigned char)code;
+
+		if (write(keep_fd, &c, 1) != 1) {
+			/* The foreground is gone; nothing to tell. */
+		}
+		close(keep_fd);
+	}
 	free(text);
 	profile_free(profile);
 	heap_free(h);

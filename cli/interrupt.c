@@ -40,3 +40,9 @@ int interrupt_signal(void)
 {
 	return requested;
 }
+
+void interrupt_reset(void)
+{
+	requested = 0;
+	interrupt_install();
+}

@@ -374,3 +374,54 @@ Test(heap, refuses_static_and_stopped_targets)
 	th_run_release(&r);
 	th_kill(pid);
 }
+
+Test(heap, keep_then_cumulative_then_stop)
+{
+	const char *first = th_tmp_path("keep-first.pb.gz");
+	const char *later = th_tmp_path("keep-later.pb.gz");
+	struct cprof_wire_header *h;
+	struct profile *p1, *p2;
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("heapsites", "30", th_tmp_path("keep.report"), "64", "1000");
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--keep", "-o", first);
+	th_run_log(&r, "cprof heap --keep");
+	cr_assert_eq(r.exit_code, 0);
+	cr_assert(strstr(r.err, "background"), "%s", r.err);
+	th_run_release(&r);
+	th_sleep_ms(1500);
+	/* A window of its own is refused while the background session runs. */
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "1s", "-o", later);
+	cr_assert_eq(r.exit_code, 2);
+	th_run_release(&r);
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-o", later, "--index", "alloc_objects");
+	th_run_log(&r, "cprof heap (from the background session)");
+	cr_assert_eq(r.exit_code, 0);
+	th_run_release(&r);
+	p1 = th_load_profile(first);
+	p2 = th_load_profile(later);
+	cr_assert_str_eq(p2->default_sample_type, "alloc_objects");
+	cr_log_info("first window %.2f s, %lld objects; since sampling began %.2f s, %lld objects",
+		    p1->duration_nanos / 1e9, (long long)profile_total(p1, 0),
+		    p2->duration_nanos / 1e9, (long long)profile_total(p2, 0));
+	cr_assert_gt(p2->duration_nanos, p1->duration_nanos + 1000000000LL);
+	cr_assert_gt(profile_total(p2, 0), profile_total(p1, 0) * 2);
+	h = agent_header(pid);
+	cr_assert_not_null(h);
+	cr_assert_eq(h->state, CPROF_STATE_RUNNING, "the hooks went with the first run");
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "--stop");
+	cr_assert_eq(r.exit_code, 0);
+	th_run_release(&r);
+	cr_assert_eq(h->state, CPROF_STATE_DETACHED);
+	cr_assert_eq(h->hooked, 0);
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "--stop");
+	cr_assert_eq(r.exit_code, 1, "a second --stop found a session");
+	th_run_release(&r);
+	th_assert_let_go(pid, false, "after --stop");
+	munmap(h, CPROF_WIRE_HEADER_SIZE);
+	profile_free(p1);
+	profile_free(p2);
+	th_kill(pid);
+}

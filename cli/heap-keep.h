@@ -1,0 +1,41 @@
+/*
+ * cprof heap --keep: sampling that goes on after the profile is written,
+ * Go's always-on heap profile. The cprof process that loaded the agent
+ * stays, in the background, as the agent's peer (if it dies, the agent
+ * unhooks by itself within a second): it keeps draining the records into
+ * the same profile, and answers, on an abstract unix socket named after the
+ * target (pid and start time), the requests of later runs:
+ *
+ *   "profile INDEX DEBUG\n" -> "ok LEN\n" + the profile since sampling began
+ *   "stop\n"                -> the hooks go, "ok stopped\n", the session ends
+ *
+ * Only root and the daemon's own user are answered (SO_PEERCRED).
+ */
+#ifndef CPROF_HEAP_KEEP_H
+#define CPROF_HEAP_KEEP_H
+
+#include <stddef.h>
+
+#include "channel/channel.h"
+#include "target/target.h"
+
+/* Client: a connection to @t's background session, or -ENOENT if none. */
+int keep_connect(const struct target *t);
+
+/* Client: sends @request and reads the reply's body (malloc'd) into *@ret.
+ * 0, or -EPROTO with *@ret holding the daemon's error text. */
+int keep_request(int fd, const char *request, char **ret, size_t *ret_len);
+
+/* Renders the profile since sampling began, for a "profile" request. */
+typedef int (*keep_render_fn)(void *ctx, const char *index, int debug, char **ret,
+			      size_t *ret_len);
+
+/*
+ * Daemon: serves @t's session on @ch (draining into @h) until "stop", the
+ * target's exit, or SIGINT/SIGTERM; then ends the session (the hooks go).
+ * Returns 0, or -errno when the socket cannot be made.
+ */
+int keep_serve(struct channel *ch, const struct target *t, const struct channel_handlers *h,
+	       keep_render_fn render, void *ctx);
+
+#endif
