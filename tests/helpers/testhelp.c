@@ -3,6 +3,7 @@
  * we got from fork(), and only while we have not reaped them, so a recycled
  * pid can never be hit.
  */
+#include "agent/wire.h"
 #include "testhelp.h"
 #include "target/target.h"
 
@@ -23,6 +24,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1296,4 +1298,39 @@ const char *th_pid_str(pid_t pid)
 
 	snprintf(b, sizeof(bufs[0]), "%d", (int)pid);
 	return b;
+}
+
+/* The memfd the agent made in @pid, mapped (its header), or NULL. */
+struct cprof_wire_header *th_agent_header(pid_t pid)
+{
+	char dir[64], link[256], path[320];
+	struct cprof_wire_header *h = NULL;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	if (!d)
+		return NULL;
+	while (!h && (e = readdir(d))) {
+		ssize_t n;
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		if (!strstr(link, "memfd:cprof-agent"))
+			continue;
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		h = mmap(NULL, CPROF_WIRE_HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+		close(fd);
+		if (h == MAP_FAILED)
+			h = NULL;
+	}
+	closedir(d);
+	return h;
 }

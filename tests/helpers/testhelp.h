@@ -226,6 +226,11 @@ uint64_t th_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* ---- the target is let go (after every ptrace user) ---------------------- */
 
+struct cprof_wire_header;
+/* The header of the agent's channel (its memfd) in @pid, mapped read-only
+ * (munmap CPROF_WIRE_HEADER_SIZE bytes), or NULL when it has none. */
+struct cprof_wire_header *th_agent_header(pid_t pid);
+
 /* "@pid" as text, in one of 8 rotating static buffers (for argument lists). */
 const char *th_pid_str(pid_t pid);
 

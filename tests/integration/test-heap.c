@@ -12,7 +12,6 @@
  *     within 1 s), a static binary and a stopped process refused.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <regex.h>
@@ -271,41 +270,6 @@ Test(heap, fifty_injections_into_a_malloc_hammer)
 	th_kill(pid);
 }
 
-/* The memfd the agent made in @pid, mapped (its header), or NULL. */
-static struct cprof_wire_header *agent_header(pid_t pid)
-{
-	char dir[64], link[256], path[320];
-	struct cprof_wire_header *h = NULL;
-	struct dirent *e;
-	DIR *d;
-
-	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
-	d = opendir(dir);
-	if (!d)
-		return NULL;
-	while (!h && (e = readdir(d))) {
-		ssize_t n;
-		int fd;
-
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		n = readlink(path, link, sizeof(link) - 1);
-		if (n <= 0)
-			continue;
-		link[n] = '\0';
-		if (!strstr(link, "memfd:cprof-agent"))
-			continue;
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		h = mmap(NULL, CPROF_WIRE_HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-		close(fd);
-		if (h == MAP_FAILED)
-			h = NULL;
-	}
-	closedir(d);
-	return h;
-}
-
 Test(heap, sigkill_of_cprof_unhooks_within_a_second)
 {
 	const char *report = th_tmp_path("checksum-kill.report");
@@ -321,7 +285,7 @@ Test(heap, sigkill_of_cprof_unhooks_within_a_second)
 					       th_tmp_path("killed.pb.gz"), NULL });
 	killed = r.signal_ns;
 	cr_assert_eq(r.exit_code, 128 + SIGKILL);
-	h = agent_header(pid);
+	h = th_agent_header(pid);
 	cr_assert_not_null(h, "no agent channel in the target");
 	while (th_now_ns() - killed < 3000000000ull) {
 		if (__atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == CPROF_STATE_DETACHED) {
@@ -408,7 +372,7 @@ Test(heap, keep_then_cumulative_then_stop)
 		    p2->duration_nanos / 1e9, (long long)profile_total(p2, 0));
 	cr_assert_gt(p2->duration_nanos, p1->duration_nanos + 1000000000LL);
 	cr_assert_gt(profile_total(p2, 0), profile_total(p1, 0) * 2);
-	h = agent_header(pid);
+	h = th_agent_header(pid);
 	cr_assert_not_null(h);
 	cr_assert_eq(h->state, CPROF_STATE_RUNNING, "the hooks went with the first run");
 	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "--stop");

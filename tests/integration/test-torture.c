@@ -2,7 +2,7 @@
  * Torture: cprof must never leave a thread of its target stopped, traced or
  * hurt, whatever happens to either of them, nor leave a bad output. Each
  * test is one command (cpu -d, threads --debug 2 to stdout, threads
- * --debug 0 -o FILE) and one fault:
+ * --debug 0 -o FILE, heap/mutex/block -d -o FILE) and one fault:
  *
  *   sigkill, sigterm, sigint  to cprof at a random moment of its run (cpu:
  *                             0-125 % of -d, so the end and the writing too;
@@ -49,9 +49,9 @@
  *     time, no error), one we killed died of our SIGKILL; what is left of
  *     either right after the run is neither stopped nor traced.
  *
- * Counts: CPROF_TORTURE_TRIALS trials per command (default 100: 20 per
- * fault, 10 at commit), cpu runs of CPROF_TORTURE_CPU_MS (default
- * 400) ms. Every failure is counted and the first ones logged; the test
+ * Counts: CPROF_TORTURE_TRIALS trials per command (default 40: 8 per
+ * fault, 4 at commit; 20 for heap, mutex and block, which load the agent),
+ * cpu and agent runs of CPROF_TORTURE_CPU_MS (default 400) ms. Every failure is counted and the first ones logged; the test
  * fails at its end. With CPROF_TORTURE_TABLE set, each test appends its row
  * of counts to that file (scripts/torture prints them as a table for long
  * runs). CPROF_TORTURE_SEED replays the random moments (the seed is logged).
@@ -70,6 +70,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -78,6 +79,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "agent/wire.h"
 #include "pprof/pprof.h"
 #include "testhelp.h"
 
@@ -93,7 +95,9 @@
 #define RUN_TIMEOUT_MS 10000
 #define RUN_HARD_TIMEOUT_MS 60000
 #define NFAULTS 5
-#define DEFAULT_TRIALS (NFAULTS * 20)
+/* Per command: cpu and threads run fast; the agent's commands load it. */
+#define DEFAULT_TRIALS (NFAULTS * 8)
+#define DEFAULT_AGENT_TRIALS (NFAULTS * 4)
 #define DEFAULT_CPU_MS 400
 /* threads: moments after the start, and after cprof was seen as the tracer. */
 #define THREADS_WINDOW_US 30000
@@ -109,13 +113,17 @@
 #define SIGNALS_TIMEOUT_MS 2000
 #define MAX_LOGGED 8
 #define MAX_THREADS 16
-/* The threads of checksum that live as long as it does: main, 2 compute, 6 more. */
+/* The threads of checksum that live as long as it does: main, 2 compute,
+ * 2 alloc (malloc and a shared mutex, for the agent's commands), 6 more. */
 #define COMPUTE "2"
-#define STABLE_THREADS 9
+#define ALLOC "2"
+#define STABLE_THREADS 11
 static const char *const stable_names[STABLE_THREADS] = {
-	"checksum", "compute-0", "compute-1", "sleeper", "ping",
-	"pong",	    "writer",	 "reader",    "spawner",
+	"checksum", "compute-0", "compute-1", "alloc-0", "alloc-1", "sleeper",
+	"ping",	    "pong",	 "writer",    "reader",	 "spawner",
 };
+/* The agent's commands: it is loaded (once per target) in their first second. */
+#define INJECT_MS 300
 
 /* ---- configuration and chance ----------------------------------------- */
 
@@ -441,7 +449,8 @@ static void target_start(struct target *t, const char *seconds)
 	memset(t, 0, sizeof(*t));
 	t->report = report_path;
 	unlink(t->report);
-	t->pid = TH_SPAWN("checksum", seconds, "--report", t->report, "--compute", COMPUTE);
+	t->pid = TH_SPAWN("checksum", seconds, "--report", t->report, "--compute", COMPUTE,
+			  "--alloc", ALLOC);
 	t->ready_ns = th_now_ns();
 	t->lifetime_ns = (uint64_t)(strtod(seconds, NULL) * 1e9);
 	snprintf(t->pidstr, sizeof(t->pidstr), "%d", (int)t->pid);
@@ -589,10 +598,23 @@ static void sender_stop(struct sender *s, struct target *t)
 
 /* ---- what a row of the table counts ------------------------------------ */
 
-enum command { CMD_CPU, CMD_THREADS_TEXT, CMD_THREADS_PPROF };
+enum command { CMD_CPU, CMD_THREADS_TEXT, CMD_THREADS_PPROF, CMD_HEAP, CMD_MUTEX, CMD_BLOCK };
 enum fault { F_SIGKILL, F_SIGTERM, F_SIGINT, F_TARGET_KILLED, F_TARGET_EXITS, F_SIGKILL_COMMIT };
 
-static const char *const command_names[] = { "cpu", "threads-debug2", "threads-debug0-o" };
+static const char *const command_names[] = { "cpu",  "threads-debug2", "threads-debug0-o",
+					      "heap", "mutex",		"block" };
+
+/* Commands that load the agent into the target and run for -d. */
+static bool agent_command(enum command c)
+{
+	return c == CMD_HEAP || c == CMD_MUTEX || c == CMD_BLOCK;
+}
+
+/* Commands whose run is a window of -d (not a snapshot). */
+static bool windowed(enum command c)
+{
+	return c == CMD_CPU || agent_command(c);
+}
 static const char *const fault_names[] = { "sigkill",	    "sigterm",	    "sigint",
 					   "target-killed", "target-exits", "sigkill-at-commit" };
 
@@ -921,6 +943,18 @@ static const char *check_profile(enum command cmd, const char *path, bool alive,
 			snprintf(why, size, "no samples/count and cpu/nanoseconds sample types");
 		else if (p->duration_nanos <= 0)
 			snprintf(why, size, "a window of %lld ns", (long long)p->duration_nanos);
+	} else if (cmd == CMD_HEAP) {
+		if (th_sample_type(p, "alloc_objects", "count") != 0 ||
+		    th_sample_type(p, "inuse_space", "bytes") != 3)
+			snprintf(why, size, "not Go's heap sample types");
+		else if (p->duration_nanos <= 0)
+			snprintf(why, size, "a window of %lld ns", (long long)p->duration_nanos);
+	} else if (agent_command(cmd)) {
+		if (th_sample_type(p, "contentions", "count") != 0 ||
+		    th_sample_type(p, "delay", "nanoseconds") != 1)
+			snprintf(why, size, "no contentions/count and delay/nanoseconds");
+		else if (p->duration_nanos <= 0)
+			snprintf(why, size, "a window of %lld ns", (long long)p->duration_nanos);
 	} else {
 		int64_t total = 0;
 		size_t said = 0;
@@ -1129,7 +1163,7 @@ static void judge_run(struct stats *st, const struct run *r, const struct plan *
 			bad = "an error exit, and the output changed";
 		unlink(path);
 	}
-	if (!bad && ended_well && st->cmd != CMD_CPU && said_threads == 0)
+	if (!bad && ended_well && !windowed(st->cmd) && said_threads == 0)
 		st->empty++;
 	if (bad) {
 		st->bad_output++;
@@ -1292,6 +1326,21 @@ static void command_args(const struct trial_ctx *c, const struct target *t, cons
 		args[n++] = "-o";
 		args[n++] = out;
 		break;
+	case CMD_HEAP:
+	case CMD_MUTEX:
+	case CMD_BLOCK:
+		args[n++] = command_names[c->st.cmd];
+		args[n++] = "-p";
+		args[n++] = t->pidstr;
+		args[n++] = "-d";
+		args[n++] = c->dur;
+		if (c->st.cmd != CMD_MUTEX) {
+			args[n++] = "--rate";
+			args[n++] = c->st.cmd == CMD_HEAP ? "64KiB" : "10us";
+		}
+		args[n++] = "-o";
+		args[n++] = out;
+		break;
 	}
 	args[n] = NULL;
 }
@@ -1304,6 +1353,10 @@ static void plan_moment(const struct trial_ctx *c, struct plan *p)
 	} else if (c->st.cmd == CMD_CPU) {
 		p->when = WHEN_TIME;
 		p->delay_ns = rng((uint64_t)c->cpu_ms * 1250) * 1000; /* 0-125 % of -d */
+	} else if (agent_command(c->st.cmd)) {
+		/* Loading the agent (tracing), the window, the detach, the writing. */
+		p->when = WHEN_TIME;
+		p->delay_ns = rng(((uint64_t)c->cpu_ms + INJECT_MS) * 1250) * 1000;
 	} else if (rng(2)) {
 		p->when = WHEN_TIME;
 		p->delay_ns = rng(THREADS_WINDOW_US) * 1000;
@@ -1319,6 +1372,30 @@ static int cprof_signal(enum fault f)
 }
 
 /*
+ * The agent's commands: whatever happened to cprof, the agent's hooks are
+ * gone within a second of its end (by the command, or by the agent itself
+ * when cprof died).
+ */
+static void check_unhooked(struct stats *st, struct target *t, uint64_t cprof_end_ns)
+{
+	struct cprof_wire_header *h = th_agent_header(t->pid);
+	uint32_t state = CPROF_STATE_DETACHED;
+
+	if (!h)
+		return; /* never loaded (killed before), or the target is gone */
+	while (th_now_ns() - cprof_end_ns < 1000000000ULL) {
+		state = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
+		if (state == CPROF_STATE_DETACHED)
+			break;
+		th_sleep_ms(5);
+	}
+	if (state != CPROF_STATE_DETACHED)
+		failed(st, "the agent's hooks are still in 1 s after cprof ended (state %u, %llu "
+			   "hooked)", state, (unsigned long long)h->hooked);
+	munmap(h, CPROF_WIRE_HEADER_SIZE);
+}
+
+/*
  * A fault on cprof: a burst of runs (threads: 1-3 back to back, SIGRTMIN
  * queued at the target meanwhile) against a target that lives on, each
  * signalled at its own moment, then the target is examined.
@@ -1327,7 +1404,7 @@ static void trial_cprof_fault(struct trial_ctx *c, struct target *t)
 {
 	const char *args[16];
 	struct sender s = { 0 };
-	int burst = c->st.cmd == CMD_CPU ? 1 : 1 + (int)rng(MAX_BURST);
+	int burst = windowed(c->st.cmd) ? 1 : 1 + (int)rng(MAX_BURST);
 	char context[sizeof(c->st.context)] = "";
 	bool healthy;
 
@@ -1348,6 +1425,8 @@ static void trial_cprof_fault(struct trial_ctx *c, struct target *t)
 		plan_moment(c, &p);
 		run_cprof(&r, c->io_dir, c->dir, args, &p, t);
 		judge_run(&c->st, &r, &p, c->dir, false, true, had_old);
+		if (agent_command(c->st.cmd))
+			check_unhooked(&c->st, t, r.end_ns);
 		snprintf(context + len, sizeof(context) - len, "%srun %d (%s, exit %d)",
 			 i ? ", " : "", i + 1, fault_text(&r, &p, what, sizeof(what)), run_code(&r));
 	}
@@ -1373,7 +1452,9 @@ static void trial_target_fault(struct trial_ctx *c)
 	struct plan p = { .who = AT_TARGET };
 	struct run r;
 	char seconds[32], what[256];
-	uint64_t window_us = c->st.cmd == CMD_CPU ? (uint64_t)c->cpu_ms * 1250 : THREADS_WINDOW_US;
+	uint64_t window_us = c->st.cmd == CMD_CPU	 ? (uint64_t)c->cpu_ms * 1250
+			     : agent_command(c->st.cmd) ? ((uint64_t)c->cpu_ms + INJECT_MS) * 1250
+							: THREADS_WINDOW_US;
 	bool gone, had_old, killed = c->st.fault == F_TARGET_KILLED;
 	int status, stopped, traced;
 
@@ -1478,6 +1559,9 @@ static void preflight(struct trial_ctx *c, struct target *t)
 
 	if (c->st.cmd == CMD_CPU)
 		th_require_perf(false);
+	if (agent_command(c->st.cmd) && geteuid() != 0)
+		cr_skip_test("cprof %s loads its agent with ptrace: run as root",
+			     command_names[c->st.cmd]);
 	command_args(c, t, args);
 	prepare_output(c->st.cmd, c->dir);
 	run_cprof(&r, c->io_dir, c->dir, args, &p, t);
@@ -1496,7 +1580,9 @@ static void preflight(struct trial_ctx *c, struct target *t)
 
 static void torture(enum command cmd, enum fault fault)
 {
-	unsigned per_fault = (env_uint("CPROF_TORTURE_TRIALS", DEFAULT_TRIALS, 1) + NFAULTS - 1) /
+	unsigned per_fault = (env_uint("CPROF_TORTURE_TRIALS",
+				       agent_command(cmd) ? DEFAULT_AGENT_TRIALS : DEFAULT_TRIALS, 1) +
+			      NFAULTS - 1) /
 			     NFAULTS;
 	/* The extra fault: half as many, it lands every time. */
 	if (fault == F_SIGKILL_COMMIT)
@@ -1573,4 +1659,19 @@ TORTURE(CMD_THREADS_PPROF, F_SIGINT, threads0_sigint)
 TORTURE(CMD_THREADS_PPROF, F_TARGET_KILLED, threads0_target_killed)
 TORTURE(CMD_THREADS_PPROF, F_TARGET_EXITS, threads0_target_exits)
 TORTURE(CMD_CPU, F_SIGKILL_COMMIT, cpu_sigkill_at_commit)
+TORTURE(CMD_HEAP, F_SIGKILL, heap_sigkill)
+TORTURE(CMD_HEAP, F_SIGTERM, heap_sigterm)
+TORTURE(CMD_HEAP, F_SIGINT, heap_sigint)
+TORTURE(CMD_HEAP, F_TARGET_KILLED, heap_target_killed)
+TORTURE(CMD_HEAP, F_TARGET_EXITS, heap_target_exits)
+TORTURE(CMD_MUTEX, F_SIGKILL, mutex_sigkill)
+TORTURE(CMD_MUTEX, F_SIGTERM, mutex_sigterm)
+TORTURE(CMD_MUTEX, F_SIGINT, mutex_sigint)
+TORTURE(CMD_MUTEX, F_TARGET_KILLED, mutex_target_killed)
+TORTURE(CMD_MUTEX, F_TARGET_EXITS, mutex_target_exits)
+TORTURE(CMD_BLOCK, F_SIGKILL, block_sigkill)
+TORTURE(CMD_BLOCK, F_SIGTERM, block_sigterm)
+TORTURE(CMD_BLOCK, F_SIGINT, block_sigint)
+TORTURE(CMD_BLOCK, F_TARGET_KILLED, block_target_killed)
+TORTURE(CMD_BLOCK, F_TARGET_EXITS, block_target_exits)
 TORTURE(CMD_THREADS_PPROF, F_SIGKILL_COMMIT, threads0_sigkill_at_commit)

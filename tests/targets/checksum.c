@@ -25,6 +25,9 @@
  *                each block filled with a pattern of its own and checked
  *                before realloc and free (calloc's must be zero): the
  *                allocator's hooks (cprof heap) must not change a byte.
+ *                They share a pthread mutex, taken every 16 operations
+ *                (contention for cprof block and mutex), and run at the
+ *                compute threads' nice value.
  *   "spawner"    every 2 ms creates a thread ("child") that hashes 1 KiB and
  *                ends; the spawner joins it and checks its result: threads
  *                are born and end during every snapshot.
@@ -374,6 +377,9 @@ static bool block_filled(const uint8_t *p, size_t n, uint64_t seed)
 	return true;
 }
 
+static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t alloc_shared;
+
 static NOINLINE void *alloc_main(void *arg)
 {
 	struct worker *w = arg;
@@ -381,11 +387,17 @@ static NOINLINE void *alloc_main(void *arg)
 	size_t sizes[ALLOC_SLOTS] = { 0 };
 	uint64_t seeds[ALLOC_SLOTS] = { 0 }, x = 0x9e3779b97f4a7c15ull * (uint64_t)(w->index + 1);
 
+	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), compute_nice);
 	while (!atomic_load(&stop)) {
 		for (int k = 0; k < 256; k++) {
 			unsigned slot;
 			size_t n;
 
+			if (k % 16 == 0) {
+				pthread_mutex_lock(&alloc_lock);
+				alloc_shared += x;
+				pthread_mutex_unlock(&alloc_lock);
+			}
 			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 			slot = (unsigned)(x % ALLOC_SLOTS);
 			n = 16 + (size_t)((x >> 8) % (64 * 1024));
