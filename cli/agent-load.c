@@ -150,11 +150,18 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 	al->fd = r;
 	/* The agent is a module of the target now: its frames must resolve. */
 	symbolizer_refresh(al->sym);
+	r = channel_open(&al->ch, t->pid, al->fd);
+	if (r < 0) {
+		report_error("cannot open the agent's channel in pid %d: %s", t->pid,
+			     strerror(-r));
+		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+	}
 	return 0;
 }
 
 void agent_load_release(struct agent_load *al)
 {
+	channel_close(al->ch);
 	unwinder_free(al->unw);
 	symbolizer_free(al->sym);
 	maps_release(&al->maps);

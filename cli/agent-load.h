@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "channel/channel.h"
 #include "inject/inject.h"
 #include "target/target.h"
 
@@ -16,11 +17,12 @@ struct agent_load {
 	struct symbolizer *sym; /* the target's modules, the agent included */
 	struct unwinder *unw;   /* on sym's Dwfl: the only one it may have */
 	int fd;                 /* the agent's memfd, as numbered in the target */
+	struct channel *ch;     /* ... opened */
 	struct inject_report rep;
 };
 
 /*
- * Loads the agent into @t and starts a session recording @events
+ * Loads the agent into @t, starts a session and opens its channel (@al->ch) recording @events
  * (CPROF_EVENTS_*) at @rate (its unit is the events') with a ring of
  * @ring_size bytes (0: default). Returns 0, or an exit code (enum cprof_exit)
  * after reporting the error.

@@ -4,6 +4,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <stdio.h>
+
 #include "interrupt.h"
 #include "report.h"
 #include "util/parse.h"
@@ -106,4 +108,30 @@ int agent_window_keep(struct channel *ch, const struct target *t, uint64_t durat
 
 	res->detached = true; /* not asked: the session goes on */
 	return r;
+}
+
+void agent_window_report(const struct window_result *w, const struct target *t)
+{
+	if (w->target_exited)
+		report_warning("pid %d exited during the profile; writing what was collected",
+			       t->pid);
+	else if (w->interrupted)
+		report_note("interrupted; writing what was collected");
+	if (w->malformed)
+		report_warning("the agent's ring in pid %d held malformed records; reading "
+			       "stopped there", t->pid);
+	if (!w->detached && !w->target_exited)
+		report_warning("the agent did not confirm its hooks were removed; it removes "
+			       "them by itself within 1 s of cprof's exit");
+}
+
+int agent_window_note_lost(const struct window_result *w, struct profile *p)
+{
+	char text[128];
+
+	if (!w->counters.lost)
+		return 0;
+	snprintf(text, sizeof(text), "lost %llu records: the agent's ring was full",
+		 (unsigned long long)w->counters.lost);
+	return profile_add_comment(p, text);
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "channel/channel.h"
+#include "profile/profile.h"
 #include "target/target.h"
 
 struct window_result {
@@ -32,6 +33,12 @@ struct window_result {
  */
 int agent_window(struct channel *ch, const struct target *t, uint64_t duration_ns,
 		 const struct channel_handlers *h, const char *what, struct window_result *res);
+
+/* Says how the window ended when it was not simply the duration. */
+void agent_window_report(const struct window_result *w, const struct target *t);
+
+/* Notes the records the agent lost (ring full) in @p's comments. */
+int agent_window_note_lost(const struct window_result *w, struct profile *p);
 
 /* The same, but the session goes on after the window (cprof heap --keep). */
 int agent_window_keep(struct channel *ch, const struct target *t, uint64_t duration_ns,

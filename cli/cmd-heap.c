@@ -139,10 +139,7 @@ static int parse_args(int argc, char **argv, struct heap_args *a)
 	}
 	if (a->keep && a->stop)
 		return report_usage(CMD, "--keep and --stop do not go together");
-	if (a->debug < 0)
-		a->debug = a->common.output ? 0 : 1;
-	if (!a->common.output)
-		a->common.output = a->debug == 0 ? "heap.pb.gz" : "-";
+	option_debug_output(&a->common, &a->debug, "heap.pb.gz");
 	return 0;
 }
 
@@ -400,12 +397,7 @@ int cmd_heap(int argc, char **argv)
 	code = agent_load(&al, &t, CPROF_EVENTS_HEAP, a.rate, RING_SIZE);
 	if (code)
 		goto out_abort;
-	r = channel_open(&ch, t.pid, al.fd);
-	if (r < 0) {
-		report_error("cannot open the agent's channel in pid %d: %s", t.pid, strerror(-r));
-		code = r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
-		goto out_abort;
-	}
+	ch = al.ch;
 	hopts = (struct heap_opts){ .sym = al.sym, .unw = al.unw, .rate = a.rate };
 	r = heap_new(&h, &hopts);
 	if (r < 0)
@@ -416,26 +408,13 @@ int cmd_heap(int argc, char **argv)
 		   : agent_window(ch, &t, a.duration_ns, &handlers, "samples", &w);
 	if (r < 0)
 		goto out_fail;
-	if (w.target_exited)
-		report_warning("pid %d exited during the profile; writing what was collected",
-			       t.pid);
-	else if (w.interrupted)
-		report_note("interrupted; writing what was collected");
-	if (w.malformed)
-		report_warning("the agent's ring in pid %d held malformed records; reading "
-			       "stopped there", t.pid);
-	if (!w.detached && !w.target_exited)
-		report_warning("the agent did not confirm its hooks were removed; it removes "
-			       "them by itself within 1 s of cprof's exit");
+	agent_window_report(&w, &t);
 	if (a.debug == 0) {
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		r = heap_build(h, a.index, cmdline, (int64_t)w.start_realtime_ns,
 			       (int64_t)w.window_ns, &profile);
-		if (r == 0 && w.counters.lost) {
-			snprintf(why, sizeof(why), "lost %llu records: the agent's ring was full",
-				 (unsigned long long)w.counters.lost);
-			r = profile_add_comment(profile, why);
-		}
+		if (r == 0)
+			r = agent_window_note_lost(&w, profile);
 		if (r == 0)
 			r = output_commit_profile(&out, profile);
 	} else {
@@ -476,7 +455,6 @@ out_free:
 	free(text);
 	profile_free(profile);
 	heap_free(h);
-	channel_close(ch);
 	agent_load_release(&al);
 	return code;
 }

@@ -73,10 +73,7 @@ static int parse_args(int argc, char **argv, struct threads_args *a)
 		threads_help();
 		return -1;
 	}
-	if (a->debug < 0)
-		a->debug = a->common.output ? 0 : 1;
-	if (!a->common.output)
-		a->common.output = a->debug == 0 ? "threads.pb.gz" : "-";
+	option_debug_output(&a->common, &a->debug, "threads.pb.gz");
 	return 0;
 }
 

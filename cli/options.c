@@ -102,3 +102,11 @@ int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 	}
 	return option_finish(cmd, argc, argv, common);
 }
+
+void option_debug_output(struct common_opts *o, int *debug, const char *binary_default)
+{
+	if (*debug < 0)
+		*debug = o->output ? 0 : 1;
+	if (!o->output)
+		o->output = *debug == 0 ? binary_default : "-";
+}

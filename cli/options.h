@@ -43,6 +43,13 @@ typedef int (*option_fn)(int c, const char *arg, void *ctx);
 int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 		  const struct option *longopts, struct common_opts *common, option_fn fn,
 		  void *ctx);
+/*
+ * The --debug N / -o rule of the commands with text views: no --debug means
+ * 0 (pprof) with -o, 1 (text) without; no -o means @binary_default for
+ * pprof and stdout for text.
+ */
+void option_debug_output(struct common_opts *o, int *debug, const char *binary_default);
+
 int option_duration(const char *cmd, const char *opt, const char *arg, uint64_t *ret_ns);
 int option_int(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max,
 	       int64_t *ret);
