@@ -1334,3 +1334,10 @@ struct cprof_wire_header *th_agent_header(pid_t pid)
 	closedir(d);
 	return h;
 }
+
+void th_skip_accuracy_when_sanitized(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+	cr_skip_test("accuracy is judged in the plain build: ASan slows cprof itself");
+#endif
+}

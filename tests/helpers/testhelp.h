@@ -231,6 +231,13 @@ struct cprof_wire_header;
  * (munmap CPROF_WIRE_HEADER_SIZE bytes), or NULL when it has none. */
 struct cprof_wire_header *th_agent_header(pid_t pid);
 
+/*
+ * Skips an accuracy test in a sanitizer build (ASan slows cprof several
+ * times: what it measures there is the sanitizer). Such figures are judged
+ * in the plain build, which the same test command runs too.
+ */
+void th_skip_accuracy_when_sanitized(void);
+
 /* "@pid" as text, in one of 8 rotating static buffers (for argument lists). */
 const char *th_pid_str(pid_t pid);
 

@@ -101,6 +101,7 @@ Test(heap, seed000_accuracy)
 	pid_t pid;
 
 	skip_without_ptrace();
+	th_skip_accuracy_when_sanitized();
 	/* 4000 rounds/s for 8 s: a_16 and b_16 get ~500 samples each at 1 KiB. */
 	pid = TH_SPAWN("heapsites", "20", report, "256", "4000");
 	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "8s", "--rate", "1024", "-o", out,
@@ -215,6 +216,8 @@ Test(heap, debug1_text_and_index)
 
 		TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "300ms", "--index", *idx,
 			 "-o", out);
+		if (r.exit_code != 0)
+			th_run_log(&r, "cprof heap --index");
 		cr_assert_eq(r.exit_code, 0);
 		p = th_load_profile(out);
 		cr_assert_str_eq(p->default_sample_type, *idx);

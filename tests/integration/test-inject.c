@@ -103,7 +103,7 @@ static void detours(const char *mode, int times)
 	pid_t pid;
 
 	skip_without_ptrace();
-	pid = TH_SPAWN("regcheck", mode, "4");
+	pid = TH_SPAWN("regcheck", mode, "3");
 	for (int i = 0; i < times; i++) {
 		struct session s;
 		int fd = inject(pid, CPROF_AGENT_PATH, &s);

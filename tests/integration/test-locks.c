@@ -130,6 +130,7 @@ Test(locks, block_unbiased_one_long_vs_ten_short)
 	pid_t pid;
 
 	skip_without_ptrace();
+	th_skip_accuracy_when_sanitized();
 	/* D = 5 ms at site_a, D/10 = 0.5 ms at site_b; rate 2 ms in between. */
 	pid = TH_SPAWN("locks", "ab", "20", "500", report);
 	p = profile_of("block", pid, "5s", "2ms", th_tmp_path("block-ab.pb.gz"));
@@ -149,6 +150,7 @@ Test(locks, block_unbiased_1x_2x_3x)
 	pid_t pid;
 
 	skip_without_ptrace();
+	th_skip_accuracy_when_sanitized();
 	pid = TH_SPAWN("locks", "three", "20", "1000", report);
 	p = profile_of("block", pid, "5s", "2ms", th_tmp_path("block-three.pb.gz"));
 	nt = read_truth(pid, report, t, 8);

@@ -49,8 +49,8 @@
  *     time, no error), one we killed died of our SIGKILL; what is left of
  *     either right after the run is neither stopped nor traced.
  *
- * Counts: CPROF_TORTURE_TRIALS trials per command (default 40: 8 per
- * fault, 4 at commit; 20 for heap, mutex and block, which load the agent),
+ * Counts: CPROF_TORTURE_TRIALS trials per command (default 20: 4 per
+ * fault, 2 at commit; scripts/torture runs hundreds by hand),
  * cpu and agent runs of CPROF_TORTURE_CPU_MS (default 400) ms. Every failure is counted and the first ones logged; the test
  * fails at its end. With CPROF_TORTURE_TABLE set, each test appends its row
  * of counts to that file (scripts/torture prints them as a table for long
@@ -96,7 +96,7 @@
 #define RUN_HARD_TIMEOUT_MS 60000
 #define NFAULTS 5
 /* Per command: cpu and threads run fast; the agent's commands load it. */
-#define DEFAULT_TRIALS (NFAULTS * 8)
+#define DEFAULT_TRIALS (NFAULTS * 4)
 #define DEFAULT_AGENT_TRIALS (NFAULTS * 4)
 #define DEFAULT_CPU_MS 400
 /* threads: moments after the start, and after cprof was seen as the tracer. */
