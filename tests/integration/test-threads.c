@@ -51,7 +51,7 @@
 #define RUN_TIMEOUT_MS 30000
 #define TARGET_SECONDS "60"
 
-/* Processes this suite forks itself (tracers, snapshot loops): killed by
+/* Processes this suite forks itself (tracers): killed by
  * pid and reaped in fini, before th_cleanup() kills the targets. */
 #define MAX_OWN 8
 static pid_t own[MAX_OWN];
@@ -78,28 +78,6 @@ static void own_kill(pid_t pid)
 				;
 			own[i] = 0;
 		}
-}
-
-/* Reaps @pid, one of ours that is exiting by itself; kills it after @ms. */
-static int own_wait(pid_t pid, int ms)
-{
-	int status = -1;
-
-	for (int waited = 0;; waited++) {
-		pid_t r = waitpid(pid, &status, WNOHANG);
-
-		if (r == pid)
-			break;
-		if (waited >= ms) {
-			own_kill(pid);
-			return -1;
-		}
-		th_sleep_ms(1);
-	}
-	for (int i = 0; i < MAX_OWN; i++)
-		if (own[i] == pid)
-			own[i] = 0;
-	return status;
 }
 
 static void fini(void)
@@ -869,51 +847,46 @@ struct loop_result {
 	unsigned snapshots, failures, caught; /* caught: signal-delivery stops */
 };
 
+struct loop_args {
+	pid_t pid;
+	int ms;
+	unsigned enough;
+	struct loop_result res;
+};
+
 /*
- * In a child of ours (a tracer must not be the target's parent's thread:
- * the helpers' reaper would see the target's ptrace stops): snapshots of
- * @pid with lib/ptrace, the code under `cprof threads`, back to back for
- * @ms or until @enough signal-delivery stops were caught.
+ * In a thread of ours: snapshots of the target with lib/ptrace, the code
+ * under `cprof threads`, back to back for @ms or until @enough
+ * signal-delivery stops were caught. (Not in a forked child: a fork of this
+ * multi-threaded process can inherit a sanitizer's allocator lock held by
+ * another thread, and hang. The helpers' reaper leaves a tracer's ptrace
+ * stops alone, so the target's parent may trace it.)
  */
-static pid_t snapshot_loop(pid_t pid, int ms, unsigned enough, int *ret_fd)
+static void *snapshot_loop(void *arg)
 {
-	int fds[2];
-	pid_t child;
+	struct loop_args *a = arg;
+	struct ptrace_snapshot_opts o = { .max_stack = 64 * 1024, .stop_timeout_ms = 1000 };
+	uint64_t end = th_now_ns() + (uint64_t)a->ms * 1000000ULL;
+	struct maps maps = { 0 };
 
-	cr_assert(pipe2(fds, O_CLOEXEC) == 0);
-	child = fork();
-	cr_assert(child >= 0);
-	if (child == 0) {
-		struct ptrace_snapshot_opts o = { .max_stack = 64 * 1024, .stop_timeout_ms = 1000 };
-		struct loop_result res = { 0 };
-		uint64_t end = th_now_ns() + (uint64_t)ms * 1000000ULL;
-		struct maps maps = { 0 };
+	if (maps_read(a->pid, &maps) == 0)
+		o.maps = &maps;
+	while (th_now_ns() < end && a->res.caught < a->enough) {
+		struct ptrace_snapshot s;
 
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (maps_read(pid, &maps) == 0)
-			o.maps = &maps;
-		while (th_now_ns() < end && res.caught < enough) {
-			struct ptrace_snapshot s;
-
-			res.snapshots++;
-			if (ptrace_snapshot_take(&s, pid, &o) < 0) {
-				res.failures++;
-				continue;
-			}
-			for (size_t i = 0; i < s.nthreads; i++)
-				if (s.threads[i].pending_signal)
-					res.caught++;
-			ptrace_snapshot_release(&s);
-			th_sleep_ms(2);
+		a->res.snapshots++;
+		if (ptrace_snapshot_take(&s, a->pid, &o) < 0) {
+			a->res.failures++;
+			continue;
 		}
-		if (write(fds[1], &res, sizeof(res)) != sizeof(res))
-			_exit(1);
-		_exit(0);
+		for (size_t i = 0; i < s.nthreads; i++)
+			if (s.threads[i].pending_signal)
+				a->res.caught++;
+		ptrace_snapshot_release(&s);
+		th_sleep_ms(2);
 	}
-	close(fds[1]);
-	own_add(child);
-	*ret_fd = fds[0];
-	return child;
+	maps_release(&maps);
+	return NULL;
 }
 
 /*
@@ -925,13 +898,12 @@ static pid_t snapshot_loop(pid_t pid, int ms, unsigned enough, int *ret_fd)
 Test(threads, signals_delivered_once)
 {
 	struct sender s = { 0 };
+	struct loop_args la = { 0 };
 	struct loop_result res;
 	unsigned long rt = 0, usr1;
 	struct target t;
-	pthread_t th;
+	pthread_t th, loop;
 	char pid[16];
-	pid_t loop;
-	int fd;
 
 	target_start(&t, 8);
 	snprintf(pid, sizeof(pid), "%d", (int)t.pid);
@@ -939,10 +911,12 @@ Test(threads, signals_delivered_once)
 	cr_assert(pthread_create(&th, NULL, sender_main, &s) == 0);
 
 	/* Library snapshots back to back: many of them, quickly. */
-	loop = snapshot_loop(t.pid, 4000, 5, &fd);
-	cr_assert(read(fd, &res, sizeof(res)) == sizeof(res), "the snapshot loop died");
-	close(fd);
-	cr_assert_eq(own_wait(loop, 5000), 0, "the snapshot loop failed");
+	la.pid = t.pid;
+	la.ms = 4000;
+	la.enough = 5;
+	cr_assert(pthread_create(&loop, NULL, snapshot_loop, &la) == 0);
+	pthread_join(loop, NULL);
+	res = la.res;
 	/* And the command itself, while the signals keep coming. */
 	for (int i = 0; i < 5; i++) {
 		struct th_run r;

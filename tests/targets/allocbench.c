@@ -1,9 +1,12 @@
 /*
- * allocbench SECONDS REPORT [THREADS]
+ * allocbench SECONDS REPORT [THREADS [TOUCH]]
  *
  * The malloc-heavy program of scripts/bench-heap: THREADS (default 1)
  * threads malloc and free blocks of 16-1024 bytes (a pool of 256 live
- * blocks each, the first byte of each written), as fast as they can. On
+ * blocks each), as fast as they can. With TOUCH 0 (default) only the first
+ * byte of a block is written: the allocator is all the work, the worst case
+ * for a hook. With TOUCH 1 every byte is written once, as a program that
+ * uses what it allocates does. On
  * SIGUSR2 it writes the operations done so far ("ops N\n") to REPORT
  * (beside, then renamed): the bench reads it twice to get a rate. Prints
  * "ready"; exits after SECONDS.
@@ -14,10 +17,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 static atomic_ulong ops;
+static int touch;
 static volatile sig_atomic_t report_now;
 static time_t end;
 
@@ -36,7 +41,9 @@ static void *worker(void *arg)
 			n = 16 + (size_t)((x >> 8) & 1007);
 			free(pool[slot]);
 			pool[slot] = malloc(n);
-			if (pool[slot])
+			if (pool[slot] && touch)
+				memset(pool[slot], i, n);
+			else if (pool[slot])
 				*(volatile char *)pool[slot] = (char)i;
 		}
 		atomic_fetch_add(&ops, 4096);
@@ -55,10 +62,12 @@ static void on_usr2(int sig)
 int main(int argc, char **argv)
 {
 	int nthreads = argc > 3 ? atoi(argv[3]) : 1;
+
+	touch = argc > 4 ? atoi(argv[4]) : 0;
 	pthread_t th[64];
 
 	if (argc < 3 || nthreads < 1 || nthreads > 64) {
-		fprintf(stderr, "usage: allocbench SECONDS REPORT [THREADS]\n");
+		fprintf(stderr, "usage: allocbench SECONDS REPORT [THREADS [TOUCH]]\n");
 		return 2;
 	}
 	alarm((unsigned)atoi(argv[1]) + 10);
