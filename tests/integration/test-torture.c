@@ -50,9 +50,10 @@
  *     either right after the run is neither stopped nor traced.
  *
  * Counts: CPROF_TORTURE_TRIALS trials per command (default 20: 4 per
- * fault, 2 at commit; scripts/torture runs hundreds by hand),
- * cpu and agent runs of CPROF_TORTURE_CPU_MS (default 400) ms. Every failure is counted and the first ones logged; the test
- * fails at its end. With CPROF_TORTURE_TABLE set, each test appends its row
+ * fault, 2 at commit; scripts/torture runs hundreds by hand);
+ * CPROF_TORTURE_FAULTS (e.g. "sigterm,sigint") runs only those faults;
+ * cpu and agent runs last CPROF_TORTURE_CPU_MS (default 400) ms. Every
+ * failure is counted and the first ones logged; the test fails at its end. With CPROF_TORTURE_TABLE set, each test appends its row
  * of counts to that file (scripts/torture prints them as a table for long
  * runs). CPROF_TORTURE_SEED replays the random moments (the seed is logged).
  */
@@ -1578,6 +1579,17 @@ static void preflight(struct trial_ctx *c, struct target *t)
 		     command_names[c->st.cmd], code, err);
 }
 
+/* Is @word one of the comma-separated words of @list? */
+static bool list_has(const char *list, const char *word)
+{
+	size_t n = strlen(word);
+
+	for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, word, n) && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
 static void torture(enum command cmd, enum fault fault)
 {
 	unsigned per_fault = (env_uint("CPROF_TORTURE_TRIALS",
@@ -1589,9 +1601,14 @@ static void torture(enum command cmd, enum fault fault)
 		per_fault = (per_fault + 1) / 2;
 	struct trial_ctx c = { .st = { .cmd = cmd, .fault = fault } };
 	struct target t;
+	const char *only;
 	char name[64];
 
 	snprintf(name, sizeof(name), "%s %s", command_names[cmd], fault_names[fault]);
+	only = getenv("CPROF_TORTURE_FAULTS");
+	if (only && !list_has(only, fault_names[fault]))
+		cr_skip_test("fault %s is not in CPROF_TORTURE_FAULTS=%s (the plain build of the "
+			     "test command runs every fault)", fault_names[fault], only);
 	rng_seed(name);
 	c.cpu_ms = env_uint("CPROF_TORTURE_CPU_MS", DEFAULT_CPU_MS, 10);
 	snprintf(c.dur, sizeof(c.dur), "%ums", c.cpu_ms);
