@@ -108,7 +108,12 @@ int liveset_init(void) HIDDEN;
 /* Empty the set (event lock held). */
 void liveset_clear(void) HIDDEN;
 /* Number of entries; hooks skip lookups when it is 0. */
-uint64_t liveset_count(void) HIDDEN;
+extern uint64_t liveset_live HIDDEN;
+/* Inline: every free() asks it first. */
+static inline uint64_t liveset_count(void)
+{
+	return __atomic_load_n(&liveset_live, __ATOMIC_RELAXED);
+}
 /* Insert (event lock held). Returns false when the set is full. */
 bool liveset_insert(uint64_t addr, uint64_t size) HIDDEN;
 /* The set's filter (liveset.c): a zero counter means "not in the set". */

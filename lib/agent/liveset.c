@@ -40,7 +40,8 @@ static struct live_slot *slots;
 uint8_t liveset_filter[1u << LIVESET_FILTER_BITS];
 #define filter liveset_filter
 #define FILTER_BITS LIVESET_FILTER_BITS
-static uint64_t live_count;
+uint64_t liveset_live;
+#define live_count liveset_live
 static uint32_t live_seq;
 
 static uint32_t slot_of(uint64_t addr)
@@ -83,10 +84,6 @@ int liveset_init(void)
 	return 0;
 }
 
-uint64_t liveset_count(void)
-{
-	return __atomic_load_n(&live_count, __ATOMIC_RELAXED);
-}
 
 void liveset_clear(void)
 {
