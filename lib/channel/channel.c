@@ -23,11 +23,50 @@ struct channel {
 	uint32_t ring_size;
 	uint64_t tail; /* our copy: the target could rewrite data_tail */
 	uint8_t *copy; /* one record, copied out */
+	bool mapped;   /* map is ours to unmap */
 };
 
 static uint64_t load(const uint64_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+/* The header's promises, checked once: the sizes used from then on. */
+static bool header_ok(const struct cprof_wire_header *h, uint64_t file_size)
+{
+	return h->magic == CPROF_WIRE_MAGIC && h->version == CPROF_WIRE_VERSION &&
+	       h->header_size == CPROF_WIRE_HEADER_SIZE && h->ring_size >= CPROF_WIRE_RING_MIN &&
+	       h->ring_size <= CPROF_WIRE_RING_MAX && !(h->ring_size & (h->ring_size - 1)) &&
+	       h->stack_max <= CPROF_WIRE_STACK_MAX &&
+	       file_size >= (uint64_t)h->header_size + h->ring_size;
+}
+
+int channel_from_memory(struct channel **ret, void *map, size_t size)
+{
+	struct cprof_wire_header h;
+	struct channel *ch;
+
+	if (size < CPROF_WIRE_HEADER_SIZE)
+		return -EPROTO;
+	memcpy(&h, map, sizeof(h));
+	if (!header_ok(&h, size))
+		return -EPROTO;
+	ch = calloc(1, sizeof(*ch));
+	if (!ch)
+		return -ENOMEM;
+	ch->copy = malloc(RECORD_MAX);
+	if (!ch->copy) {
+		free(ch);
+		return -ENOMEM;
+	}
+	ch->map = map;
+	ch->map_size = (size_t)h.header_size + h.ring_size;
+	ch->hdr = (struct cprof_wire_header *)ch->map;
+	ch->ring = ch->map + h.header_size;
+	ch->ring_size = h.ring_size;
+	ch->tail = load(&ch->hdr->data_tail);
+	*ret = ch;
+	return 0;
 }
 
 int channel_open(struct channel **ret, pid_t pid, int fd)
@@ -36,52 +75,36 @@ int channel_open(struct channel **ret, pid_t pid, int fd)
 	struct channel *ch;
 	char path[64];
 	struct stat st;
+	size_t size;
+	void *map;
 	int mfd, r;
 
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
 	mfd = open(path, O_RDWR | O_CLOEXEC);
 	if (mfd < 0)
 		return errno == ENOENT ? -ESRCH : -errno;
-	if (fstat(mfd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < CPROF_WIRE_HEADER_SIZE) {
+	if (fstat(mfd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < CPROF_WIRE_HEADER_SIZE ||
+	    pread(mfd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    !header_ok(&h, (uint64_t)st.st_size)) {
 		r = -EPROTO;
 		goto out_close;
 	}
-	if (pread(mfd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
-		r = -EPROTO;
+	/* The sizes we checked are the ones we map, whatever the agent writes later. */
+	size = (size_t)h.header_size + h.ring_size;
+	map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	if (map == MAP_FAILED) {
+		r = -errno;
 		goto out_close;
 	}
-	if (h.magic != CPROF_WIRE_MAGIC || h.version != CPROF_WIRE_VERSION ||
-	    h.header_size != CPROF_WIRE_HEADER_SIZE || h.ring_size < CPROF_WIRE_RING_MIN ||
-	    h.ring_size > CPROF_WIRE_RING_MAX || (h.ring_size & (h.ring_size - 1)) ||
-	    h.stack_max > CPROF_WIRE_STACK_MAX ||
-	    (uint64_t)st.st_size < (uint64_t)h.header_size + h.ring_size) {
-		r = -EPROTO;
-		goto out_close;
-	}
-	ch = calloc(1, sizeof(*ch));
-	if (!ch) {
-		r = -ENOMEM;
-		goto out_close;
-	}
-	ch->copy = malloc(RECORD_MAX);
-	ch->map_size = (size_t)h.header_size + h.ring_size;
-	/* The sizes we checked are the ones we use, whatever the agent writes later. */
-	ch->map = ch->copy ? mmap(NULL, ch->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0)
-			   : MAP_FAILED;
-	if (ch->map == MAP_FAILED) {
-		r = ch->copy ? -errno : -ENOMEM;
-		free(ch->copy);
-		free(ch);
+	r = channel_from_memory(&ch, map, size);
+	if (r < 0) {
+		/* The target changed the header between our read and the map. */
+		munmap(map, size);
 		goto out_close;
 	}
 	ch->pid = pid;
-	ch->hdr = (struct cprof_wire_header *)ch->map;
-	ch->ring = ch->map + h.header_size;
-	ch->ring_size = h.ring_size;
-	ch->tail = load(&ch->hdr->data_tail);
-	close(mfd);
+	ch->mapped = true;
 	*ret = ch;
-	return 0;
 out_close:
 	close(mfd);
 	return r;
@@ -91,7 +114,8 @@ void channel_close(struct channel *ch)
 {
 	if (!ch)
 		return;
-	munmap(ch->map, ch->map_size);
+	if (ch->mapped)
+		munmap(ch->map, ch->map_size);
 	free(ch->copy);
 	free(ch);
 }
@@ -109,7 +133,7 @@ int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned t
 	for (unsigned waited = 0; waited <= timeout_ms; waited += 5) {
 		if (__atomic_load_n(&ch->hdr->state, __ATOMIC_ACQUIRE) == state)
 			return 0;
-		if (!target_alive(ch->pid))
+		if (ch->pid && !target_alive(ch->pid))
 			return -ESRCH;
 		channel_heartbeat(ch);
 		nanosleep(&nap, NULL);
@@ -167,7 +191,9 @@ int channel_drain(struct channel *ch, const struct channel_handlers *h)
 	uint64_t head = load(&ch->hdr->data_head);
 	int n = 0, r;
 
-	if (head < ch->tail || head - ch->tail > ch->ring_size)
+	/* The agent only ever moves them by whole records, multiples of 8:
+	 * anything else would put a record header across the ring's end. */
+	if (head < ch->tail || head - ch->tail > ch->ring_size || head % 8 || ch->tail % 8)
 		return -EPROTO;
 	while (ch->tail < head) {
 		uint32_t off = (uint32_t)(ch->tail & (ch->ring_size - 1));

@@ -37,6 +37,13 @@ struct channel_handlers {
 int channel_open(struct channel **ret, pid_t pid, int fd);
 void channel_close(struct channel *ch);
 
+/*
+ * The same over @size bytes at @map that the caller owns (tests, fuzzing):
+ * the header is checked as channel_open() does; no pid (commands and the
+ * heartbeat go to the memory only).
+ */
+int channel_from_memory(struct channel **ret, void *map, size_t size);
+
 /* cprof is alive: the agent detaches by itself when this stops (1 s). */
 void channel_heartbeat(struct channel *ch);
 
