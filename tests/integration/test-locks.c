@@ -120,10 +120,11 @@ static void check_sites(const struct profile *p, const struct truth *t, size_t n
 	free(sums);
 }
 
-Test(locks, block_unbiased_one_long_vs_ten_short)
+/* The block profile of locks MODE (BASE_US) at RATE against its truth. */
+static void block_unbiased(const char *mode, const char *base_us, const char *rate,
+			   const char *const *sites, size_t n)
 {
-	const char *report = th_tmp_path("locks-ab.report");
-	static const char *const sites[] = { "site_a", "site_b" };
+	const char *report = th_tmp_path("locks-unbiased.report");
 	struct truth t[8];
 	struct profile *p;
 	size_t nt;
@@ -131,32 +132,28 @@ Test(locks, block_unbiased_one_long_vs_ten_short)
 
 	skip_without_ptrace();
 	th_skip_accuracy_when_sanitized();
-	/* D = 5 ms at site_a, D/10 = 0.5 ms at site_b; rate 2 ms in between. */
-	pid = TH_SPAWN("locks", "ab", "20", "500", report);
-	p = profile_of("block", pid, "5s", "2ms", th_tmp_path("block-ab.pb.gz"));
+	pid = TH_SPAWN("locks", mode, "20", base_us, report);
+	p = profile_of("block", pid, "5s", rate, th_tmp_path("block-unbiased.pb.gz"));
 	nt = read_truth(pid, report, t, 8);
-	check_sites(p, t, nt, sites, 2, 0.15);
+	check_sites(p, t, nt, sites, n, 0.15);
 	profile_free(p);
 	th_kill(pid);
 }
 
+Test(locks, block_unbiased_one_long_vs_ten_short)
+{
+	static const char *const sites[] = { "site_a", "site_b" };
+
+	/* D = 5 ms at site_a, D/10 = 0.5 ms at site_b; rate 2 ms in between. */
+	block_unbiased("ab", "500", "2ms", sites, 2);
+}
+
 Test(locks, block_unbiased_1x_2x_3x)
 {
-	const char *report = th_tmp_path("locks-three.report");
 	static const char *const sites[] = { "site_1x", "site_2x", "site_3x" };
-	struct truth t[8];
-	struct profile *p;
-	size_t nt;
-	pid_t pid;
 
-	skip_without_ptrace();
-	th_skip_accuracy_when_sanitized();
-	pid = TH_SPAWN("locks", "three", "20", "1000", report);
-	p = profile_of("block", pid, "5s", "2ms", th_tmp_path("block-three.pb.gz"));
-	nt = read_truth(pid, report, t, 8);
-	check_sites(p, t, nt, sites, 3, 0.15);
-	profile_free(p);
-	th_kill(pid);
+	/* Waits of 1, 2 and 3 ms, equal totals; rate 2 ms (2x the base). */
+	block_unbiased("three", "1000", "2ms", sites, 3);
 }
 
 Test(locks, mutex_charges_the_holder)
