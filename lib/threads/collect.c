@@ -201,6 +201,13 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, s
 		snprintf(err, errlen, "out of memory");
 		goto out_free;
 	}
+	/* No thread stopped and the process gone: it exited under us. A
+	 * snapshot of nothing is not a result. */
+	if (s->nstopped == 0 && !target_alive(pid)) {
+		snprintf(err, errlen, "pid %d exited during the snapshot", pid);
+		r = -ESRCH;
+		goto out_free;
+	}
 	ptrace_snapshot_release(&ps);
 	maps_release(&maps);
 	unwinder_free(unw);
