@@ -125,13 +125,13 @@ void agent_window_report(const struct window_result *w, const struct target *t)
 			       "them by itself within 1 s of cprof's exit");
 }
 
-int agent_window_note_lost(const struct window_result *w, struct profile *p)
+int agent_note_lost(const struct channel_counters *c, struct profile *p)
 {
 	char text[128];
 
-	if (!w->counters.lost)
+	if (!c->lost)
 		return 0;
 	snprintf(text, sizeof(text), "lost %llu records: the agent's ring was full",
-		 (unsigned long long)w->counters.lost);
+		 (unsigned long long)c->lost);
 	return profile_add_comment(p, text);
 }

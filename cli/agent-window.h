@@ -37,8 +37,9 @@ int agent_window(struct channel *ch, const struct target *t, uint64_t duration_n
 /* Says how the window ended when it was not simply the duration. */
 void agent_window_report(const struct window_result *w, const struct target *t);
 
-/* Notes the records the agent lost (ring full) in @p's comments. */
-int agent_window_note_lost(const struct window_result *w, struct profile *p);
+/* Notes the records the agent lost (ring full), as @c counts them, in @p's
+ * comments. */
+int agent_note_lost(const struct channel_counters *c, struct profile *p);
 
 /* The same, but the session goes on after the window (cprof heap --keep). */
 int agent_window_keep(struct channel *ch, const struct target *t, uint64_t duration_ns,

@@ -228,7 +228,7 @@ static int run(int argc, char **argv, const struct kind *k)
 		r = contention_build(c, cmdline, (int64_t)w.start_realtime_ns, (int64_t)w.window_ns,
 				     &profile);
 		if (r == 0)
-			r = agent_window_note_lost(&w, profile);
+			r = agent_note_lost(&w.counters, profile);
 		if (r == 0)
 			r = output_commit_profile(&out, profile);
 	} else {

@@ -190,6 +190,7 @@ static void summary(const struct heap_args *a, const struct output *out,
 /* The background session's view of its profile (heap-keep.h). */
 struct keep_ctx {
 	struct heap *heap;
+	struct channel *ch; /* its counters say what the ring lost since sampling began */
 	uint64_t start_realtime_ns, start_ns;
 	const char *command_line;
 };
@@ -205,9 +206,14 @@ static int keep_render(void *arg, const char *index, int debug, char **ret, size
 		return render_text(k->heap, ret, ret_len);
 	for (size_t i = 0; i < ARRAY_SIZE(indexes); i++)
 		if (!strcmp(index, indexes[i])) {
+			struct channel_counters c;
+
 			r = heap_build(k->heap, indexes[i], k->command_line,
 				       (int64_t)k->start_realtime_ns,
 				       (int64_t)(now_monotonic_ns() - k->start_ns), &p);
+			channel_counters(k->ch, &c);
+			if (r == 0)
+				r = agent_note_lost(&c, p);
 			if (r == 0)
 				r = pprof_encode_gzip(p, &buf, ret_len);
 			if (r == 0)
@@ -414,7 +420,7 @@ int cmd_heap(int argc, char **argv)
 		r = heap_build(h, a.index, cmdline, (int64_t)w.start_realtime_ns,
 			       (int64_t)w.window_ns, &profile);
 		if (r == 0)
-			r = agent_window_note_lost(&w, profile);
+			r = agent_note_lost(&w.counters, profile);
 		if (r == 0)
 			r = output_commit_profile(&out, profile);
 	} else {
@@ -432,6 +438,7 @@ int cmd_heap(int argc, char **argv)
 	if (a.keep && !w.target_exited) {
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		keep.heap = h;
+		keep.ch = ch;
 		keep.start_realtime_ns = w.start_realtime_ns;
 		keep.command_line = cmdline;
 		keep_serve_on(ch, &t, &handlers, &keep, keep_fd, code);

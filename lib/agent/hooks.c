@@ -115,6 +115,22 @@ static inline void after_alloc(void *p, uint64_t size)
 	alloc_slow(p, size);
 }
 
+/*
+ * The countdown taken BEFORE the real call, for the hot entry points: when it
+ * does not run out, the hook ends in a tail jump to the real function (no
+ * frame, no call/ret of its own, nothing kept across the call). A failed
+ * allocation then still counts its bytes, which only matters for sizes that
+ * cannot be satisfied, a vanishing share of any real program's bytes.
+ */
+static inline bool countdown_take(uint64_t size)
+{
+	if (likely(size < agent_countdown)) {
+		agent_countdown -= size;
+		return true;
+	}
+	return false;
+}
+
 /* Remove @addr from the live set if it is there; true with its size. */
 static __attribute__((noinline)) bool take_sampled(uint64_t addr, uint64_t *ret_size)
 {
@@ -153,23 +169,39 @@ static void hook_free(void *p)
 	agent_real.free(p);
 }
 
-static void *hook_malloc(size_t size)
+/* The countdown ran out: allocate, then sample (alloc_slow draws anew). */
+static __attribute__((noinline)) void *malloc_slow(size_t size)
 {
 	void *p = agent_real.malloc(size);
 
-	after_alloc(p, size);
+	alloc_slow(p, size);
+	return p;
+}
+
+static void *hook_malloc(size_t size)
+{
+	if (countdown_take(size))
+		return agent_real.malloc(size);
+	return malloc_slow(size);
+}
+
+static __attribute__((noinline)) void *calloc_slow(size_t nmemb, size_t size, size_t total)
+{
+	void *p = agent_real.calloc(nmemb, size);
+
+	alloc_slow(p, total);
 	return p;
 }
 
 static void *hook_calloc(size_t nmemb, size_t size)
 {
-	void *p = agent_real.calloc(nmemb, size);
 	size_t total;
 
 	if (__builtin_mul_overflow(nmemb, size, &total))
 		total = SIZE_MAX;
-	after_alloc(p, total);
-	return p;
+	if (countdown_take(total))
+		return agent_real.calloc(nmemb, size);
+	return calloc_slow(nmemb, size, total);
 }
 
 /*

@@ -7,8 +7,11 @@
  * byte of a block is written: the allocator is all the work, the worst case
  * for a hook. With TOUCH 1 every byte is written once, as a program that
  * uses what it allocates does. On
- * SIGUSR2 it writes the operations done so far ("ops N\n") to REPORT
- * (beside, then renamed): the bench reads it twice to get a rate. Prints
+ * SIGUSR2 it writes the operations done so far and the CPU time the whole
+ * process has used ("ops N\ncpu_ns T\n") to REPORT (beside, then renamed):
+ * the bench reads it twice to get operations per CPU second, a figure that
+ * other programs competing for the cores change far less than a rate per
+ * wall second. Prints
  * "ready"; exits after SECONDS.
  */
 #include <pthread.h>
@@ -89,7 +92,11 @@ int main(int argc, char **argv)
 			snprintf(tmp, sizeof(tmp), "%s.tmp", argv[2]);
 			f = fopen(tmp, "w");
 			if (f) {
-				fprintf(f, "ops %lu\n", atomic_load(&ops));
+				struct timespec cpu;
+
+				clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+				fprintf(f, "ops %lu\ncpu_ns %lld\n", atomic_load(&ops),
+					(long long)cpu.tv_sec * 1000000000LL + cpu.tv_nsec);
 				fclose(f);
 				rename(tmp, argv[2]);
 			}
