@@ -149,8 +149,7 @@ int cmd_threads(int argc, char **argv)
 			r = output_commit_bytes(&out, text, text_len);
 	}
 	if (r < 0) {
-		report_error("cannot write to '%s': %s", output_name(&out), strerror(-r));
-		code = EXIT_FAIL;
+		code = output_report_failure(&out, r);
 		goto out_abort;
 	}
 	if (strcmp(a.common.output, "-"))
