@@ -47,6 +47,15 @@ int th_dir_entries(const char *path);
  */
 pid_t th_spawn_target(const char *name, const char *const *args);
 #define TH_SPAWN(name, ...) th_spawn_target((name), (const char *const[]){__VA_ARGS__, NULL})
+/* The same for the program at @path (a copy of a target, say). */
+pid_t th_spawn_path(const char *path, const char *const *args);
+
+/*
+ * Children started from now on (targets, cprof, commands) drop to @uid and
+ * @gid (no supplementary groups) before they exec; th_run_as(-1, -1) goes
+ * back to running them as ourselves. Needs root.
+ */
+void th_run_as(uid_t uid, gid_t gid);
 
 /*
  * Kills our child @pid (SIGKILL) unless it is already reaped, reaps it and

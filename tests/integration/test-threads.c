@@ -1209,41 +1209,8 @@ static void expect_exit(int code, const char *what, const char *const *args)
 #define EXPECT_EXIT(code, what, ...) \
 	expect_exit((code), (what), (const char *const[]){ __VA_ARGS__, NULL })
 
-Test(threads, no_such_process)
-{
-	char pid[16];
-
-	snprintf(pid, sizeof(pid), "%d", (int)th_dead_pid());
-	EXPECT_EXIT(2, "a pid nobody has", "threads", "-p", pid);
-}
-
-Test(threads, kernel_thread)
-{
-	char line[512] = "";
-	unsigned long flags = 0;
-	FILE *f = fopen("/proc/2/stat", "re");
-	const char *p;
-
-	if (f) {
-		if (!fgets(line, sizeof(line), f))
-			line[0] = '\0';
-		fclose(f);
-	}
-	p = strrchr(line, ')');
-	/* Field 9, flags: PF_KTHREAD is 0x00200000. */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags) != 1 || !(flags & 0x00200000))
-		cr_skip_test("pid 2 is not a kernel thread here (a pid namespace?)");
-	EXPECT_EXIT(2, "a kernel thread", "threads", "-p", "2");
-}
-
-Test(threads, zombie)
-{
-	char pid[16];
-
-	snprintf(pid, sizeof(pid), "%d", (int)th_make_zombie());
-	EXPECT_EXIT(2, "a zombie", "threads", "-p", pid);
-}
-
+/* No such pid, pid 2, a zombie and the rest of the bad-input table, for
+ * every command: test-badinput.c. */
 Test(threads, usage)
 {
 	EXPECT_EXIT(64, "--debug 3", "threads", "-p", "1", "--debug", "3");
