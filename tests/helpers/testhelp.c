@@ -22,6 +22,7 @@
 #include <string.h>
 #include <linux/perf_event.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -1324,39 +1325,78 @@ const char *th_pid_str(pid_t pid)
 	return b;
 }
 
-/* The memfd the agent made in @pid, mapped (its header), or NULL. */
-struct cprof_wire_header *th_agent_header(pid_t pid)
+void th_agent_fd_path(pid_t pid, char *ret, size_t size)
 {
 	char dir[64], link[256], path[320];
-	struct cprof_wire_header *h = NULL;
 	struct dirent *e;
 	DIR *d;
 
+	ret[0] = '\0';
 	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
 	d = opendir(dir);
 	if (!d)
-		return NULL;
-	while (!h && (e = readdir(d))) {
+		return;
+	while ((e = readdir(d))) {
 		ssize_t n;
-		int fd;
 
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		n = readlink(path, link, sizeof(link) - 1);
 		if (n <= 0)
 			continue;
 		link[n] = '\0';
-		if (!strstr(link, "memfd:cprof-agent"))
-			continue;
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		h = mmap(NULL, CPROF_WIRE_HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-		close(fd);
-		if (h == MAP_FAILED)
-			h = NULL;
+		if (strstr(link, "memfd:cprof-agent")) {
+			snprintf(ret, size, "%s", path);
+			break;
+		}
 	}
 	closedir(d);
-	return h;
+}
+
+/* The memfd the agent made in @pid, mapped (its header), or NULL. */
+struct cprof_wire_header *th_agent_header(pid_t pid)
+{
+	struct cprof_wire_header *h;
+	char path[320];
+	int fd;
+
+	th_agent_fd_path(pid, path, sizeof(path));
+	if (!path[0])
+		return NULL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	h = mmap(NULL, CPROF_WIRE_HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	return h == MAP_FAILED ? NULL : h;
+}
+
+pid_t th_start_tracer(pid_t tid)
+{
+	int fds[2];
+	char ok = 0;
+	pid_t child;
+
+	cr_assert(pipe2(fds, O_CLOEXEC) == 0);
+	child = fork();
+	cr_assert(child >= 0);
+	if (child == 0) {
+		char c;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		c = ptrace(PTRACE_SEIZE, tid, 0, 0) == 0 ? 1 : 0;
+		if (write(fds[1], &c, 1) != 1 || !c)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(fds[1]);
+	if (read(fds[0], &ok, 1) != 1 || !ok) {
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		cr_assert_fail("could not PTRACE_SEIZE %d", (int)tid);
+	}
+	close(fds[0]);
+	return child;
 }
 
 void th_skip_accuracy_when_sanitized(void)

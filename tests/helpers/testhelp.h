@@ -235,6 +235,16 @@ uint64_t th_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* ---- the target is let go (after every ptrace user) ---------------------- */
 
+/* The /proc/@pid/fd/N path of the agent's memfd in @pid, or "" when none. */
+void th_agent_fd_path(pid_t pid, char *ret, size_t size);
+
+/*
+ * Forks a tracer: a child of ours that PTRACE_SEIZEs thread @tid (no stop)
+ * and waits to be killed (SIGKILL it, and reap it). Returns its pid once it
+ * holds @tid; fails the test if it cannot.
+ */
+pid_t th_start_tracer(pid_t tid);
+
 struct cprof_wire_header;
 /* The header of the agent's channel (its memfd) in @pid, mapped read-only
  * (munmap CPROF_WIRE_HEADER_SIZE bytes), or NULL when it has none. */

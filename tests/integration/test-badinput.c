@@ -31,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -208,36 +207,12 @@ Test(badinput, cprof_itself)
 	}
 }
 
-/* A process of ours that PTRACE_SEIZEs @pid (no stop) and waits to be killed. */
-static pid_t seize(pid_t pid)
-{
-	int fds[2];
-	char ok = 0;
-	pid_t child;
-
-	cr_assert(pipe2(fds, O_CLOEXEC) == 0);
-	child = fork();
-	cr_assert(child >= 0);
-	if (child == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		ok = ptrace(PTRACE_SEIZE, pid, 0, 0) == 0;
-		if (write(fds[1], &ok, 1) != 1 || !ok)
-			_exit(1);
-		for (;;)
-			pause();
-	}
-	close(fds[1]);
-	cr_assert(read(fds[0], &ok, 1) == 1 && ok, "could not seize %d", (int)pid);
-	close(fds[0]);
-	return child;
-}
-
 /* Traced by someone else: the ptrace users refuse naming the tracer; cpu
  * (perf_event_open, no ptrace) profiles it. */
 Test(badinput, already_traced)
 {
 	pid_t target = TH_SPAWN("busy", "1", "60");
-	pid_t tracer = seize(target);
+	pid_t tracer = th_start_tracer(target);
 	const char *out = th_tmp_path("cpu.pb.gz");
 	struct th_run r;
 	char want[64];

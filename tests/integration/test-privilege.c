@@ -12,7 +12,6 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -259,33 +258,6 @@ Test(privilege, symlink_to_device_not_followed)
 
 /* ---- the agent's channel ------------------------------------------------- */
 
-/* Path of the agent's memfd in @pid's fd table, or "" when none. */
-static void agent_fd_path(pid_t pid, char *ret, size_t size)
-{
-	char dir[64], path[320], link[256];
-	struct dirent *e;
-	DIR *d;
-
-	ret[0] = '\0';
-	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
-	d = opendir(dir);
-	cr_assert(d);
-	while ((e = readdir(d))) {
-		ssize_t n;
-
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		n = readlink(path, link, sizeof(link) - 1);
-		if (n <= 0)
-			continue;
-		link[n] = '\0';
-		if (strstr(link, "memfd:cprof-agent")) {
-			snprintf(ret, size, "%s", path);
-			break;
-		}
-	}
-	closedir(d);
-}
-
 /* Opens @path for reading and for writing as nobody; returns the errnos
  * (0 when it opened) through a pipe. */
 static void open_as_nobody(const char *path, int *ret_rd, int *ret_wr)
@@ -334,7 +306,7 @@ Test(privilege, agent_channel_closed_to_other_users)
 		 "-o", th_tmp_path("keep.pb.gz"));
 	cr_assert_eq(r.exit_code, 0, "heap --keep: exit %d:\n%s", r.exit_code, r.err);
 	th_run_release(&r);
-	agent_fd_path(target, fdpath, sizeof(fdpath));
+	th_agent_fd_path(target, fdpath, sizeof(fdpath));
 	cr_assert(fdpath[0], "no agent memfd in the target after heap --keep");
 
 	open_as_nobody(fdpath, &rd, &wr);

@@ -996,31 +996,12 @@ Test(threads, sigstop_stays_stopped)
 
 /* ---- already traced ---------------------------------------------------- */
 
-/* Forks a process of ours that seizes @tid (PTRACE_SEIZE: no stop) and
- * waits to be killed. Returns its pid once it holds @tid. */
+/* th_start_tracer(), killed with the test's own processes. */
 static pid_t start_tracer(pid_t tid)
 {
-	int fds[2];
-	char ok = 0;
-	pid_t child;
+	pid_t child = th_start_tracer(tid);
 
-	cr_assert(pipe2(fds, O_CLOEXEC) == 0);
-	child = fork();
-	cr_assert(child >= 0);
-	if (child == 0) {
-		char c;
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		c = ptrace(PTRACE_SEIZE, tid, 0, 0) == 0 ? 1 : 0;
-		if (write(fds[1], &c, 1) != 1 || !c)
-			_exit(1);
-		for (;;)
-			pause();
-	}
-	close(fds[1]);
 	own_add(child);
-	cr_assert(read(fds[0], &ok, 1) == 1 && ok, "the tracer could not seize %d", (int)tid);
-	close(fds[0]);
 	return child;
 }
 
