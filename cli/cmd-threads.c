@@ -79,6 +79,11 @@ static int parse_args(int argc, char **argv, struct threads_args *a)
 
 static int snapshot_error(int r, pid_t pid, const char *why)
 {
+	/* ptrace refuses a process on its way out with EPERM, not ESRCH. */
+	if ((r == -EPERM || r == -EACCES) && !target_alive(pid)) {
+		report_error("pid %d exited during the snapshot", pid);
+		return EXIT_TARGET;
+	}
 	report_error_text(NULL, why);
 	if (r == -ESRCH)
 		return EXIT_TARGET;
