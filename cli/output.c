@@ -127,8 +127,11 @@ int output_prepare(struct output *o, const char *path, bool binary, char *why, s
 	free(copy);
 	fd = open_tmpfile(o);
 	if (fd < 0) {
-		errno = -fd;
-		goto out_errno;
+		/* The profile is written beside its destination, then renamed. */
+		snprintf(why, whylen, "cannot write '%s': cannot create a file in '%s': %s\n"
+				      "hint: choose another path with -o, or fix the directory's "
+				      "permissions", path, o->dir, strerror(-fd));
+		return fd;
 	}
 	o->fd = fd;
 	return 0;

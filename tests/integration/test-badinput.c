@@ -371,7 +371,7 @@ Test(badinput, process_32bit)
 	      " for (int i = 0; i < 60; i++) sleep(1); return 0; }\n", f);
 	fclose(f);
 	th_run_cmd_ex(&r, 60000, 0, 0,
-		      (const char *const[]){ "/usr/bin/gcc", "-m32", "-o", bin, src, NULL });
+		      (const char *const[]){ "/usr/bin/gcc", "-m32", "-o", bin, "-x", "c", src, NULL });
 	if (r.exit_code != 0) {
 		th_run_release(&r);
 		cr_skip_test("gcc -m32 cannot build here (gcc-multilib missing?)");

@@ -187,6 +187,28 @@ Test(privilege, heap_of_own_process)
 
 /* ---- output paths in shared directories -------------------------------- */
 
+/* A directory nobody may not write to (root ignores permissions, so this
+ * row of the bad-input table is here): exit 4 before the target is touched. */
+Test(privilege, output_dir_not_writable)
+{
+	const char *dir = th_tmp_dir("roots"); /* 0755, root's */
+	char out[4200];
+	struct th_run r;
+	pid_t target;
+
+	require_root();
+	require_same_uid_ptrace();
+	snprintf(out, sizeof(out), "%s/threads.pb.gz", dir);
+	target = nobody_target();
+	AS_NOBODY(&r, "threads", "-p", th_pid_str(target), "-o", out);
+	cr_expect_eq(r.exit_code, 4, "exit %d, want 4:\n%s", r.exit_code, r.err);
+	cr_expect(strstr(r.err, "Permission denied") != NULL, "%s", r.err);
+	th_run_release(&r);
+	cr_expect_eq(th_dir_entries(dir), 0, "something was written");
+	th_assert_let_go(target, false, "after an unwritable output");
+	th_kill(target);
+}
+
 /*
  * /tmp-like: sticky and world-writable. Nobody plants OUT -> VICTIM; root's
  * cprof refuses it (exit 4, before attaching), and neither the link nor the
