@@ -51,6 +51,10 @@ static int inject_error(int r, const struct target *t, const struct agent_load *
 {
 	const struct inject_report *rep = &al->rep;
 
+	/* ptrace refuses a process on its way out with EPERM, not ESRCH: a
+	 * target killed during the injection is gone, not forbidden. */
+	if ((r == -EPERM || r == -EACCES) && !target_alive(t->pid))
+		r = -ESRCH;
 	switch (r) {
 	case -ESRCH:
 		report_error("pid %d (%s) exited before the agent was loaded", t->pid, t->comm);

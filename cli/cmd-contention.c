@@ -237,8 +237,7 @@ static int run(int argc, char **argv, const struct kind *k)
 			r = output_commit_bytes(&out, text, text_len);
 	}
 	if (r < 0) {
-		report_error("cannot write to '%s': %s", output_name(&out), strerror(-r));
-		code = EXIT_FAIL;
+		code = output_report_failure(&out, r);
 		goto out_abort;
 	}
 	summary(&a, &out, &w, contention_stats(c));

@@ -234,9 +234,7 @@ int cmd_cpu(int argc, char **argv)
 	}
 	r = output_commit_profile(&out, profile);
 	if (r < 0) {
-		report_error("cannot write the profile to '%s': %s", output_name(&out),
-			     strerror(-r));
-		code = EXIT_FAIL;
+		code = output_report_failure(&out, r);
 		goto out_free;
 	}
 	summary(&a, &out, cpu_profiler_stats(p));

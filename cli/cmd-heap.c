@@ -270,7 +270,9 @@ static int from_background(const struct heap_args *a, const struct target *t)
 	close(fd);
 	if (r == 0)
 		r = output_commit_bytes(&out, body, len);
-	if (r < 0) {
+	if (r < 0 && out.write_failed) {
+		code = output_report_failure(&out, r);
+	} else if (r < 0) {
 		report_error("cannot get the profile of pid %d from its background sampling: %s",
 			     t->pid, r == -EPROTO && body ? body : strerror(-r));
 		output_abort(&out);
@@ -429,8 +431,7 @@ int cmd_heap(int argc, char **argv)
 			r = output_commit_bytes(&out, text, text_len);
 	}
 	if (r < 0) {
-		report_error("cannot write to '%s': %s", output_name(&out), strerror(-r));
-		code = EXIT_FAIL;
+		code = output_report_failure(&out, r);
 		goto out_abort;
 	}
 	summary(&a, &out, &w, heap_stats(h));

@@ -79,6 +79,11 @@ static int parse_args(int argc, char **argv, struct threads_args *a)
 
 static int snapshot_error(int r, pid_t pid, const char *why)
 {
+	/* ptrace refuses a process on its way out with EPERM, not ESRCH. */
+	if ((r == -EPERM || r == -EACCES) && !target_alive(pid)) {
+		report_error("pid %d exited during the snapshot", pid);
+		return EXIT_TARGET;
+	}
 	report_error_text(NULL, why);
 	if (r == -ESRCH)
 		return EXIT_TARGET;
@@ -149,8 +154,7 @@ int cmd_threads(int argc, char **argv)
 			r = output_commit_bytes(&out, text, text_len);
 	}
 	if (r < 0) {
-		report_error("cannot write to '%s': %s", output_name(&out), strerror(-r));
-		code = EXIT_FAIL;
+		code = output_report_failure(&out, r);
 		goto out_abort;
 	}
 	if (strcmp(a.common.output, "-"))

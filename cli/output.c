@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "pprof/pprof.h"
+#include "report.h"
 #include "util/util.h"
 
 const char *output_name(const struct output *o)
@@ -39,11 +40,41 @@ static int open_tmpfile(struct output *o)
 	return fd;
 }
 
+/*
+ * A symbolic link at the output path is followed only where the kernel's
+ * fs.protected_symlinks would follow it (cprof runs as root, and that sysctl
+ * may be off): outside a sticky world-writable directory such as /tmp, or
+ * when the link belongs to us or to the directory's owner. Otherwise another
+ * user could plant /tmp/cpu.pb.gz -> /dev/sda and have root write there.
+ * Returns 0 when following is safe, -EPERM (and the reason in @why) if not.
+ */
+static int symlink_safe(const char *path, const struct stat *lst, char *why, size_t whylen)
+{
+	struct stat dst;
+	char *copy = strdup(path);
+	int r;
+
+	if (!copy)
+		return -ENOMEM;
+	r = stat(dirname(copy), &dst);
+	free(copy);
+	if (r < 0)
+		return -errno;
+	if (!(dst.st_mode & S_ISVTX) || !(dst.st_mode & S_IWOTH) || lst->st_uid == geteuid() ||
+	    lst->st_uid == dst.st_uid)
+		return 0;
+	snprintf(why, whylen, "'%s' is a symbolic link owned by uid %u in a shared directory "
+			      "(sticky, world-writable): not following it\n"
+			      "hint: remove the link, or choose another path with -o",
+		 path, (unsigned)lst->st_uid);
+	return -EPERM;
+}
+
 int output_prepare(struct output *o, const char *path, bool binary, char *why, size_t whylen)
 {
 	struct stat st;
 	char *copy;
-	int fd;
+	int fd, r, nofollow = O_NOFOLLOW;
 
 	memset(o, 0, sizeof(*o));
 	o->path = path;
@@ -58,6 +89,12 @@ int output_prepare(struct output *o, const char *path, bool binary, char *why, s
 		o->in_place = true;
 		return 0;
 	}
+	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+		r = symlink_safe(path, &st, why, whylen);
+		if (r < 0)
+			return r;
+		nofollow = 0;
+	}
 	if (stat(path, &st) == 0) {
 		if (S_ISDIR(st.st_mode)) {
 			snprintf(why, whylen, "'%s' is a directory\n"
@@ -66,7 +103,13 @@ int output_prepare(struct output *o, const char *path, bool binary, char *why, s
 		}
 		if (!S_ISREG(st.st_mode)) {
 			/* A device or FIFO: write in place, never replace it. */
-			fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+			fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | nofollow);
+			if (fd < 0 && errno == ENXIO && S_ISFIFO(st.st_mode)) {
+				/* Not opened blocking: cprof must not hang before it starts. */
+				snprintf(why, whylen, "cannot write '%s': it is a FIFO with no reader\n"
+						      "hint: start the reader first", path);
+				return -ENXIO;
+			}
 			if (fd < 0)
 				goto out_errno;
 			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
@@ -84,8 +127,11 @@ int output_prepare(struct output *o, const char *path, bool binary, char *why, s
 	free(copy);
 	fd = open_tmpfile(o);
 	if (fd < 0) {
-		errno = -fd;
-		goto out_errno;
+		/* The profile is written beside its destination, then renamed. */
+		snprintf(why, whylen, "cannot write '%s': cannot create a file in '%s': %s\n"
+				      "hint: choose another path with -o, or fix the directory's "
+				      "permissions", path, o->dir, strerror(-fd));
+		return fd;
 	}
 	o->fd = fd;
 	return 0;
@@ -159,6 +205,8 @@ int output_commit_bytes(struct output *o, const void *buf, size_t len)
 
 	if (o->fd < 0)
 		return -EBADF;
+	/* From here on a failure is the output's, not the profile's. */
+	o->write_failed = true;
 	r = write_full(o->fd, buf, len);
 	if (r < 0)
 		goto out_abort;
@@ -176,6 +224,7 @@ int output_commit_bytes(struct output *o, const void *buf, size_t len)
 	if (r < 0)
 		goto out_abort;
 out_done:
+	o->write_failed = r < 0;
 	if (o->fd != STDOUT_FILENO)
 		close(o->fd);
 	o->fd = -1;
@@ -194,4 +243,17 @@ void output_abort(struct output *o)
 	if (o->fd >= 0 && o->fd != STDOUT_FILENO)
 		close(o->fd);
 	o->fd = -1;
+}
+
+int output_report_failure(const struct output *o, int r)
+{
+	if (!o->write_failed) {
+		report_error("cannot build the profile: %s", strerror(-r));
+		return EXIT_FAIL;
+	}
+	report_error("cannot write the profile to '%s': %s", output_name(o), strerror(-r));
+	if (r == -ENOSPC || r == -EDQUOT)
+		report_hint("the file system or device is full: free some space, or choose another "
+			    "path with -o");
+	return EXIT_OUTPUT;
 }

@@ -4,7 +4,8 @@
  * go at the end, and never left truncated: a regular file is written to an
  * unnamed temporary (O_TMPFILE) in the same directory, synced, then linked
  * and renamed over the destination. If cprof dies first, nothing is left.
- * Devices, FIFOs and stdout ("-") are written in place.
+ * Devices, FIFOs and stdout ("-") are written in place. A symbolic link is
+ * followed only where it is safe (not another user's link in /tmp).
  */
 #ifndef CPROF_OUTPUT_H
 #define CPROF_OUTPUT_H
@@ -18,6 +19,7 @@ struct output {
 	const char *path; /* as given; "-" is stdout */
 	int fd;
 	bool in_place;
+	bool write_failed; /* the last commit failed writing, not building */
 	char dir[4096];
 	char tmp_name[4200]; /* named temporary when O_TMPFILE is unsupported */
 };
@@ -37,6 +39,13 @@ int output_commit_profile(struct output *o, const struct profile *p);
 
 /* Gives up: removes any temporary, closes. Safe after commit and twice. */
 void output_abort(struct output *o);
+
+/*
+ * Reports a failed output_commit_*() (error @r): "cannot write the profile
+ * to ..." and EXIT_OUTPUT when writing failed (a full disk included), "cannot
+ * build the profile" and EXIT_FAIL when it failed before anything was written.
+ */
+int output_report_failure(const struct output *o, int r);
 
 /* A short name for messages: the path, or "stdout". */
 const char *output_name(const struct output *o);

@@ -27,15 +27,31 @@ static int exe_elf_class(pid_t pid)
 	return ident[4];
 }
 
+/* Another user's process, and we are not root. (A capability such as
+ * CAP_SYS_PTRACE would let /proc answer, and the kernel judge later.) */
+static int refuse_other_user(const struct target *t)
+{
+	report_error("cannot profile pid %d (%s): it belongs to uid %u and cprof runs as uid %u",
+		     t->pid, t->comm, (unsigned)t->uid, (unsigned)geteuid());
+	report_hint("run cprof as root (or with CAP_SYS_PTRACE and CAP_PERFMON), or as uid %u, "
+		    "the owner of pid %d", (unsigned)t->uid, t->pid);
+	return EXIT_PERMISSION;
+}
+
 int preflight_target(pid_t pid, struct target *t)
 {
-	int r = target_open(t, pid);
+	int r;
+
+	memset(t, 0, sizeof(*t));
+	r = target_open(t, pid);
 
 	if (r == -ESRCH) {
 		report_error("cannot profile pid %d: no such process", pid);
 		report_hint("check the pid with 'ps -p %d'; the process may have exited", pid);
 		return EXIT_TARGET;
 	}
+	if ((r == -EACCES || r == -EPERM) && t->pid == pid && t->uid != geteuid())
+		return refuse_other_user(t);
 	if (r == -EACCES || r == -EPERM) {
 		report_error("cannot profile pid %d: permission denied reading /proc/%d", pid, pid);
 		report_hint("run cprof as root, or as the user that owns pid %d", pid);
@@ -61,12 +77,8 @@ int preflight_target(pid_t pid, struct target *t)
 			     "its parent)", pid, t->comm);
 		return EXIT_TARGET;
 	}
-	if (geteuid() != 0 && t->uid != geteuid()) {
-		report_error("cannot profile pid %d (%s): it belongs to uid %u and cprof runs as "
-			     "uid %u", pid, t->comm, (unsigned)t->uid, (unsigned)geteuid());
-		report_hint("run cprof as root or as the owner of pid %d", pid);
-		return EXIT_PERMISSION;
-	}
+	if (geteuid() != 0 && t->uid != geteuid())
+		return refuse_other_user(t);
 	r = exe_elf_class(pid);
 	if (r == 1) {
 		report_error("cannot profile pid %d (%s): it is a 32-bit process, and cprof "

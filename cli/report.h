@@ -12,10 +12,10 @@
 
 enum cprof_exit {
 	EXIT_OK = 0,         /* profile written (also when the target exited mid-window) */
-	EXIT_FAIL = 1,       /* failure while profiling or writing */
+	EXIT_FAIL = 1,       /* failure while profiling or building the profile */
 	EXIT_TARGET = 2,     /* the target cannot be profiled: gone, kernel thread, zombie, ... */
 	EXIT_PERMISSION = 3, /* the kernel or /proc refused: privilege needed */
-	EXIT_OUTPUT = 4,     /* the output cannot be written; checked before attaching */
+	EXIT_OUTPUT = 4,     /* the output cannot be written: checked before attaching, or the final write failed (ENOSPC) */
 	EXIT_USAGE = 64,     /* bad command line */
 };
 

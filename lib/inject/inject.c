@@ -434,7 +434,9 @@ static void *tracer_main(void *arg)
 		pid_t *tids;
 		size_t n;
 
-		if (inject_order_threads(c->pid, &tids, &n) < 0) {
+		/* A dying target lists its threads a while longer, and they
+		 * never stop: do not wait out the deadline on them. */
+		if (!target_alive(c->pid) || inject_order_threads(c->pid, &tids, &n) < 0) {
 			c->result = -ESRCH;
 			return NULL;
 		}

@@ -168,10 +168,57 @@ static int setup_new_modules(struct symbolizer *s)
 	return r;
 }
 
-/* libdw's three-valued answer (0, -1, errno) as -errno. */
-static int report_process(struct symbolizer *s)
+/*
+ * libdw skips a mapping whose file was deleted after it was mapped ("PATH
+ * (deleted)" in the maps): a program upgraded or removed on disk while it
+ * runs. The kernel still holds the very file: open it through
+ * /proc/PID/map_files (root, or CAP_SYS_ADMIN; otherwise it stays unknown)
+ * and report it at the address of its first mapping. Best effort.
+ */
+static void report_deleted(struct symbolizer *s)
+{
+	char path[64], file[128], *line = NULL;
+	size_t cap = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)s->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return;
+	while (getline(&line, &cap, f) > 0) {
+		unsigned long long start, end, offset;
+		int name_at = 0;
+		size_t len;
+		char *name;
+
+		if (sscanf(line, "%llx-%llx %*s %llx %*s %*s %n", &start, &end, &offset,
+			   &name_at) < 3 || !name_at)
+			continue;
+		name = line + name_at;
+		len = strcspn(name, "\n");
+		name[len] = '\0';
+		/* The first mapping of the file (offset 0), once. */
+		if (offset != 0 || name[0] != '/' || len < 11 ||
+		    strcmp(name + len - 10, " (deleted)") != 0)
+			continue;
+		snprintf(file, sizeof(file), "/proc/%d/map_files/%llx-%llx", (int)s->pid, start, end);
+		dwfl_report_elf(s->dwfl, name, file, -1, start, false);
+	}
+	free(line);
+	fclose(f);
+}
+
+/*
+ * libdw's three-valued answer (0, -1, errno) as -errno. Deleted files are
+ * added in the @first report only: a later one keeps the modules it had,
+ * and would take the same file again for an overlap.
+ */
+static int report_process(struct symbolizer *s, bool first)
 {
 	int r = dwfl_linux_proc_report(s->dwfl, s->pid);
+
+	if (r == 0 && first)
+		report_deleted(s);
 
 	if (dwfl_report_end(s->dwfl, NULL, NULL) != 0 && r == 0)
 		r = -1;
@@ -217,7 +264,7 @@ int symbolizer_new(struct symbolizer **ret, pid_t pid)
 	 * has modules worth naming, so a missing one is no error. */
 	s->exe = read_exe(s);
 	dwfl_report_begin(s->dwfl);
-	r = report_process(s);
+	r = report_process(s, true);
 	if (r < 0)
 		goto out_free;
 	r = setup_new_modules(s);
@@ -286,7 +333,7 @@ int symbolizer_refresh(struct symbolizer *s)
 	if (kill(s->pid, 0) < 0 && errno == ESRCH)
 		return -ESRCH;
 	dwfl_report_begin_add(s->dwfl);
-	r = report_process(s);
+	r = report_process(s, false);
 	if (r < 0)
 		return r;
 	r = setup_new_modules(s);

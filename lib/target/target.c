@@ -144,8 +144,11 @@ int target_open(struct target *ret, pid_t pid)
 		t.exe[n] = '\0';
 		t.exe_deleted = n > 10 && !strcmp(t.exe + n - 10, " (deleted)");
 	} else if (errno == EACCES || errno == EPERM) {
-		if (!t.kernel_thread && t.state != 'Z')
-			return -errno;
+		if (!t.kernel_thread && t.state != 'Z') {
+			r = -errno;
+			*ret = t;
+			return r;
+		}
 	}
 	*ret = t;
 	return 0;

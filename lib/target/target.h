@@ -26,8 +26,10 @@ struct target {
 
 /*
  * Fills @ret from /proc/@pid. Returns -ESRCH when there is no such process
- * (or it is gone), -EACCES/-EPERM when /proc refuses (hidepid), 0 otherwise;
- * a zombie or kernel thread is reported in the fields, not as an error.
+ * (or it is gone), -EACCES/-EPERM when /proc refuses (hidepid, or another
+ * user's process: then @ret holds what could be read, comm and uid
+ * included), 0 otherwise; a zombie or kernel thread is reported in the
+ * fields, not as an error.
  */
 int target_open(struct target *ret, pid_t pid);
 

@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <linux/perf_event.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -38,7 +40,7 @@
 /* ---- bookkeeping ------------------------------------------------------- */
 
 #define MAX_CHILDREN 64
-#define MAX_TMPFILES 64
+#define MAX_TMPFILES 256
 
 /*
  * Every child we started and have not forgotten. Targets get a reaper
@@ -264,10 +266,27 @@ int th_dir_entries(const char *path)
 }
 
 /* In a child after fork: die with the test, default signal dispositions. */
+/* Who the children started next run as (th_run_as()); -1: as we do. */
+static uid_t run_uid = (uid_t)-1;
+static gid_t run_gid = (gid_t)-1;
+
+void th_run_as(uid_t uid, gid_t gid)
+{
+	run_uid = uid;
+	run_gid = gid;
+}
+
 static void child_setup(pid_t parent)
 {
 	sigset_t none;
 
+	/* Before PR_SET_PDEATHSIG: a change of credentials clears it. */
+	if (run_uid != (uid_t)-1 && (setgroups(0, NULL) != 0 || setresgid(run_gid, run_gid, run_gid) != 0 ||
+				     setresuid(run_uid, run_uid, run_uid) != 0)) {
+		dprintf(STDERR_FILENO, "cannot become uid %u: %s\n", (unsigned)run_uid,
+			strerror(errno));
+		_exit(126);
+	}
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(127);
@@ -288,12 +307,18 @@ static void child_setup(pid_t parent)
 pid_t th_spawn_target(const char *name, const char *const *args)
 {
 	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, name);
+	return th_spawn_path(path, args);
+}
+
+pid_t th_spawn_path(const char *path, const char *const *args)
+{
 	const char *argv[32];
 	size_t argc = 0;
 	int fds[2];
 	pid_t parent = getpid(), pid;
 
-	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, name);
 	cr_assert(access(path, X_OK) == 0, "target %s is not built: %s", path, strerror(errno));
 	argv[argc++] = path;
 	for (; args && *args; args++) {
@@ -322,7 +347,7 @@ pid_t th_spawn_target(const char *name, const char *const *args)
 		struct pollfd pfd = {fds[0], POLLIN, 0};
 		uint64_t now = th_now_ns();
 
-		cr_assert(now < deadline, "target %s did not say ready within 10 s", name);
+		cr_assert(now < deadline, "target %s did not say ready within 10 s", path);
 		int n = poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -332,12 +357,12 @@ pid_t th_spawn_target(const char *name, const char *const *args)
 		ssize_t r = read(fds[0], buf + len, sizeof(buf) - 1 - len);
 		if (r < 0 && errno == EINTR)
 			continue;
-		cr_assert(r > 0, "target %s exited before it was ready", name);
+		cr_assert(r > 0, "target %s exited before it was ready", path);
 		len += (size_t)r;
 		buf[len] = '\0';
 		if (strstr(buf, "ready\n"))
 			return pid;
-		cr_assert(len < sizeof(buf) - 1, "target %s printed garbage before ready", name);
+		cr_assert(len < sizeof(buf) - 1, "target %s printed garbage before ready", path);
 	}
 }
 
@@ -1300,39 +1325,78 @@ const char *th_pid_str(pid_t pid)
 	return b;
 }
 
-/* The memfd the agent made in @pid, mapped (its header), or NULL. */
-struct cprof_wire_header *th_agent_header(pid_t pid)
+void th_agent_fd_path(pid_t pid, char *ret, size_t size)
 {
 	char dir[64], link[256], path[320];
-	struct cprof_wire_header *h = NULL;
 	struct dirent *e;
 	DIR *d;
 
+	ret[0] = '\0';
 	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
 	d = opendir(dir);
 	if (!d)
-		return NULL;
-	while (!h && (e = readdir(d))) {
+		return;
+	while ((e = readdir(d))) {
 		ssize_t n;
-		int fd;
 
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		n = readlink(path, link, sizeof(link) - 1);
 		if (n <= 0)
 			continue;
 		link[n] = '\0';
-		if (!strstr(link, "memfd:cprof-agent"))
-			continue;
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		h = mmap(NULL, CPROF_WIRE_HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-		close(fd);
-		if (h == MAP_FAILED)
-			h = NULL;
+		if (strstr(link, "memfd:cprof-agent")) {
+			snprintf(ret, size, "%s", path);
+			break;
+		}
 	}
 	closedir(d);
-	return h;
+}
+
+/* The memfd the agent made in @pid, mapped (its header), or NULL. */
+struct cprof_wire_header *th_agent_header(pid_t pid)
+{
+	struct cprof_wire_header *h;
+	char path[320];
+	int fd;
+
+	th_agent_fd_path(pid, path, sizeof(path));
+	if (!path[0])
+		return NULL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	h = mmap(NULL, CPROF_WIRE_HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	return h == MAP_FAILED ? NULL : h;
+}
+
+pid_t th_start_tracer(pid_t tid)
+{
+	int fds[2];
+	char ok = 0;
+	pid_t child;
+
+	cr_assert(pipe2(fds, O_CLOEXEC) == 0);
+	child = fork();
+	cr_assert(child >= 0);
+	if (child == 0) {
+		char c;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		c = ptrace(PTRACE_SEIZE, tid, 0, 0) == 0 ? 1 : 0;
+		if (write(fds[1], &c, 1) != 1 || !c)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(fds[1]);
+	if (read(fds[0], &ok, 1) != 1 || !ok) {
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		cr_assert_fail("could not PTRACE_SEIZE %d", (int)tid);
+	}
+	close(fds[0]);
+	return child;
 }
 
 void th_skip_accuracy_when_sanitized(void)

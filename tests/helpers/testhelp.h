@@ -47,6 +47,15 @@ int th_dir_entries(const char *path);
  */
 pid_t th_spawn_target(const char *name, const char *const *args);
 #define TH_SPAWN(name, ...) th_spawn_target((name), (const char *const[]){__VA_ARGS__, NULL})
+/* The same for the program at @path (a copy of a target, say). */
+pid_t th_spawn_path(const char *path, const char *const *args);
+
+/*
+ * Children started from now on (targets, cprof, commands) drop to @uid and
+ * @gid (no supplementary groups) before they exec; th_run_as(-1, -1) goes
+ * back to running them as ourselves. Needs root.
+ */
+void th_run_as(uid_t uid, gid_t gid);
 
 /*
  * Kills our child @pid (SIGKILL) unless it is already reaped, reaps it and
@@ -225,6 +234,16 @@ void th_sleep_ms(int ms);
 uint64_t th_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* ---- the target is let go (after every ptrace user) ---------------------- */
+
+/* The /proc/@pid/fd/N path of the agent's memfd in @pid, or "" when none. */
+void th_agent_fd_path(pid_t pid, char *ret, size_t size);
+
+/*
+ * Forks a tracer: a child of ours that PTRACE_SEIZEs thread @tid (no stop)
+ * and waits to be killed (SIGKILL it, and reap it). Returns its pid once it
+ * holds @tid; fails the test if it cannot.
+ */
+pid_t th_start_tracer(pid_t tid);
 
 struct cprof_wire_header;
 /* The header of the agent's channel (its memfd) in @pid, mapped read-only

@@ -844,65 +844,8 @@ Test(cpu, output_is_directory)
 
 /* ---- targets that cannot be profiled ----------------------------------- */
 
-static void cannot_profile(pid_t pid, const char *why)
-{
-	struct th_run r;
-	char pidstr[32];
-	const char *dir = th_tmp_dir("out");
-	char *out;
-
-	cr_assert(asprintf(&out, "%s/cpu.pb.gz", dir) > 0);
-	snprintf(pidstr, sizeof(pidstr), "%d", (int)pid);
-	TH_CPROF(&r, RUN_TIMEOUT_MS, "cpu", "-p", pidstr, "-d", "1s", "-o", out);
-	th_run_log(&r, why);
-	cr_expect_eq(r.exit_code, 2, "%s (pid %d): exit %d, want 2:\n%s", why, (int)pid,
-		     r.exit_code, r.err);
-	cr_expect(strstr(r.err, "cprof: error: ") != NULL, "%s: no error message:\n%s", why, r.err);
-	cr_expect(strstr(r.err, pidstr) != NULL, "%s: the message does not name pid %s:\n%s", why,
-		  pidstr, r.err);
-	cr_expect_eq(th_dir_entries(dir), 0, "%s: a profile was written", why);
-	free(out);
-	th_run_release(&r);
-}
-
-Test(cpu, no_such_process)
-{
-	cannot_profile(th_dead_pid(), "no such process");
-}
-
-Test(cpu, kernel_thread)
-{
-	char comm[64] = "";
-	FILE *f = fopen("/proc/2/comm", "re");
-
-	if (!f || !fgets(comm, sizeof(comm), f) || strcmp(comm, "kthreadd\n") != 0)
-		cr_skip_test("pid 2 is not kthreadd here (a pid namespace?)");
-	fclose(f);
-	cannot_profile(2, "kernel thread");
-}
-
-Test(cpu, zombie)
-{
-	cannot_profile(th_make_zombie(), "zombie");
-}
-
-/* cprof asked to profile itself: the shell's pid becomes cprof's by exec. */
-Test(cpu, itself)
-{
-	struct th_run r;
-	const char *dir = th_tmp_dir("out");
-	char *script;
-
-	cr_assert(asprintf(&script, "exec \"$0\" cpu -p $$ -d 1s -o %s/cpu.pb.gz", dir) > 0);
-	th_run_cmd_ex(&r, RUN_TIMEOUT_MS, 0, 0,
-		      (const char *const[]){"/bin/sh", "-c", script, CPROF_BIN, NULL});
-	th_run_log(&r, "itself");
-	cr_expect_eq(r.exit_code, 2, "profiling itself: exit %d, want 2:\n%s", r.exit_code, r.err);
-	cr_expect(strstr(r.err, "cprof: error: ") != NULL, "no error message:\n%s", r.err);
-	cr_expect_eq(th_dir_entries(dir), 0, "a profile was written");
-	free(script);
-	th_run_release(&r);
-}
+/* No such pid, pid 2, a zombie, cprof itself, another user's process, a
+ * 32-bit one: every command at once in test-badinput.c. */
 
 /* ---- usage errors ------------------------------------------------------ */
 
@@ -945,50 +888,9 @@ static void usage_error(const char *subject, const char *const *args)
 }
 #define USAGE(subject, ...) usage_error((subject), (const char *const[]){__VA_ARGS__, NULL})
 
-Test(cpu, bad_duration_zero)
-{
-	USAGE("0", "-d", "0");
-}
-Test(cpu, bad_duration_negative)
-{
-	USAGE("-1s", "-d", "-1s");
-}
-Test(cpu, bad_duration_garbage)
-{
-	USAGE("abc", "-d", "abc");
-}
-Test(cpu, bad_duration_unit)
-{
-	USAGE("10y", "-d", "10y");
-}
-Test(cpu, bad_duration_empty)
-{
-	USAGE("", "-d", "");
-}
-Test(cpu, bad_rate)
-{
-	USAGE("abc", "-F", "abc");
-}
-Test(cpu, bad_rate_zero)
-{
-	USAGE("", "-F", "0");
-}
+/* Bad durations, rates, flags, a missing -p: test-badinput.c, for every command. */
 Test(cpu, bad_mode)
 {
 	USAGE("sometimes", "--mode", "sometimes");
 }
-Test(cpu, unknown_flag)
-{
-	USAGE("--bogus", "--bogus");
-}
 
-Test(cpu, missing_pid)
-{
-	struct th_run r;
-
-	TH_CPROF(&r, RUN_TIMEOUT_MS, "cpu", "-d", "1s", "-o", "/dev/null");
-	th_run_log(&r, "no -p");
-	cr_expect_eq(r.exit_code, 64, "no -p: exit %d, want 64:\n%s", r.exit_code, r.err);
-	cr_expect(strstr(r.err, "cprof: error: ") != NULL, "no error message:\n%s", r.err);
-	th_run_release(&r);
-}

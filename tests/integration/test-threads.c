@@ -996,31 +996,12 @@ Test(threads, sigstop_stays_stopped)
 
 /* ---- already traced ---------------------------------------------------- */
 
-/* Forks a process of ours that seizes @tid (PTRACE_SEIZE: no stop) and
- * waits to be killed. Returns its pid once it holds @tid. */
+/* th_start_tracer(), killed with the test's own processes. */
 static pid_t start_tracer(pid_t tid)
 {
-	int fds[2];
-	char ok = 0;
-	pid_t child;
+	pid_t child = th_start_tracer(tid);
 
-	cr_assert(pipe2(fds, O_CLOEXEC) == 0);
-	child = fork();
-	cr_assert(child >= 0);
-	if (child == 0) {
-		char c;
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		c = ptrace(PTRACE_SEIZE, tid, 0, 0) == 0 ? 1 : 0;
-		if (write(fds[1], &c, 1) != 1 || !c)
-			_exit(1);
-		for (;;)
-			pause();
-	}
-	close(fds[1]);
 	own_add(child);
-	cr_assert(read(fds[0], &ok, 1) == 1 && ok, "the tracer could not seize %d", (int)tid);
-	close(fds[0]);
 	return child;
 }
 
@@ -1209,41 +1190,8 @@ static void expect_exit(int code, const char *what, const char *const *args)
 #define EXPECT_EXIT(code, what, ...) \
 	expect_exit((code), (what), (const char *const[]){ __VA_ARGS__, NULL })
 
-Test(threads, no_such_process)
-{
-	char pid[16];
-
-	snprintf(pid, sizeof(pid), "%d", (int)th_dead_pid());
-	EXPECT_EXIT(2, "a pid nobody has", "threads", "-p", pid);
-}
-
-Test(threads, kernel_thread)
-{
-	char line[512] = "";
-	unsigned long flags = 0;
-	FILE *f = fopen("/proc/2/stat", "re");
-	const char *p;
-
-	if (f) {
-		if (!fgets(line, sizeof(line), f))
-			line[0] = '\0';
-		fclose(f);
-	}
-	p = strrchr(line, ')');
-	/* Field 9, flags: PF_KTHREAD is 0x00200000. */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags) != 1 || !(flags & 0x00200000))
-		cr_skip_test("pid 2 is not a kernel thread here (a pid namespace?)");
-	EXPECT_EXIT(2, "a kernel thread", "threads", "-p", "2");
-}
-
-Test(threads, zombie)
-{
-	char pid[16];
-
-	snprintf(pid, sizeof(pid), "%d", (int)th_make_zombie());
-	EXPECT_EXIT(2, "a zombie", "threads", "-p", pid);
-}
-
+/* No such pid, pid 2, a zombie and the rest of the bad-input table, for
+ * every command: test-badinput.c. */
 Test(threads, usage)
 {
 	EXPECT_EXIT(64, "--debug 3", "threads", "-p", "1", "--debug", "3");

@@ -51,7 +51,8 @@
  *
  * Counts: CPROF_TORTURE_TRIALS trials per command (default 20: 4 per
  * fault, 2 at commit; scripts/torture runs hundreds by hand);
- * CPROF_TORTURE_FAULTS (e.g. "sigterm,sigint") runs only those faults;
+ * CPROF_TORTURE_FAULTS (e.g. "sigterm,sigint") runs only those faults, the
+ * trials split between them (one trial per fault could miss its moment);
  * cpu and agent runs last CPROF_TORTURE_CPU_MS (default 400) ms. Every
  * failure is counted and the first ones logged; the test fails at its end. With CPROF_TORTURE_TABLE set, each test appends its row
  * of counts to that file (scripts/torture prints them as a table for long
@@ -1590,12 +1591,27 @@ static bool list_has(const char *list, const char *word)
 	return false;
 }
 
+/* How many faults the trials of a command are split between: all, or
+ * those named in CPROF_TORTURE_FAULTS. */
+static unsigned faults_run(void)
+{
+	const char *only = getenv("CPROF_TORTURE_FAULTS");
+	unsigned n = 1;
+
+	if (!only || !*only)
+		return NFAULTS;
+	for (; *only; only++)
+		n += *only == ',';
+	return n < NFAULTS ? n : NFAULTS;
+}
+
 static void torture(enum command cmd, enum fault fault)
 {
+	unsigned nfaults = faults_run();
 	unsigned per_fault = (env_uint("CPROF_TORTURE_TRIALS",
 				       agent_command(cmd) ? DEFAULT_AGENT_TRIALS : DEFAULT_TRIALS, 1) +
-			      NFAULTS - 1) /
-			     NFAULTS;
+			      nfaults - 1) /
+			     nfaults;
 	/* The extra fault: half as many, it lands every time. */
 	if (fault == F_SIGKILL_COMMIT)
 		per_fault = (per_fault + 1) / 2;

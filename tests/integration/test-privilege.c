@@ -1,0 +1,350 @@
+/*
+ * Least privilege (issue 6): cprof as an ordinary user (nobody, uid 65534,
+ * set in a forked child with setresuid, see th_run_as()) profiles its own
+ * processes where the kernel allows, and otherwise says which setting or
+ * capability is missing and how to fix it. And as root it does not let
+ * other users steer it: no symbolic link planted in a shared directory is
+ * followed to the output, and the agent's channel (a memfd in the target)
+ * cannot be opened by another user.
+ *
+ * The kernel settings are read, never changed (a shared machine): a test
+ * whose setting is not here skips with the reason.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testhelp.h"
+
+#define RUN_TIMEOUT_MS 30000
+#define NOBODY 65534
+
+TestSuite(privilege, .init = th_init, .fini = th_cleanup, .timeout = 180);
+
+static void require_root(void)
+{
+	if (geteuid() != 0)
+		cr_skip_test("needs root, to become nobody (setresuid) in a child");
+}
+
+/* A kernel setting from /proc/sys, or @dflt when it is not there. */
+static int sysctl_int(const char *path, int dflt)
+{
+	FILE *f = fopen(path, "re");
+	int v = dflt;
+
+	if (f) {
+		if (fscanf(f, "%d", &v) != 1)
+			v = dflt;
+		fclose(f);
+	}
+	return v;
+}
+
+/* A directory nobody can write into, for its profiles. */
+static const char *nobody_dir(void)
+{
+	const char *dir = th_tmp_dir("nobody");
+
+	cr_assert(chmod(dir, 0777) == 0);
+	return dir;
+}
+
+/* Runs cprof as nobody with @args into @r. */
+static void run_as_nobody(struct th_run *r, const char *const *args)
+{
+	th_run_as(NOBODY, NOBODY);
+	th_run_cprof_ex(r, RUN_TIMEOUT_MS, 0, 0, args);
+	th_run_as((uid_t)-1, (gid_t)-1);
+	cr_log_info("as nobody: %s %s: exit %d %.*s", args[0], args[1], r->exit_code,
+		    (int)strcspn(r->err, "\n"), r->err);
+}
+#define AS_NOBODY(r, ...) run_as_nobody((r), (const char *const[]){ __VA_ARGS__, NULL })
+
+/* A busy target owned by nobody. */
+static pid_t nobody_target(void)
+{
+	pid_t pid;
+
+	th_run_as(NOBODY, NOBODY);
+	pid = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	th_run_as((uid_t)-1, (gid_t)-1);
+	return pid;
+}
+
+/* ---- an ordinary user and its own process -------------------------------- */
+
+/* perf_event_paranoid <= 2 lets a user sample its own threads (user space
+ * only): the per-thread mode. */
+Test(privilege, cpu_of_own_process)
+{
+	int paranoid = sysctl_int("/proc/sys/kernel/perf_event_paranoid", 2);
+	char out[4200];
+	struct th_run r;
+	pid_t target;
+
+	require_root();
+	snprintf(out, sizeof(out), "%s/cpu.pb.gz", nobody_dir());
+	target = nobody_target();
+	AS_NOBODY(&r, "cpu", "-p", th_pid_str(target), "-d", "500ms", "-o", out);
+	if (paranoid > 2) {
+		cr_expect_eq(r.exit_code, 3, "paranoid %d: exit %d:\n%s", paranoid, r.exit_code,
+			     r.err);
+		cr_expect(strstr(r.err, "kernel.perf_event_paranoid") != NULL, "%s", r.err);
+	} else {
+		struct profile *p;
+
+		cr_assert_eq(r.exit_code, 0, "paranoid %d: exit %d:\n%s", paranoid, r.exit_code,
+			     r.err);
+		p = th_load_profile(out);
+		cr_expect_gt(p->nsamples, 0, "no samples of nobody's own busy process");
+		profile_free(p);
+	}
+	th_run_release(&r);
+	th_assert_let_go(target, false, "after cpu as nobody");
+	th_kill(target);
+}
+
+/* What paranoid 2 does not allow (system-wide sampling, which needs <= 0):
+ * refused with the setting, its value and the fix. */
+Test(privilege, cpu_system_mode_refused_precisely)
+{
+	int paranoid = sysctl_int("/proc/sys/kernel/perf_event_paranoid", 2);
+	struct th_run r;
+	pid_t target;
+
+	require_root();
+	if (paranoid <= 0)
+		cr_skip_test("kernel.perf_event_paranoid is %d: everyone may sample system-wide",
+			     paranoid);
+	target = nobody_target();
+	AS_NOBODY(&r, "cpu", "-p", th_pid_str(target), "-d", "300ms", "--mode", "system", "-o",
+		  "/dev/null");
+	cr_expect_eq(r.exit_code, 3, "exit %d, want 3:\n%s", r.exit_code, r.err);
+	cr_expect(strstr(r.err, "kernel.perf_event_paranoid is ") != NULL,
+		  "the refusal does not name the setting:\n%s", r.err);
+	cr_expect(strstr(r.err, "CAP_PERFMON") != NULL && strstr(r.err, "sysctl ") != NULL,
+		  "the refusal does not say how to fix it:\n%s", r.err);
+	th_run_release(&r);
+	th_assert_let_go(target, false, "after a refused cpu --mode system");
+	th_kill(target);
+}
+
+/* ptrace of a process of the same user: allowed unless Yama says no. */
+static void require_same_uid_ptrace(void)
+{
+	int scope = sysctl_int("/proc/sys/kernel/yama/ptrace_scope", 0);
+
+	if (scope > 0)
+		cr_skip_test("kernel.yama.ptrace_scope is %d: only a parent (or CAP_SYS_PTRACE) "
+			     "may trace; this test needs 0", scope);
+}
+
+Test(privilege, threads_of_own_process)
+{
+	struct th_run r;
+	pid_t target;
+
+	require_root();
+	require_same_uid_ptrace();
+	target = nobody_target();
+	AS_NOBODY(&r, "threads", "-p", th_pid_str(target), "--debug", "2");
+	cr_expect_eq(r.exit_code, 0, "exit %d:\n%s", r.exit_code, r.err);
+	cr_expect(strstr(r.out, "\"sleeper\"") != NULL, "no sleeper thread:\n%s", r.out);
+	th_run_release(&r);
+	th_assert_let_go(target, false, "after threads as nobody");
+	th_kill(target);
+}
+
+Test(privilege, heap_of_own_process)
+{
+	char out[4200];
+	struct th_run r;
+	pid_t target;
+
+	require_root();
+	require_same_uid_ptrace();
+	snprintf(out, sizeof(out), "%s/heap.pb.gz", nobody_dir());
+	target = nobody_target();
+	AS_NOBODY(&r, "heap", "-p", th_pid_str(target), "-d", "500ms", "--rate", "4KiB", "-o", out);
+	cr_expect_eq(r.exit_code, 0, "exit %d:\n%s", r.exit_code, r.err);
+	if (r.exit_code == 0)
+		profile_free(th_load_profile(out));
+	th_run_release(&r);
+	th_assert_let_go(target, false, "after heap as nobody");
+	th_kill(target);
+}
+
+/* ---- output paths in shared directories -------------------------------- */
+
+/* A directory nobody may not write to (root ignores permissions, so this
+ * row of the bad-input table is here): exit 4 before the target is touched. */
+Test(privilege, output_dir_not_writable)
+{
+	const char *dir = th_tmp_dir("roots"); /* 0755, root's */
+	char out[4200];
+	struct th_run r;
+	pid_t target;
+
+	require_root();
+	require_same_uid_ptrace();
+	snprintf(out, sizeof(out), "%s/threads.pb.gz", dir);
+	target = nobody_target();
+	AS_NOBODY(&r, "threads", "-p", th_pid_str(target), "-o", out);
+	cr_expect_eq(r.exit_code, 4, "exit %d, want 4:\n%s", r.exit_code, r.err);
+	cr_expect(strstr(r.err, "Permission denied") != NULL, "%s", r.err);
+	th_run_release(&r);
+	cr_expect_eq(th_dir_entries(dir), 0, "something was written");
+	th_assert_let_go(target, false, "after an unwritable output");
+	th_kill(target);
+}
+
+/*
+ * /tmp-like: sticky and world-writable. Nobody plants OUT -> VICTIM; root's
+ * cprof refuses it (exit 4, before attaching), and neither the link nor the
+ * victim changes. The same link made by root itself is followed as usual.
+ */
+Test(privilege, symlink_in_shared_dir_not_followed)
+{
+	const char *shared = th_tmp_dir("shared");
+	const char *victim = th_tmp_path("victim");
+	char link[4200], text[64] = "";
+	struct th_run r;
+	struct stat st;
+	FILE *f;
+	pid_t target;
+
+	require_root();
+	cr_assert(chmod(shared, 01777) == 0);
+	f = fopen(victim, "we");
+	cr_assert(f);
+	fputs("precious\n", f);
+	fclose(f);
+	snprintf(link, sizeof(link), "%s/threads.txt", shared);
+	cr_assert(symlink(victim, link) == 0);
+	cr_assert(lchown(link, NOBODY, NOBODY) == 0);
+
+	target = TH_SPAWN("busy", "1", "60");
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", th_pid_str(target), "--debug", "1", "-o",
+		 link);
+	cr_expect_eq(r.exit_code, 4, "exit %d, want 4:\n%s", r.exit_code, r.err);
+	cr_expect(strstr(r.err, "is a symbolic link owned by uid 65534") != NULL, "%s", r.err);
+	th_run_release(&r);
+	cr_assert(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the planted link was replaced");
+	f = fopen(victim, "re");
+	cr_assert(f && fgets(text, sizeof(text), f));
+	fclose(f);
+	cr_expect_str_eq(text, "precious\n", "the victim was written");
+	th_assert_let_go(target, false, "after a refused output");
+
+	/* Root's own link in the same directory: used (replaced by the profile). */
+	cr_assert(lchown(link, 0, 0) == 0);
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", th_pid_str(target), "--debug", "1", "-o",
+		 link);
+	cr_expect_eq(r.exit_code, 0, "root's own link: exit %d:\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+	th_kill(target);
+}
+
+/* A device behind another user's link (the dangerous case: written in place). */
+Test(privilege, symlink_to_device_not_followed)
+{
+	const char *shared = th_tmp_dir("shared");
+	char link[4200];
+	struct th_run r;
+	pid_t target;
+
+	require_root();
+	cr_assert(chmod(shared, 01777) == 0);
+	snprintf(link, sizeof(link), "%s/cpu.pb.gz", shared);
+	cr_assert(symlink("/dev/full", link) == 0);
+	cr_assert(lchown(link, NOBODY, NOBODY) == 0);
+	target = TH_SPAWN("busy", "1", "60");
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", th_pid_str(target), "-o", link);
+	/* Following it would have written to /dev/full: ENOSPC, also exit 4. */
+	cr_expect_eq(r.exit_code, 4, "exit %d, want 4:\n%s", r.exit_code, r.err);
+	cr_expect(strstr(r.err, "not following it") != NULL, "the link was followed:\n%s", r.err);
+	th_run_release(&r);
+	th_kill(target);
+}
+
+/* ---- the agent's channel ------------------------------------------------- */
+
+/* Opens @path for reading and for writing as nobody; returns the errnos
+ * (0 when it opened) through a pipe. */
+static void open_as_nobody(const char *path, int *ret_rd, int *ret_wr)
+{
+	int fds[2], res[2] = { -1, -1 };
+	pid_t child;
+
+	cr_assert(pipe(fds) == 0);
+	child = fork();
+	cr_assert(child >= 0);
+	if (child == 0) {
+		int fd;
+
+		if (setgroups(0, NULL) || setresgid(NOBODY, NOBODY, NOBODY) ||
+		    setresuid(NOBODY, NOBODY, NOBODY))
+			_exit(1);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		res[0] = fd < 0 ? errno : 0;
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		res[1] = fd < 0 ? errno : 0;
+		_exit(write(fds[1], res, sizeof(res)) == sizeof(res) ? 0 : 1);
+	}
+	close(fds[1]);
+	cr_assert(read(fds[0], res, sizeof(res)) == sizeof(res), "the nobody child failed");
+	close(fds[0]);
+	waitpid(child, NULL, 0);
+	*ret_rd = res[0];
+	*ret_wr = res[1];
+}
+
+/*
+ * root profiles root's process with --keep (the agent stays, its memfd
+ * open in the target): nobody cannot open that memfd through /proc, for
+ * reading or writing, nor ask the background cprof for the profile.
+ */
+Test(privilege, agent_channel_closed_to_other_users)
+{
+	char fdpath[320];
+	struct th_run r;
+	int rd, wr;
+	pid_t target;
+
+	require_root();
+	target = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "heap", "-p", th_pid_str(target), "-d", "300ms", "--keep",
+		 "-o", th_tmp_path("keep.pb.gz"));
+	cr_assert_eq(r.exit_code, 0, "heap --keep: exit %d:\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+	th_agent_fd_path(target, fdpath, sizeof(fdpath));
+	cr_assert(fdpath[0], "no agent memfd in the target after heap --keep");
+
+	open_as_nobody(fdpath, &rd, &wr);
+	cr_expect(rd == EACCES || rd == EPERM, "nobody opened the channel for reading (%s)",
+		  strerror(rd));
+	cr_expect(wr == EACCES || wr == EPERM, "nobody opened the channel for writing (%s)",
+		  strerror(wr));
+
+	AS_NOBODY(&r, "heap", "-p", th_pid_str(target), "-o", "/dev/null");
+	cr_expect_eq(r.exit_code, 3, "nobody asked for root's background profile: exit %d:\n%s",
+		     r.exit_code, r.err);
+	th_run_release(&r);
+
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "heap", "-p", th_pid_str(target), "--stop");
+	cr_expect_eq(r.exit_code, 0, "heap --stop: exit %d:\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+	th_assert_let_go(target, false, "after heap --stop");
+	th_kill(target);
+}
