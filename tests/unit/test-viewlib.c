@@ -1,6 +1,6 @@
-/* lib/view: pprof's value labels, per-function flat/cum, folded stacks,
- * drop_frames, the tree and the flame graph, on hand-made profiles whose
- * answers are known. (test-view in integration/ checks them against
+/* lib/view (test-viewlib: test-view is the integration suite): pprof's
+ * value labels, per-function flat/cum, folded stacks, drop_frames, the tree
+ * and the flame graph, on hand-made profiles whose answers are known. (test-view in integration/ checks them against
  * go tool pprof on real profiles.) */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -79,7 +79,7 @@ static char *render(const struct profile *p, size_t index, enum view_format f, s
 	return buf;
 }
 
-Test(view, value_labels_as_pprof)
+Test(viewlib, value_labels_as_pprof)
 {
 	static const struct {
 		int64_t v;
@@ -104,7 +104,7 @@ Test(view, value_labels_as_pprof)
 	}
 }
 
-Test(view, sample_index_rules)
+Test(viewlib, sample_index_rules)
 {
 	struct profile *p = new_profile();
 	size_t i = 99;
@@ -131,7 +131,7 @@ static const struct view_func *find(const struct view_func *f, size_t n, const c
 	return NULL;
 }
 
-Test(view, flat_and_cum_counted_once_per_sample)
+Test(viewlib, flat_and_cum_counted_once_per_sample)
 {
 	struct profile *p = known_profile();
 	struct view_func *f = NULL;
@@ -156,7 +156,7 @@ Test(view, flat_and_cum_counted_once_per_sample)
 	profile_free(p);
 }
 
-Test(view, top_table)
+Test(viewlib, top_table)
 {
 	struct profile *p = known_profile();
 	char *t = render(p, 1, VIEW_TOP, 0);
@@ -175,7 +175,7 @@ Test(view, top_table)
 	profile_free(p);
 }
 
-Test(view, folded_root_first_merged_and_summing_to_the_total)
+Test(viewlib, folded_root_first_merged_and_summing_to_the_total)
 {
 	struct profile *p = known_profile();
 	char *t = render(p, 0, VIEW_FOLDED, 0);
@@ -197,7 +197,7 @@ Test(view, folded_root_first_merged_and_summing_to_the_total)
 	profile_free(p);
 }
 
-Test(view, drop_frames_as_pprof_prunes)
+Test(viewlib, drop_frames_as_pprof_prunes)
 {
 	struct profile *p = new_profile();
 	uint64_t m = location(p, 0x100, "main"), a = location(p, 0x200, "app_alloc"),
@@ -213,7 +213,7 @@ Test(view, drop_frames_as_pprof_prunes)
 	profile_free(p);
 }
 
-Test(view, tree_indents_callees_under_callers)
+Test(viewlib, tree_indents_callees_under_callers)
 {
 	struct profile *p = known_profile();
 	char *t = render(p, 0, VIEW_TREE, 0);
@@ -227,7 +227,7 @@ Test(view, tree_indents_callees_under_callers)
 	profile_free(p);
 }
 
-Test(view, svg_has_every_frame_and_escapes_names)
+Test(viewlib, svg_has_every_frame_and_escapes_names)
 {
 	struct profile *p = new_profile();
 	uint64_t m = location(p, 0x100, "main"),
@@ -247,7 +247,7 @@ Test(view, svg_has_every_frame_and_escapes_names)
 	profile_free(p);
 }
 
-Test(view, formats_by_name_and_extension)
+Test(viewlib, formats_by_name_and_extension)
 {
 	enum view_format f;
 
