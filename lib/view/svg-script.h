@@ -86,7 +86,11 @@ static const char svg_script[] =
 	"    else if (e.key === 'Escape') { search(''); reset_zoom(); }\n"
 	"  });\n"
 	"  var q = /[?&]s=([^&]*)/.exec(window.location.search || '');\n"
+	"  var z = /[?&]z=([^&]*)/.exec(window.location.search || '');\n"
 	"  place();\n"
+	"  for (var j = 0; z && j < frames.length; j++)\n"
+	"    if (frames[j].getAttribute('data-n') === decodeURIComponent(z[1])) {\n"
+	"      zoom(frames[j]); break; }\n"
 	"  if (q) search(decodeURIComponent(q[1]));\n"
 	"}\n"
 	"window.addEventListener('load', init);\n";

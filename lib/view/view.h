@@ -93,7 +93,8 @@ int view_write_tree(const struct profile *p, size_t index, FILE *f);
  * (function, value, percent), zooms into a clicked box, searches names by
  * regular expression (the Search button, Ctrl-F or '/') showing the matched
  * percent, and resets the zoom (Reset Zoom, Escape). @title heads it; NULL
- * gives "Flame Graph". Needs no network and no other file.
+ * gives "Flame Graph". Needs no network and no other file. Its URL may
+ * carry ?s=REGEX (search on load) and z=NAME (zoom into NAME's first frame).
  */
 int view_write_svg(const struct profile *p, size_t index, const char *title, FILE *f);
 

@@ -439,8 +439,8 @@ static void screenshot(const char *url, const char *png)
 
 Test(view, demo_flame_graph_in_chromium, .timeout = 300)
 {
-	char *svg, *png, *png_search, *url, *text;
-	struct png_stat s, q;
+	char *svg, *png, *png_search, *png_zoom, *url, *text;
+	struct png_stat s, q, z;
 	struct th_run r;
 	pid_t pid;
 
@@ -452,6 +452,7 @@ Test(view, demo_flame_graph_in_chromium, .timeout = 300)
 	cr_assert(asprintf(&svg, "%s/demo-flamegraph.svg", SHOT_DIR) > 0);
 	cr_assert(asprintf(&png, "%s/demo-flamegraph.png", SHOT_DIR) > 0);
 	cr_assert(asprintf(&png_search, "%s/demo-flamegraph-search.png", SHOT_DIR) > 0);
+	cr_assert(asprintf(&png_zoom, "%s/demo-flamegraph-zoom.png", SHOT_DIR) > 0);
 
 	/* The collecting command writes the flame graph itself. */
 	pid = TH_SPAWN("demo", "20", "2");
@@ -484,6 +485,22 @@ Test(view, demo_flame_graph_in_chromium, .timeout = 300)
 		q.magenta);
 	cr_expect_gt(q.magenta, 16 * 10, "the search highlighted nothing");
 	free(url);
+
+	/* Zoomed into hash_payload, its callee mix64 fills most of the width:
+	 * many times the highlighted area it has unzoomed. */
+	cr_assert(asprintf(&url, "file://%s?s=%%5Emix64%%24", svg) > 0);
+	screenshot(url, png_search);
+	q = png_stat(png_search);
+	free(url);
+	cr_assert(asprintf(&url, "file://%s?z=hash_payload&s=%%5Emix64%%24", svg) > 0);
+	screenshot(url, png_zoom);
+	z = png_stat(png_zoom);
+	fprintf(stderr, "view: zoomed into hash_payload: %s (mix64 highlighted: %d pixels, "
+			"%d unzoomed)\n", png_zoom, z.magenta, q.magenta);
+	cr_expect_gt(q.magenta, 0, "mix64 (inlined into hash_payload) was not found");
+	cr_expect_gt(z.magenta, 2 * q.magenta, "the zoom did not widen hash_payload's callees");
+	free(url);
+	free(png_zoom);
 	free(svg);
 	free(png);
 	free(png_search);
