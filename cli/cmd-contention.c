@@ -180,23 +180,6 @@ static void summary(const struct args *a, const struct output *out,
 			       (unsigned long long)w->counters.lost);
 }
 
-static int runbook_end(const struct args *a, const struct window_result *w,
-		       const struct agent_load *al, const struct profile *profile)
-{
-	struct runbook_facts f = {
-		.command = a->k->cmd,
-		.pid = a->common.pid,
-		.output = a->common.output,
-		.duration_ns = w->window_ns,
-		.samples = w->records,
-		.lost = w->counters.lost,
-		.pause_ns = (int64_t)al->rep.stopped_ns,
-		.profile = profile,
-	};
-
-	return runbook_report(&a->common, &f) < 0 ? EXIT_FAIL : EXIT_OK;
-}
-
 static int run(int argc, char **argv, const struct kind *k)
 {
 	struct contention *c = NULL;
@@ -268,7 +251,8 @@ out_write:
 		goto out_abort;
 	}
 	summary(&a, &out, &w, contention_stats(c));
-	code = runbook_end(&a, &w, &al, profile);
+	code = runbook_end_agent(k->cmd, &a.common, &w, &al, contention_stats(c)->records,
+				 profile);
 	goto out_free;
 out_fail:
 	report_error("profiling pid %d failed: %s", t.pid, strerror(-r));

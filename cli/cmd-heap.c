@@ -373,23 +373,6 @@ static void keep_serve_on(struct channel *ch, const struct target *t,
 	keep_serve(ch, t, h, keep_render, k);
 }
 
-static int runbook_end(const struct heap_args *a, const struct window_result *w,
-		       const struct agent_load *al, const struct profile *profile)
-{
-	struct runbook_facts f = {
-		.command = CMD,
-		.pid = a->common.pid,
-		.output = a->common.output,
-		.duration_ns = w->window_ns,
-		.samples = w->records,
-		.lost = w->counters.lost,
-		.pause_ns = (int64_t)al->rep.stopped_ns,
-		.profile = profile,
-	};
-
-	return runbook_report(&a->common, &f) < 0 ? EXIT_FAIL : EXIT_OK;
-}
-
 int cmd_heap(int argc, char **argv)
 {
 	struct channel_handlers handlers = { .alloc = on_alloc, .free = on_free };
@@ -472,7 +455,7 @@ out_write:
 		goto out_abort;
 	}
 	summary(&a, &out, &w, heap_stats(h));
-	code = runbook_end(&a, &w, &al, profile);
+	code = runbook_end_agent(CMD, &a.common, &w, &al, heap_stats(h)->allocs, profile);
 	if (a.keep && !w.target_exited) {
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		keep.heap = h;

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent-load.h"
+#include "agent-window.h"
+#include "report.h"
 #include "view/view.h"
 
 #define JSON_TOP 5
@@ -93,4 +96,22 @@ void runbook_title(const char *cmd, pid_t pid, const struct profile *p, char *bu
 			 p->sample_types[index].type);
 	else
 		snprintf(buf, size, "cprof %s -p %d", cmd, (int)pid);
+}
+
+int runbook_end_agent(const char *cmd, const struct common_opts *o,
+		      const struct window_result *w, const struct agent_load *al,
+		      uint64_t samples, const struct profile *profile)
+{
+	struct runbook_facts f = {
+		.command = cmd,
+		.pid = o->pid,
+		.output = o->output,
+		.duration_ns = w->window_ns,
+		.samples = samples,
+		.lost = w->counters.lost,
+		.pause_ns = (int64_t)al->rep.stopped_ns,
+		.profile = profile,
+	};
+
+	return runbook_report(o, &f) < 0 ? EXIT_FAIL : EXIT_OK;
 }

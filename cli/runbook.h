@@ -26,6 +26,15 @@ struct runbook_facts {
 /* --top and --json, as @o asks. Returns 0, or -errno when stdout failed. */
 int runbook_report(const struct common_opts *o, const struct runbook_facts *f);
 
+struct window_result;
+struct agent_load;
+/* runbook_report() of an agent command's window, which collected
+ * @samples (sampled allocations, event records); the exit code: EXIT_OK,
+ * or EXIT_FAIL when stdout failed. */
+int runbook_end_agent(const char *cmd, const struct common_opts *o,
+		      const struct window_result *w, const struct agent_load *al,
+		      uint64_t samples, const struct profile *profile);
+
 /* The title of a flame graph of @p: "cprof CMD -p PID: TYPE". */
 void runbook_title(const char *cmd, pid_t pid, const struct profile *p, char *buf, size_t size);
 

@@ -181,18 +181,14 @@ static void write_head(const struct svg_writer *w, const char *title)
 
 int view_write_svg(const struct profile *p, size_t index, const char *title, FILE *f)
 {
-	struct view_stacks vs;
 	struct view_tree t = { 0 };
 	struct svg_writer w;
 	int r;
 
-	r = view_stacks_collect(p, index, &vs);
+	r = view_tree_build(p, index, &t);
 	if (r < 0)
 		return r;
-	r = view_tree_build(&vs, &t);
-	if (r < 0)
-		goto out;
-	w = (struct svg_writer){ .t = &t, .type = p->sample_types[index].type, .unit = vs.unit,
+	w = (struct svg_writer){ .t = &t, .type = p->sample_types[index].type, .unit = t.stacks.unit,
 				 .total = t.nodes[0].total, .f = f,
 				 .height = (t.max_depth + 1) * FRAME_H + TOP_PAD + BOTTOM_PAD };
 	write_head(&w, title);
@@ -204,8 +200,6 @@ int view_write_svg(const struct profile *p, size_t index, const char *title, FIL
 	fprintf(f, "</svg>\n");
 	if (r == 0)
 		r = view_stream_status(f);
-out:
 	view_tree_release(&t);
-	view_stacks_release(&vs);
 	return r;
 }

@@ -33,15 +33,19 @@ static int add_node(struct view_tree *t, size_t parent, const char *name, size_t
 	return 0;
 }
 
-int view_tree_build(const struct view_stacks *s, struct view_tree *ret)
+int view_tree_build(const struct profile *p, size_t index, struct view_tree *ret)
 {
 	struct view_tree t = { 0 };
+	const struct view_stacks *s = &t.stacks;
 	size_t root;
 	int r;
 
-	r = add_node(&t, 0, "all", &root);
+	r = view_stacks_collect(p, index, &t.stacks);
 	if (r < 0)
 		return r;
+	r = add_node(&t, 0, "all", &root);
+	if (r < 0)
+		goto out_fail;
 	/* Stacks are sorted root first: a frame equal to an existing child can
 	 * only be the parent's last child. */
 	for (size_t i = 0; i < s->n; i++) {
@@ -76,6 +80,7 @@ void view_tree_release(struct view_tree *t)
 	if (!t)
 		return;
 	free(t->nodes);
+	view_stacks_release(&t->stacks);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -135,19 +140,17 @@ out:
 
 int view_write_tree(const struct profile *p, size_t index, FILE *f)
 {
-	struct view_stacks vs;
+	const struct view_stacks *vs;
 	struct view_tree t = { 0 };
 	struct tree_writer w;
 	int64_t *values = NULL;
 	char unit_buf[16], total[64];
 	int r;
 
-	r = view_stacks_collect(p, index, &vs);
+	r = view_tree_build(p, index, &t);
 	if (r < 0)
 		return r;
-	r = view_tree_build(&vs, &t);
-	if (r < 0)
-		goto out;
+	vs = &t.stacks;
 	values = calloc(t.n, sizeof(*values));
 	if (!values) {
 		r = -ENOMEM;
@@ -155,10 +158,11 @@ int view_write_tree(const struct profile *p, size_t index, FILE *f)
 	}
 	for (size_t i = 0; i < t.n; i++)
 		values[i] = t.nodes[i].self ? t.nodes[i].self : t.nodes[i].total;
-	w = (struct tree_writer){ .t = &t, .unit = vs.unit, .total = vs.total, .f = f,
-				  .cutoff = llabs((int64_t)((double)vs.total * VIEW_NODE_FRACTION)) };
-	w.out_unit = view_output_unit(vs.unit, values, t.n, vs.total, unit_buf, sizeof(unit_buf));
-	view_format_value(vs.total, vs.unit, w.out_unit, total, sizeof(total));
+	w = (struct tree_writer){ .t = &t, .unit = vs->unit, .total = vs->total, .f = f,
+				  .cutoff = llabs((int64_t)((double)vs->total * VIEW_NODE_FRACTION)) };
+	w.out_unit = view_output_unit(vs->unit, values, t.n, vs->total, unit_buf,
+				      sizeof(unit_buf));
+	view_format_value(vs->total, vs->unit, w.out_unit, total, sizeof(total));
 	fprintf(f, "Type: %s\nTotal: %s\n", p->sample_types[index].type, total);
 	fprintf(f, "%10s %6s %10s  %s\n", "cum", "cum%", "flat", "call tree (callers above callees)");
 	r = write_node(&w, 0, 0);
@@ -167,6 +171,5 @@ int view_write_tree(const struct profile *p, size_t index, FILE *f)
 out:
 	free(values);
 	view_tree_release(&t);
-	view_stacks_release(&vs);
 	return r;
 }

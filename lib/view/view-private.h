@@ -51,9 +51,11 @@ struct view_tree {
 	struct view_node *nodes;
 	size_t n, alloc;
 	unsigned max_depth;
+	struct view_stacks stacks; /* what it was built from: owns some names */
 };
 
-int view_tree_build(const struct view_stacks *s, struct view_tree *ret);
+/* view_stacks_collect(), then the tree of those stacks. */
+int view_tree_build(const struct profile *p, size_t index, struct view_tree *ret);
 void view_tree_release(struct view_tree *t);
 
 /* The unit pprof's -top and -tree choose for all values of a report
