@@ -107,7 +107,8 @@ static int function_sums(const struct view_stacks *vs, struct view_func **ret, s
 		f[edges.e[e].callee].inlined |= !edges.e[e].called;
 		f[edges.e[e].callee].called |= edges.e[e].called;
 	}
-	qsort(f, n, sizeof(*f), compare_flat_name);
+	if (n > 1)
+		qsort(f, n, sizeof(*f), compare_flat_name);
 	*ret = f;
 	*ret_n = n;
 	f = NULL;

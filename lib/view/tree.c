@@ -124,7 +124,8 @@ static int write_node(const struct tree_writer *w, size_t id, unsigned indent)
 			goto out;
 		kids[nkids++] = c;
 	}
-	qsort_r(kids, nkids, sizeof(*kids), compare_total, w->t->nodes);
+	if (nkids > 1)
+		qsort_r(kids, nkids, sizeof(*kids), compare_total, w->t->nodes);
 	for (size_t i = 0; i < nkids && r == 0; i++)
 		r = write_node(w, kids[i], indent + 1);
 	if (r == 0 && small) {
