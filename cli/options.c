@@ -147,6 +147,9 @@ int option_debug_output(const char *cmd, struct common_opts *o, int *debug,
 			const char *binary_default)
 {
 	resolve_format(o);
+	/* --debug 1 -o threads.txt: the text asked for, not the table .txt names. */
+	if (*debug > 0 && !o->format_given)
+		o->format = VIEW_PPROF;
 	if (o->format != VIEW_PPROF) {
 		if (*debug > 0)
 			return report_usage(cmd, "--debug %d is a text of its own: it has no %s view "

@@ -69,7 +69,8 @@ int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
  * The --debug N / -o rule of the commands with text views: no --debug means
  * 0 (pprof) with -o, 1 (text) without; no -o means @binary_default for
  * pprof and stdout for text. A view format (--format, -o's extension) is a
- * view of the debug 0 profile: with --debug 1 or 2 it is a usage error.
+ * view of the debug 0 profile: --format with --debug 1 or 2 is a usage
+ * error, and -o's extension gives way to --debug 1 or 2.
  * Then option_output_finish(). 0 or EXIT_USAGE.
  */
 int option_debug_output(const char *cmd, struct common_opts *o, int *debug,

@@ -610,6 +610,13 @@ Test(view, threads_and_heap_views, .timeout = 120)
 	cr_expect(strstr(text, "Type: threads\n") && strstr(text, "      flat  flat%"), "%s",
 		  text);
 	free(text);
+	/* With --debug 2 the text asked for goes to x.txt, not the table. */
+	TH_CPROF(&r, 60000, "threads", "-p", th_pid_str(pid), "--debug", "2", "-o", txt, "-q");
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	text = read_text(txt);
+	cr_expect(!strncmp(text, "# paused ", 9) && !strstr(text, "flat%"), "%s", text);
+	free(text);
 
 	/* alloc_space: what was allocated in the window is there even when a
 	 * slow (sanitized) cprof loses records of frees. */
