@@ -58,16 +58,13 @@ static int note_edge(struct edges *es, const char *caller, size_t callee, uint8_
 static int function_sums(const struct view_stacks *vs, struct view_func **ret, size_t *ret_n)
 {
 	struct view_func *f = NULL;
-	size_t n = 0, alloc = 0, *seen = NULL, seen_alloc = 0;
-	struct edges edges = { 0 };
+	size_t n = 0, alloc = 0, *stamp = NULL, stamp_alloc = 0;
 	struct u64map slot;
 	int r = 0;
 
 	u64map_init(&slot);
-	u64map_init(&edges.index);
 	for (size_t i = 0; i < vs->n; i++) {
 		const struct view_stack *s = &vs->stacks[i];
-		size_t nseen = 0;
 
 		for (size_t k = 0; k < s->n; k++) {
 			uint64_t j;
@@ -76,36 +73,22 @@ static int function_sums(const struct view_stacks *vs, struct view_func **ret, s
 				j = n;
 				r = GROW(f, n + 1, alloc);
 				if (r == 0)
+					r = GROW(stamp, n + 1, stamp_alloc);
+				if (r == 0)
 					r = u64map_put(&slot, (uint64_t)(uintptr_t)s->frames[k], j);
 				if (r < 0)
 					goto out;
-				f[n++] = (struct view_func){ .name = s->frames[k] };
+				f[n] = (struct view_func){ .name = s->frames[k] };
+				stamp[n++] = 0;
 			}
 			if (k == s->n - 1)
 				f[j].flat += s->value;
-			if (k > 0 && s->frames[k - 1] != s->frames[k]) {
-				r = note_edge(&edges, s->frames[k - 1], j, s->how[k]);
-				if (r < 0)
-					goto out;
-			}
 			/* cum once per sample: recursion must not count twice. */
-			bool dup = false;
-			for (size_t q = 0; q < nseen && !dup; q++)
-				dup = seen[q] == j;
-			if (dup)
+			if (stamp[j] == i + 1)
 				continue;
-			r = GROW(seen, nseen + 1, seen_alloc);
-			if (r < 0)
-				goto out;
-			seen[nseen++] = j;
+			stamp[j] = i + 1;
 			f[j].cum += s->value;
 		}
-	}
-	/* pprof's edge is inline when every call along it was inlined; a
-	 * function is "(inline)" if one of its caller edges is. */
-	for (size_t e = 0; e < edges.n; e++) {
-		f[edges.e[e].callee].inlined |= !edges.e[e].called;
-		f[edges.e[e].callee].called |= edges.e[e].called;
 	}
 	if (n > 1)
 		qsort(f, n, sizeof(*f), compare_flat_name);
@@ -114,7 +97,47 @@ static int function_sums(const struct view_stacks *vs, struct view_func **ret, s
 	f = NULL;
 out:
 	free(f);
-	free(seen);
+	free(stamp);
+	u64map_release(&slot);
+	return r;
+}
+
+/*
+ * pprof's "(inline)" marks on the @n functions shown. pprof builds its graph
+ * of the shown nodes only: a frame's caller is the nearest shown frame above
+ * it, and the edge between them is inline when the frame is an inlined line
+ * of its location (not its outermost), in every sample (an edge is inline
+ * only if every call along it was). A function is "(inline)" if one of its
+ * caller edges is, "(partial-inline)" if others are not.
+ */
+static int mark_inline(const struct view_stacks *vs, struct view_func *f, size_t n)
+{
+	struct edges edges = { 0 };
+	struct u64map slot;
+	int r = 0;
+
+	u64map_init(&slot);
+	u64map_init(&edges.index);
+	for (size_t j = 0; j < n && r == 0; j++)
+		r = u64map_put(&slot, (uint64_t)(uintptr_t)f[j].name, j);
+	for (size_t i = 0; i < vs->n && r == 0; i++) {
+		const struct view_stack *s = &vs->stacks[i];
+		const char *parent = NULL;
+
+		for (size_t k = 0; k < s->n && r == 0; k++) {
+			uint64_t j;
+
+			if (!u64map_get(&slot, (uint64_t)(uintptr_t)s->frames[k], &j))
+				continue;
+			if (parent && parent != s->frames[k])
+				r = note_edge(&edges, parent, j, s->how[k]);
+			parent = s->frames[k];
+		}
+	}
+	for (size_t e = 0; e < edges.n && r == 0; e++) {
+		f[edges.e[e].callee].inlined |= !edges.e[e].called;
+		f[edges.e[e].callee].called |= edges.e[e].called;
+	}
 	free(edges.e);
 	u64map_release(&edges.index);
 	u64map_release(&slot);
@@ -129,6 +152,10 @@ int view_functions(const struct profile *p, size_t index, struct view_func **ret
 	if (r < 0)
 		return r;
 	r = function_sums(&vs, ret, ret_n);
+	if (r == 0)
+		r = mark_inline(&vs, *ret, *ret_n);
+	if (r < 0)
+		free(*ret);
 	view_stacks_release(&vs);
 	return r;
 }
@@ -204,6 +231,9 @@ int view_write_top(const struct profile *p, size_t index, size_t max_rows, FILE 
 		if (llabs(fn[i].cum) >= cutoff)
 			fn[kept++] = fn[i];
 	rows = max_rows && max_rows < kept ? max_rows : kept;
+	r = mark_inline(&vs, fn, rows);
+	if (r < 0)
+		goto out;
 	mins = calloc(rows + 1, sizeof(*mins));
 	if (!mins) {
 		r = -ENOMEM;

@@ -84,6 +84,8 @@ void view_tree_release(struct view_tree *t)
 	memset(t, 0, sizeof(*t));
 }
 
+#define TREE_MAX_DEPTH 1000
+
 struct tree_writer {
 	const struct view_tree *t;
 	const char *unit, *out_unit;
@@ -113,6 +115,13 @@ static int write_node(const struct tree_writer *w, size_t id, unsigned indent)
 	view_format_value(n->self, w->unit, w->out_unit, self, sizeof(self));
 	view_format_percent(n->total, w->total, pct, sizeof(pct));
 	fprintf(w->f, "%10s %s %10s  %*s%s\n", cum, pct, self, (int)indent * 2, "", n->name);
+	/* A profile from elsewhere may hold any depth: the recursion stops. */
+	if (indent >= TREE_MAX_DEPTH) {
+		if (n->first_child)
+			fprintf(w->f, "%10s %6s %10s  %*s... (deeper frames not shown)\n", "", "",
+				"", (int)(indent + 1) * 2, "");
+		return 0;
+	}
 	for (size_t c = n->first_child; c; c = w->t->nodes[c].next_sibling) {
 		if (llabs(w->t->nodes[c].total) < w->cutoff) {
 			small++;

@@ -8,8 +8,9 @@
 /* Of a sample type, the share of the total below which pprof drops a node. */
 #define VIEW_NODE_FRACTION 0.005
 
-/* How a frame was called, for pprof's "(inline)" marks: bits of its
- * caller edge in the stacks merged into one. */
+/* How a frame was reached, for pprof's "(inline)" marks: as an inlined
+ * line of its location, or as the outermost (a call); the bits of the
+ * samples merged into one stack are or'ed. */
 enum { VIEW_CALLED = 1, VIEW_INLINED = 2 };
 
 struct view_stack {

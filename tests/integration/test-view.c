@@ -101,42 +101,42 @@ static size_t parse_top(const char *text, struct row *rows, size_t max)
 
 struct agreement {
 	size_t go_rows, view_rows, flat_same, cum_same, missing;
+	bool same_table; /* from the header line "flat  flat%" on, byte for byte */
 };
 
-/* Compares `cprof view [ARGS] FILE` with `go tool pprof -top [-sample_index]
- * FILE`, row by row by function name. */
-static struct agreement compare_with_pprof(const char *path, const char *index)
+/* Compares `cprof view FILE [--index INDEX] [--top N]` with `go tool pprof
+ * -top [-sample_index=INDEX] [-nodecount=N] FILE`, row by row by name. */
+static struct agreement compare_with_pprof(const char *path, const char *index, int top)
 {
 	static struct row go_rows[512], view_rows[512];
+	const char *view_args[8] = { "view", path }, *go_opts[4] = { NULL };
+	char sample_index[128], nodecount[32], top_arg[32];
 	struct agreement a = { 0 };
+	size_t nv = 2, ng = 0;
 	struct th_run r;
 	char *go_out = NULL, *go_top;
 
-	if (index)
-		TH_CPROF(&r, 60000, "view", path, "--index", index);
-	else
-		TH_CPROF(&r, 60000, "view", path);
+	if (index) {
+		view_args[nv++] = "--index";
+		view_args[nv++] = index;
+		snprintf(sample_index, sizeof(sample_index), "-sample_index=%s", index);
+		go_opts[ng++] = sample_index;
+	}
+	if (top) {
+		snprintf(top_arg, sizeof(top_arg), "%d", top);
+		view_args[nv++] = "--top";
+		view_args[nv++] = top_arg;
+		snprintf(nodecount, sizeof(nodecount), "-nodecount=%d", top);
+		go_opts[ng++] = nodecount;
+	}
+	th_run_cprof_ex(&r, 60000, 0, 0, view_args);
 	cr_assert_eq(r.exit_code, 0, "cprof view %s: exit %d: %s", path, r.exit_code, r.err);
 	a.view_rows = parse_top(r.out, view_rows, 512);
-	if (index) {
-		/* th_pprof_top() has no -sample_index: make a copy whose default
-		 * sample type is @index by asking cprof view for nothing else. */
-		char *copy;
-		struct profile *p = th_load_profile(path);
-
-		cr_assert(asprintf(&copy, "%s.%s.pb.gz", path, index) > 0);
-		cr_assert_eq(profile_set_default_sample_type(p, index), 0);
-		write_profile(copy, p);
-		profile_free(p);
-		cr_assert_eq(th_pprof_top(copy, &go_out), 0, "%s", go_out);
-		unlink(copy);
-		free(copy);
-	} else {
-		cr_assert_eq(th_pprof_top(path, &go_out), 0, "%s", go_out);
-	}
+	cr_assert_eq(th_pprof_top_ex(path, go_opts, &go_out), 0, "%s", go_out);
 	go_top = strstr(go_out, "      flat  flat%");
 	cr_assert_not_null(go_top, "go tool pprof -top printed no table:\n%s", go_out);
 	a.go_rows = parse_top(go_out, go_rows, 512);
+	a.same_table = !strcmp(strstr(r.out, "      flat  flat%"), go_top);
 	for (size_t i = 0; i < a.go_rows; i++) {
 		size_t j;
 
@@ -154,14 +154,16 @@ static struct agreement compare_with_pprof(const char *path, const char *index)
 		cr_expect_str_eq(view_rows[j].flat, go_rows[i].flat, "%s: flat of %s", path,
 				 go_rows[i].name);
 	}
-	fprintf(stderr, "view: %s%s%s: go tool pprof -top %zu rows, cprof view %zu rows; flat "
-			"equal %zu/%zu, cum equal %zu/%zu\n",
-		strrchr(path, '/') + 1, index ? " --index " : "", index ? index : "", a.go_rows,
-		a.view_rows, a.flat_same, a.go_rows, a.cum_same, a.go_rows);
+	fprintf(stderr, "view: %s%s%s%s%s: go tool pprof -top %zu rows, cprof view %zu rows; "
+			"flat equal %zu/%zu, cum equal %zu/%zu, whole table %s\n",
+		strrchr(path, '/') + 1, index ? " --index " : "", index ? index : "",
+		top ? " --top " : "", top ? top_arg : "", a.go_rows, a.view_rows, a.flat_same,
+		a.go_rows, a.cum_same, a.go_rows, a.same_table ? "identical" : "differs");
 	cr_expect_gt(a.go_rows, 0, "pprof's table is empty");
 	cr_expect_eq(a.view_rows, a.go_rows, "row counts differ");
 	cr_expect_eq(a.missing, 0);
 	cr_expect_eq(a.flat_same, a.go_rows);
+	cr_expect(a.same_table, "the tables differ:\n%s\nvs pprof's:\n%s", r.out, go_top);
 	free(go_out);
 	th_run_release(&r);
 	return a;
@@ -279,10 +281,10 @@ Test(view, go_written_profiles_agree_with_pprof, .timeout = 300)
 	struct th_run r;
 
 	go_profiles(&cpu, &heap);
-	compare_with_pprof(cpu, NULL);
-	compare_with_pprof(heap, NULL); /* inuse_space: pprof's default, the last */
+	compare_with_pprof(cpu, NULL, 0);
+	compare_with_pprof(heap, NULL, 0); /* inuse_space: pprof's default, the last */
 	for (size_t i = 0; i < sizeof(heap_indexes) / sizeof(heap_indexes[0]); i++)
-		compare_with_pprof(heap, heap_indexes[i]);
+		compare_with_pprof(heap, heap_indexes[i], 0);
 	expect_folded_total(cpu, NULL);
 	expect_folded_total(heap, "alloc_space");
 
@@ -312,8 +314,9 @@ Test(view, cprof_written_profile_agrees_with_pprof, .timeout = 300)
 	th_run_release(&r);
 	th_kill(pid);
 
-	compare_with_pprof(out, NULL);
-	compare_with_pprof(out, "samples");
+	compare_with_pprof(out, NULL, 0);
+	compare_with_pprof(out, "samples", 0);
+	compare_with_pprof(out, NULL, 5);
 	expect_folded_total(out, NULL);
 	TH_CPROF(&r, 60000, "view", out, "--folded");
 	cr_expect(strstr(r.out, "start_thread;worker;handle_request;compress_block "),
@@ -594,6 +597,7 @@ Test(view, cpu_folded_json_quiet, .timeout = 120)
 Test(view, threads_and_heap_views, .timeout = 120)
 {
 	char *txt = tmp_file("threads.txt"), *svg = tmp_file("heap.svg");
+	char *heap = tmp_file("heap.pb.gz");
 	struct th_run r;
 	char *text;
 	pid_t pid;
@@ -628,13 +632,22 @@ Test(view, threads_and_heap_views, .timeout = 120)
 	cr_expect(strstr(r.err, "Type: alloc_space") && strstr(r.err, "Showing top 3 nodes"),
 		  "--top 3 on stderr: %s", r.err);
 	th_run_release(&r);
+	/* cprof's heap profiles carry drop_frames (the agent's hooks): pprof
+	 * prunes them, and so must cprof view. */
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--rate", "64KiB", "-o",
+		 heap, "-q");
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
 	th_kill(pid);
+	compare_with_pprof(heap, "alloc_space", 0);
+	compare_with_pprof(heap, "alloc_objects", 0);
 	expect_well_formed(svg);
 	text = read_text(svg);
 	cr_expect(strstr(text, "data-n=\"retain_4k\""), "the retaining site is a frame");
 	free(text);
 	free(txt);
 	free(svg);
+	free(heap);
 
 	TH_CPROF(&r, 10000, "cpu", "-p", "1", "-o", "-", "--json");
 	cr_expect_eq(r.exit_code, 64, "--json with -o -: exit %d", r.exit_code);
