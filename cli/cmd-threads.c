@@ -31,15 +31,16 @@ static void threads_help(void)
 	       "stack, let it go, then show what each thread was doing: Go's goroutine\n"
 	       "profile for native threads. The pause is measured and shown.\n"
 	       "\n"
-	       "  -p, --pid PID      process to look at\n"
-	       "      --debug N      0: gzipped pprof (threads/count); 1: stacks with counts,\n"
-	       "                     Go's debug=1 text; 2: one block per thread, Go's debug=2\n"
-	       "                     (default 1 on stdout; 0 when -o is given)\n"
-	       "  -o, --output FILE  where to write, - for stdout (default threads.pb.gz for\n"
-	       "                     --debug 0, stdout for text and views)\n"
+	       "  -p, --pid PID            process to look at\n"
+	       "      --debug N            0: gzipped pprof (threads/count); 1: stacks with\n"
+	       "                           counts, Go's debug=1 text; 2: one block per thread,\n"
+	       "                           Go's debug=2 (default 1 on stdout; 0 when -o is\n"
+	       "                           given)\n"
+	       "  -o, --output FILE        where to write, - for stdout (default threads.pb.gz\n"
+	       "                           for --debug 0, stdout for text and views)\n"
 	       OPTIONS_RUNBOOK_HELP
-	       "  -q, --quiet        no summary on stderr\n"
-	       "  -h, --help         show this help\n");
+	       "  -q, --quiet              no summary on stderr\n"
+	       "  -h, --help               show this help\n");
 }
 
 static int threads_option(int c, const char *arg, void *ctx)

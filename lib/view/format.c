@@ -45,6 +45,11 @@ enum view_format view_format_from_path(const char *path)
 	return VIEW_PPROF;
 }
 
+int view_stream_status(FILE *f)
+{
+	return ferror(f) ? -EIO : 0;
+}
+
 int view_render(const struct profile *p, size_t index, enum view_format format,
 		size_t max_rows, const char *title, char **ret, size_t *ret_len)
 {

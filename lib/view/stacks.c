@@ -292,8 +292,3 @@ void view_stacks_release(struct view_stacks *s)
 	strpool_release(&s->names);
 	memset(s, 0, sizeof(*s));
 }
-
-int view_stream_status(FILE *f)
-{
-	return ferror(f) ? -EIO : 0;
-}

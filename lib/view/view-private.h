@@ -67,7 +67,7 @@ const char *view_output_unit(const char *unit, const int64_t *values, size_t n, 
 /* pprof's percentage: "  100%", "%5.2f%%" from 1%, "%5.2g%%" below. */
 void view_format_percent(int64_t v, int64_t total, char *buf, size_t size);
 
-/* fclose of a memstream or ferror of a stream as -EIO. */
+/* A stream's error flag as -EIO (format.c). */
 int view_stream_status(FILE *f);
 
 #endif
