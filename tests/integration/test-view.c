@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -445,7 +446,7 @@ static void screenshot(const char *url, const char *png)
 
 Test(view, demo_flame_graph_in_chromium, .timeout = 300)
 {
-	char *svg, *png, *png_zoom, *url, *text;
+	char *dir, *svg, *png, *png_zoom, *url, *text;
 	struct png_stat s, z;
 	struct th_run r;
 	pid_t pid;
@@ -455,9 +456,12 @@ Test(view, demo_flame_graph_in_chromium, .timeout = 300)
 		cr_skip_test("chromium is not installed (scripts/setup installs it): the flame "
 			     "graph is not opened in a browser");
 	mkdir(SHOT_DIR, 0755);
-	cr_assert(asprintf(&svg, "%s/demo-flamegraph.svg", SHOT_DIR) > 0);
-	cr_assert(asprintf(&png, "%s/demo-flamegraph.png", SHOT_DIR) > 0);
-	cr_assert(asprintf(&png_zoom, "%s/demo-flamegraph-zoom.png", SHOT_DIR) > 0);
+	dir = realpath(SHOT_DIR, NULL);
+	cr_assert_not_null(dir, "%s: %s", SHOT_DIR, strerror(errno));
+	cr_assert(asprintf(&svg, "%s/demo-flamegraph.svg", dir) > 0);
+	cr_assert(asprintf(&png, "%s/demo-flamegraph.png", dir) > 0);
+	cr_assert(asprintf(&png_zoom, "%s/demo-flamegraph-zoom.png", dir) > 0);
+	free(dir);
 
 	/* The collecting command writes the flame graph itself. */
 	pid = TH_SPAWN("demo", "20", "2");
