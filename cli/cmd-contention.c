@@ -19,6 +19,7 @@
 #include "output.h"
 #include "preflight.h"
 #include "report.h"
+#include "runbook.h"
 #include "util/parse.h"
 #include "util/util.h"
 
@@ -64,7 +65,8 @@ struct args {
 
 static void help(const struct kind *k)
 {
-	printf("usage: cprof %s -p PID [-d DURATION]%s [--debug N] [-o FILE] [-q]\n\n%s"
+	printf("usage: cprof %s -p PID [-d DURATION]%s [--debug N] [-o FILE] [--format FORMAT] "
+	       "[--top N] [--json] [-q]\n\n%s"
 	       "Loads cprof-agent.so into the running process; its hooks go when the window\n"
 	       "ends (and by themselves within 1 s if cprof dies). Ctrl-C stops early and\n"
 	       "still writes the profile.\n\n"
@@ -74,7 +76,8 @@ static void help(const struct kind *k)
 	       "      --debug N            0: gzipped pprof (default with -o); 1: Go's text\n"
 	       "                           layout (default without -o, to stdout)\n"
 	       "  -o, --output FILE        where to write, - for stdout (default %s with\n"
-	       "                           --debug 0, stdout for text)\n"
+	       "                           --debug 0, stdout for text and views)\n"
+	       OPTIONS_RUNBOOK_HELP
 	       "  -q, --quiet              no progress or summary on stderr\n"
 	       "  -h, --help               show this help\n",
 	       k->cmd,
@@ -135,8 +138,7 @@ static int parse_args(int argc, char **argv, const struct kind *k, struct args *
 		help(k);
 		return -1;
 	}
-	option_debug_output(&a->common, &a->debug, k->output);
-	return 0;
+	return option_debug_output(k->cmd, &a->common, &a->debug, k->output);
 }
 
 static int on_event(const struct cprof_wire_event *ev, void *arg)
@@ -190,7 +192,7 @@ static int run(int argc, char **argv, const struct kind *k)
 	struct output out;
 	struct target t;
 	struct args a;
-	char why[1024], cmdline[1024], *text = NULL;
+	char why[1024], cmdline[1024], title[256], *text = NULL;
 	size_t text_len = 0;
 	int r, code;
 
@@ -204,7 +206,8 @@ static int run(int argc, char **argv, const struct kind *k)
 	code = preflight_not_traced(&t, "load the agent into");
 	if (code)
 		return code;
-	r = output_prepare(&out, a.common.output, a.debug == 0, why, sizeof(why));
+	r = output_prepare(&out, a.common.output, a.debug == 0 && a.common.format == VIEW_PPROF,
+			   why, sizeof(why));
 	if (r < 0) {
 		report_error_text(NULL, why);
 		return EXIT_OUTPUT;
@@ -223,25 +226,32 @@ static int run(int argc, char **argv, const struct kind *k)
 	if (r < 0)
 		goto out_fail;
 	agent_window_report(&w, &t);
-	if (a.debug == 0) {
+	/* --top and --json read the profile, also beside the text view. */
+	if (a.debug == 0 || a.common.top || a.common.json) {
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		r = contention_build(c, cmdline, (int64_t)w.start_realtime_ns, (int64_t)w.window_ns,
 				     &profile);
 		if (r == 0)
 			r = agent_note_lost(&w.counters, profile);
-		if (r == 0)
-			r = output_commit_profile(&out, profile);
+		if (r < 0)
+			goto out_write;
+	}
+	if (a.debug == 0) {
+		runbook_title(k->cmd, t.pid, profile, title, sizeof(title));
+		r = output_commit_view(&out, profile, a.common.format, title);
 	} else {
 		r = render_text(c, a.rate, &text, &text_len);
 		if (r == 0)
 			r = output_commit_bytes(&out, text, text_len);
 	}
+out_write:
 	if (r < 0) {
 		code = output_report_failure(&out, r);
 		goto out_abort;
 	}
 	summary(&a, &out, &w, contention_stats(c));
-	code = EXIT_OK;
+	code = runbook_end_agent(k->cmd, &a.common, &w, &al, contention_stats(c)->records,
+				 profile);
 	goto out_free;
 out_fail:
 	report_error("profiling pid %d failed: %s", t.pid, strerror(-r));

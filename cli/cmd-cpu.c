@@ -13,6 +13,7 @@
 #include "output.h"
 #include "preflight.h"
 #include "report.h"
+#include "runbook.h"
 #include "target/target.h"
 #include "util/parse.h"
 #include "util/util.h"
@@ -28,7 +29,8 @@ struct cpu_args {
 
 static void cpu_help(void)
 {
-	printf("usage: cprof cpu -p PID [-d DURATION] [-F HZ] [-o FILE] [--mode MODE] [-q]\n"
+	printf("usage: cprof cpu -p PID [-d DURATION] [-F HZ] [-o FILE] [--mode MODE] "
+	       "[--format FORMAT] [--top N] [--json] [-q]\n"
 	       "\n"
 	       "Sample the CPU use of every thread of process PID, threads started later\n"
 	       "included, and write a gzipped pprof profile (samples/count, cpu/nanoseconds).\n"
@@ -37,9 +39,11 @@ static void cpu_help(void)
 	       "  -p, --pid PID            process to profile\n"
 	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
 	       "  -F, --frequency HZ       samples per second of CPU time, 1-10000 (default 100)\n"
-	       "  -o, --output FILE        profile to write, - for stdout (default cpu.pb.gz)\n"
+	       "  -o, --output FILE        profile to write, - for stdout (default cpu.pb.gz;\n"
+	       "                           stdout for a view)\n"
 	       "      --mode MODE          auto, system or thread (default auto: system when\n"
 	       "                           privileged, else thread)\n"
+	       OPTIONS_RUNBOOK_HELP
 	       "  -q, --quiet              no progress or summary on stderr\n"
 	       "  -h, --help               show this help\n");
 }
@@ -90,9 +94,7 @@ static int parse_args(int argc, char **argv, struct cpu_args *a)
 		cpu_help();
 		return -1;
 	}
-	if (!a->common.output)
-		a->common.output = "cpu.pb.gz";
-	return 0;
+	return option_output_finish(CMD, &a->common, "cpu.pb.gz");
 }
 
 static enum perf_scope choose_scope(const char *mode)
@@ -163,6 +165,23 @@ static void summary(const struct cpu_args *a, const struct output *out,
 			       (unsigned long long)st->unwound, (unsigned long long)st->samples);
 }
 
+static int runbook_end(const struct cpu_args *a, const struct profile *profile,
+			  const struct cpu_profiler_stats *st)
+{
+	struct runbook_facts f = {
+		.command = CMD,
+		.pid = a->common.pid,
+		.output = a->common.output,
+		.duration_ns = st->window_ns,
+		.samples = st->samples,
+		.lost = st->lost,
+		.pause_ns = -1,
+		.profile = profile,
+	};
+
+	return runbook_report(&a->common, &f) < 0 ? EXIT_FAIL : EXIT_OK;
+}
+
 int cmd_cpu(int argc, char **argv)
 {
 	struct cpu_profiler_opts popts;
@@ -171,7 +190,7 @@ int cmd_cpu(int argc, char **argv)
 	struct cpu_args a;
 	struct output out;
 	struct target t;
-	char why[1024], cmdline[1024];
+	char why[1024], cmdline[1024], title[256];
 	int r, code;
 
 	code = parse_args(argc, argv, &a);
@@ -182,7 +201,7 @@ int cmd_cpu(int argc, char **argv)
 	code = preflight_target(a.common.pid, &t);
 	if (code)
 		return code;
-	r = output_prepare(&out, a.common.output, true, why, sizeof(why));
+	r = output_prepare(&out, a.common.output, a.common.format == VIEW_PPROF, why, sizeof(why));
 	if (r < 0) {
 		report_error_text(NULL, why);
 		return EXIT_OUTPUT;
@@ -232,13 +251,14 @@ int cmd_cpu(int argc, char **argv)
 		code = EXIT_FAIL;
 		goto out_abort;
 	}
-	r = output_commit_profile(&out, profile);
+	runbook_title(CMD, a.common.pid, profile, title, sizeof(title));
+	r = output_commit_view(&out, profile, a.common.format, title);
 	if (r < 0) {
 		code = output_report_failure(&out, r);
 		goto out_free;
 	}
 	summary(&a, &out, cpu_profiler_stats(p));
-	code = EXIT_OK;
+	code = runbook_end(&a, profile, cpu_profiler_stats(p));
 	goto out_free;
 
 out_abort:

@@ -22,6 +22,7 @@
 #include "output.h"
 #include "preflight.h"
 #include "report.h"
+#include "runbook.h"
 #include "util/parse.h"
 #include "util/util.h"
 
@@ -44,7 +45,7 @@ struct heap_args {
 static void heap_help(void)
 {
 	printf("usage: cprof heap -p PID [-d DURATION] [--rate SIZE] [--index TYPE] [--debug N] "
-	       "[--keep | --stop] [-o FILE] [-q]\n"
+	       "[--keep | --stop] [-o FILE] [--format FORMAT] [--top N] [--json] [-q]\n"
 	       "\n"
 	       "Sample the allocations of process PID while it runs, as Go's runtime does (one\n"
 	       "sample per SIZE bytes allocated on average), and write Go's heap profile:\n"
@@ -67,7 +68,8 @@ static void heap_help(void)
 	       "                           profile)\n"
 	       "      --stop               end the background sampling of --keep (hooks removed)\n"
 	       "  -o, --output FILE        where to write, - for stdout (default heap.pb.gz with\n"
-	       "                           --debug 0, stdout for text)\n"
+	       "                           --debug 0, stdout for text and views)\n"
+	       OPTIONS_RUNBOOK_HELP
 	       "  -q, --quiet              no progress or summary on stderr\n"
 	       "  -h, --help               show this help\n");
 }
@@ -139,8 +141,7 @@ static int parse_args(int argc, char **argv, struct heap_args *a)
 	}
 	if (a->keep && a->stop)
 		return report_usage(CMD, "--keep and --stop do not go together");
-	option_debug_output(&a->common, &a->debug, "heap.pb.gz");
-	return 0;
+	return option_debug_output(CMD, &a->common, &a->debug, "heap.pb.gz");
 }
 
 static int on_alloc(const struct cprof_wire_alloc *r, void *arg)
@@ -224,6 +225,22 @@ static int keep_render(void *arg, const char *index, int debug, char **ret, size
 	return -EINVAL;
 }
 
+/* A view of the pprof bytes the background session sent. */
+static int commit_view_of(struct output *out, const char *body, size_t len,
+			  const struct heap_args *a, const struct target *t)
+{
+	struct profile *p = NULL;
+	char title[256];
+	int r = pprof_decode((const uint8_t *)body, len, &p);
+
+	if (r == 0) {
+		runbook_title(CMD, t->pid, p, title, sizeof(title));
+		r = output_commit_view(out, p, a->common.format, title);
+	}
+	profile_free(p);
+	return r;
+}
+
 /* --stop, or a profile from the background session of --keep. -1: none runs. */
 static int from_background(const struct heap_args *a, const struct target *t)
 {
@@ -259,7 +276,8 @@ static int from_background(const struct heap_args *a, const struct target *t)
 			    t->pid);
 		return EXIT_TARGET;
 	}
-	r = output_prepare(&out, a->common.output, a->debug == 0, why, sizeof(why));
+	r = output_prepare(&out, a->common.output, a->debug == 0 && a->common.format == VIEW_PPROF,
+			   why, sizeof(why));
 	if (r < 0) {
 		close(fd);
 		report_error_text(NULL, why);
@@ -268,7 +286,9 @@ static int from_background(const struct heap_args *a, const struct target *t)
 	snprintf(req, sizeof(req), "profile %s %d\n", a->index, a->debug);
 	r = keep_request(fd, req, &body, &len);
 	close(fd);
-	if (r == 0)
+	if (r == 0 && a->debug == 0 && a->common.format != VIEW_PPROF)
+		r = commit_view_of(&out, body, len, a, t);
+	else if (r == 0)
 		r = output_commit_bytes(&out, body, len);
 	if (r < 0 && out.write_failed) {
 		code = output_report_failure(&out, r);
@@ -373,7 +393,7 @@ int cmd_heap(int argc, char **argv)
 	struct heap_args a;
 	struct output out;
 	struct target t;
-	char why[1024], cmdline[1024], *text = NULL;
+	char why[1024], cmdline[1024], title[256], *text = NULL;
 	size_t text_len = 0;
 	int r, code, keep_fd = -1;
 	struct keep_ctx keep = { 0 };
@@ -391,7 +411,8 @@ int cmd_heap(int argc, char **argv)
 	code = preflight_not_traced(&t, "load the agent into");
 	if (code)
 		return code;
-	r = output_prepare(&out, a.common.output, a.debug == 0, why, sizeof(why));
+	r = output_prepare(&out, a.common.output, a.debug == 0 && a.common.format == VIEW_PPROF,
+			   why, sizeof(why));
 	if (r < 0) {
 		report_error_text(NULL, why);
 		return EXIT_OUTPUT;
@@ -417,25 +438,31 @@ int cmd_heap(int argc, char **argv)
 	if (r < 0)
 		goto out_fail;
 	agent_window_report(&w, &t);
-	if (a.debug == 0) {
+	/* --top and --json read the profile, also beside the text view. */
+	if (a.debug == 0 || a.common.top || a.common.json) {
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		r = heap_build(h, a.index, cmdline, (int64_t)w.start_realtime_ns,
 			       (int64_t)w.window_ns, &profile);
 		if (r == 0)
 			r = agent_note_lost(&w.counters, profile);
-		if (r == 0)
-			r = output_commit_profile(&out, profile);
+		if (r < 0)
+			goto out_write;
+	}
+	if (a.debug == 0) {
+		runbook_title(CMD, t.pid, profile, title, sizeof(title));
+		r = output_commit_view(&out, profile, a.common.format, title);
 	} else {
 		r = render_text(h, &text, &text_len);
 		if (r == 0)
 			r = output_commit_bytes(&out, text, text_len);
 	}
+out_write:
 	if (r < 0) {
 		code = output_report_failure(&out, r);
 		goto out_abort;
 	}
 	summary(&a, &out, &w, heap_stats(h));
-	code = EXIT_OK;
+	code = runbook_end_agent(CMD, &a.common, &w, &al, heap_stats(h)->allocs, profile);
 	if (a.keep && !w.target_exited) {
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		keep.heap = h;

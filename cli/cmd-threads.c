@@ -12,6 +12,7 @@
 #include "output.h"
 #include "preflight.h"
 #include "report.h"
+#include "runbook.h"
 #include "threads/threads.h"
 
 #define CMD "threads"
@@ -23,20 +24,23 @@ struct threads_args {
 
 static void threads_help(void)
 {
-	printf("usage: cprof threads -p PID [--debug 0|1|2] [-o FILE] [-q]\n"
+	printf("usage: cprof threads -p PID [--debug 0|1|2] [-o FILE] [--format FORMAT] "
+	       "[--top N] [--json] [-q]\n"
 	       "\n"
 	       "Stop every thread of process PID at the same moment, copy its registers and\n"
 	       "stack, let it go, then show what each thread was doing: Go's goroutine\n"
 	       "profile for native threads. The pause is measured and shown.\n"
 	       "\n"
-	       "  -p, --pid PID      process to look at\n"
-	       "      --debug N      0: gzipped pprof (threads/count); 1: stacks with counts,\n"
-	       "                     Go's debug=1 text; 2: one block per thread, Go's debug=2\n"
-	       "                     (default 1 on stdout; 0 when -o is given)\n"
-	       "  -o, --output FILE  where to write, - for stdout (default threads.pb.gz for\n"
-	       "                     --debug 0, stdout for text)\n"
-	       "  -q, --quiet        no summary on stderr\n"
-	       "  -h, --help         show this help\n");
+	       "  -p, --pid PID            process to look at\n"
+	       "      --debug N            0: gzipped pprof (threads/count); 1: stacks with\n"
+	       "                           counts, Go's debug=1 text; 2: one block per thread,\n"
+	       "                           Go's debug=2 (default 1 on stdout; 0 when -o is\n"
+	       "                           given)\n"
+	       "  -o, --output FILE        where to write, - for stdout (default threads.pb.gz\n"
+	       "                           for --debug 0, stdout for text and views)\n"
+	       OPTIONS_RUNBOOK_HELP
+	       "  -q, --quiet              no summary on stderr\n"
+	       "  -h, --help               show this help\n");
 }
 
 static int threads_option(int c, const char *arg, void *ctx)
@@ -73,8 +77,7 @@ static int parse_args(int argc, char **argv, struct threads_args *a)
 		threads_help();
 		return -1;
 	}
-	option_debug_output(&a->common, &a->debug, "threads.pb.gz");
-	return 0;
+	return option_debug_output(CMD, &a->common, &a->debug, "threads.pb.gz");
 }
 
 static int snapshot_error(int r, pid_t pid, const char *why)
@@ -109,6 +112,21 @@ static int render_text(const struct threads_snapshot *s, int debug, char **ret, 
 	return r;
 }
 
+static int runbook_end(const struct threads_args *a, const struct threads_snapshot *s,
+		       const struct profile *profile)
+{
+	struct runbook_facts f = {
+		.command = CMD,
+		.pid = a->common.pid,
+		.output = a->common.output,
+		.samples = s->nstopped,
+		.pause_ns = (int64_t)s->pause_ns,
+		.profile = profile,
+	};
+
+	return runbook_report(&a->common, &f) < 0 ? EXIT_FAIL : EXIT_OK;
+}
+
 int cmd_threads(int argc, char **argv)
 {
 	struct threads_snapshot *s = NULL;
@@ -116,7 +134,7 @@ int cmd_threads(int argc, char **argv)
 	struct threads_args a;
 	struct output out;
 	struct target t;
-	char why[1024], cmdline[1024];
+	char why[1024], cmdline[1024], title[256];
 	char *text = NULL;
 	size_t text_len = 0;
 	int r, code;
@@ -131,7 +149,8 @@ int cmd_threads(int argc, char **argv)
 	code = preflight_not_traced(&t, "stop the threads of");
 	if (code)
 		return code;
-	r = output_prepare(&out, a.common.output, a.debug == 0, why, sizeof(why));
+	r = output_prepare(&out, a.common.output, a.debug == 0 && a.common.format == VIEW_PPROF,
+			   why, sizeof(why));
 	if (r < 0) {
 		report_error_text(NULL, why);
 		return EXIT_OUTPUT;
@@ -143,16 +162,22 @@ int cmd_threads(int argc, char **argv)
 		code = snapshot_error(r, a.common.pid, why);
 		goto out_abort;
 	}
-	if (a.debug == 0) {
+	/* --top and --json read the profile, also beside a text view. */
+	if (a.debug == 0 || a.common.top || a.common.json) {
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		r = threads_build_profile(s, cmdline, &profile);
-		if (r == 0)
-			r = output_commit_profile(&out, profile);
+		if (r < 0)
+			goto out_write;
+	}
+	if (a.debug == 0) {
+		runbook_title(CMD, a.common.pid, profile, title, sizeof(title));
+		r = output_commit_view(&out, profile, a.common.format, title);
 	} else {
 		r = render_text(s, a.debug, &text, &text_len);
 		if (r == 0)
 			r = output_commit_bytes(&out, text, text_len);
 	}
+out_write:
 	if (r < 0) {
 		code = output_report_failure(&out, r);
 		goto out_abort;
@@ -160,7 +185,7 @@ int cmd_threads(int argc, char **argv)
 	if (strcmp(a.common.output, "-"))
 		report_note("wrote %s: %zu threads, paused %.3f ms", output_name(&out), s->nstopped,
 			    (double)s->pause_ns / 1e6);
-	code = EXIT_OK;
+	code = runbook_end(&a, s, profile);
 out_abort:
 	output_abort(&out);
 	free(text);

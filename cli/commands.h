@@ -11,6 +11,7 @@ int cmd_heap(int argc, char **argv);
 int cmd_block(int argc, char **argv);
 int cmd_mutex(int argc, char **argv);
 int cmd_threadcreate(int argc, char **argv);
+int cmd_view(int argc, char **argv);
 
 /* Joins argv into one line for a profile's comments ("cprof cpu -p 42 ..."). */
 void command_line_join(int argc, char **argv, char *buf, size_t size);

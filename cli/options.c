@@ -3,9 +3,11 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "report.h"
 #include "util/parse.h"
+#include "util/util.h"
 
 int option_pid(const char *cmd, const char *arg, pid_t *ret)
 {
@@ -65,6 +67,17 @@ int option_common(const char *cmd, int c, char **argv, struct common_opts *o)
 	case 'h':
 		o->help = true;
 		return 0;
+	case OPT_FORMAT:
+		if (view_format_from_name(optarg, &o->format) < 0)
+			return report_usage(cmd, "invalid format '%s': expected pprof, svg, folded, "
+					    "top or tree", optarg);
+		o->format_given = true;
+		return 0;
+	case OPT_TOP:
+		return option_int(cmd, "--top", optarg, 1, 100000, &o->top);
+	case OPT_JSON:
+		o->json = true;
+		return 0;
 	case ':':
 		return report_usage(cmd, "option '%s' needs a value", argv[optind - 1]);
 	case '?':
@@ -85,6 +98,25 @@ int option_finish(const char *cmd, int argc, char **argv, const struct common_op
 	return 0;
 }
 
+/* The command's long options and the runbook options, in one table. */
+static const struct option *with_runbook_options(const struct option *longopts)
+{
+	static const struct option runbook[] = {
+		{ "format", required_argument, NULL, OPT_FORMAT },
+		{ "top", required_argument, NULL, OPT_TOP },
+		{ "json", no_argument, NULL, OPT_JSON },
+	};
+	static struct option all[64];
+	size_t n = 0;
+
+	for (; longopts[n].name && n < ARRAY_SIZE(all) - ARRAY_SIZE(runbook) - 1; n++)
+		all[n] = longopts[n];
+	for (size_t i = 0; i < ARRAY_SIZE(runbook); i++)
+		all[n++] = runbook[i];
+	all[n] = (struct option){ 0 };
+	return all;
+}
+
 int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 		  const struct option *longopts, struct common_opts *common, option_fn fn,
 		  void *ctx)
@@ -93,6 +125,7 @@ int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 
 	opterr = 0;
 	optind = 1;
+	longopts = with_runbook_options(longopts);
 	while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		r = option_common(cmd, c, argv, common);
 		if (r == OPTION_NOT_COMMON)
@@ -103,10 +136,39 @@ int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 	return option_finish(cmd, argc, argv, common);
 }
 
-void option_debug_output(struct common_opts *o, int *debug, const char *binary_default)
+/* No --format: the view -o's extension names (idempotent). */
+static void resolve_format(struct common_opts *o)
 {
+	if (!o->format_given && o->output)
+		o->format = view_format_from_path(o->output);
+}
+
+int option_debug_output(const char *cmd, struct common_opts *o, int *debug,
+			const char *binary_default)
+{
+	resolve_format(o);
+	/* --debug 1 -o threads.txt: the text asked for, not the table .txt names. */
+	if (*debug > 0 && !o->format_given)
+		o->format = VIEW_PPROF;
+	if (o->format != VIEW_PPROF) {
+		if (*debug > 0)
+			return report_usage(cmd, "--debug %d is a text of its own: it has no %s view "
+					    "(use --debug 0)", *debug, view_format_name(o->format));
+		*debug = 0;
+	}
 	if (*debug < 0)
 		*debug = o->output ? 0 : 1;
+	if (!o->output && *debug != 0)
+		o->output = "-";
+	return option_output_finish(cmd, o, binary_default);
+}
+
+int option_output_finish(const char *cmd, struct common_opts *o, const char *binary_default)
+{
+	resolve_format(o);
 	if (!o->output)
-		o->output = *debug == 0 ? binary_default : "-";
+		o->output = o->format == VIEW_PPROF ? binary_default : "-";
+	if (o->json && !strcmp(o->output, "-"))
+		return report_usage(cmd, "--json writes to stdout: give the profile a file with -o");
+	return 0;
 }

@@ -199,6 +199,27 @@ int output_commit_profile(struct output *o, const struct profile *p)
 	return r;
 }
 
+int output_commit_view(struct output *o, const struct profile *p, enum view_format format,
+		       const char *title)
+{
+	char *buf = NULL;
+	size_t len, index = 0;
+	int r;
+
+	if (format == VIEW_PPROF)
+		return output_commit_profile(o, p);
+	r = view_sample_index(p, NULL, &index);
+	if (r == 0)
+		r = view_render(p, index, format, 0, title, &buf, &len);
+	if (r < 0) {
+		output_abort(o);
+		return r;
+	}
+	r = output_commit_bytes(o, buf, len);
+	free(buf);
+	return r;
+}
+
 int output_commit_bytes(struct output *o, const void *buf, size_t len)
 {
 	int r;

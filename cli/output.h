@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "profile/profile.h"
+#include "view/view.h"
 
 struct output {
 	const char *path; /* as given; "-" is stdout */
@@ -36,6 +37,10 @@ int output_prepare(struct output *o, const char *path, bool binary, char *why, s
 int output_commit_bytes(struct output *o, const void *buf, size_t len);
 /* output_commit_bytes() of @p as gzipped pprof. */
 int output_commit_profile(struct output *o, const struct profile *p);
+/* output_commit_bytes() of a view of @p (lib/view/): VIEW_PPROF is
+ * output_commit_profile(); the others show p's default sample type. */
+int output_commit_view(struct output *o, const struct profile *p, enum view_format format,
+		       const char *title);
 
 /* Gives up: removes any temporary, closes. Safe after commit and twice. */
 void output_abort(struct output *o);

@@ -915,10 +915,21 @@ static char *find_in_path(const char *prog)
 
 int th_pprof_top(const char *path, char **ret_out)
 {
+	return th_pprof_top_ex(path, NULL, ret_out);
+}
+
+int th_pprof_top_ex(const char *path, const char *const *opts, char **ret_out)
+{
 	char *go = find_in_path("go");
 	char *env[8], *home, *cache, *pathenv, *tmp;
-	const char *argv[] = {go, "tool", "pprof", "-top", path, NULL};
+	const char *argv[16] = {go, "tool", "pprof", "-top"};
+	size_t n = 4;
 	struct th_run r;
+
+	for (; opts && *opts && n < 14; opts++)
+		argv[n++] = *opts;
+	argv[n++] = path;
+	argv[n] = NULL;
 
 	if (!go)
 		cr_skip_test("go is not installed: cannot check %s with `go tool pprof`", path);

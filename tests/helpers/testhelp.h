@@ -171,6 +171,9 @@ void th_require_perf(bool system);
  * Returns its exit code; its stdout+stderr in *ret_out if non-NULL (free it).
  */
 int th_pprof_top(const char *path, char **ret_out);
+/* The same with options before the path (NULL-terminated, at most 10), e.g.
+ * "-sample_index=alloc_space", "-nodecount=5". */
+int th_pprof_top_ex(const char *path, const char *const *opts, char **ret_out);
 
 /* Asserts that `go tool pprof -top @path` accepts the file. */
 void th_assert_pprof_ok(const char *path);

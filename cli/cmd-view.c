@@ -1,0 +1,268 @@
+/* cprof view: a pprof file (cprof's or Go's, gzipped or not) as a -top
+ * table, folded stacks, a call tree or a flame graph. The views are in
+ * lib/view/. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "options.h"
+#include "output.h"
+#include "pprof/pprof.h"
+#include "report.h"
+#include "view/view.h"
+
+#define CMD "view"
+#define MAX_INPUT (1ULL << 30) /* what pprof_decode() would inflate to at most */
+
+struct view_args {
+	const char *file;
+	const char *output; /* NULL: stdout, or the --svg file */
+	const char *index;
+	enum view_format format;
+	bool format_given;
+	int64_t top; /* 0: every row */
+	bool help;
+};
+
+static void view_help(void)
+{
+	printf("usage: cprof view FILE [--top N | --folded | --svg OUT.svg | --tree] "
+	       "[--index TYPE] [-o OUT]\n"
+	       "\n"
+	       "Show a pprof profile (cprof's or any other, such as Go's runtime/pprof;\n"
+	       "gzipped or not) without Go installed: the flat/cum table of\n"
+	       "'go tool pprof -top' (the default), folded stacks for flamegraph.pl,\n"
+	       "inferno or speedscope, a call tree, or an interactive flame graph.\n"
+	       "\n"
+	       "      --top N       the first N rows of the table (default: all rows)\n"
+	       "      --folded      one line per stack, root first: 'main;work;leaf VALUE'\n"
+	       "      --svg OUT     write a flame graph to OUT (hover, click to zoom, Search\n"
+	       "                    or Ctrl-F, Reset Zoom or Escape)\n"
+	       "      --tree        the call tree from the roots down, by cum\n"
+	       "      --index TYPE  the sample type to show, e.g. cpu, alloc_space (default:\n"
+	       "                    the profile's default, else its last type)\n"
+	       "  -o, --output OUT  where to write (default stdout); without a view option\n"
+	       "                    the view follows OUT's extension: .svg, .folded, .txt\n"
+	       "  -h, --help        show this help\n");
+}
+
+static int set_format(struct view_args *a, enum view_format f)
+{
+	if (a->format_given && a->format != f)
+		return report_usage(CMD, "--top, --folded, --svg and --tree do not go together");
+	a->format = f;
+	a->format_given = true;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct view_args *a)
+{
+	static const struct option longopts[] = {
+		{ "top", required_argument, NULL, 'T' },
+		{ "folded", no_argument, NULL, 'F' },
+		{ "svg", required_argument, NULL, 'S' },
+		{ "tree", no_argument, NULL, 'R' },
+		{ "index", required_argument, NULL, 'I' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	int c, r = 0;
+
+	*a = (struct view_args){ .format = VIEW_TOP };
+	opterr = 0;
+	optind = 1;
+	while (r == 0 && (c = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'T':
+			r = set_format(a, VIEW_TOP);
+			if (r == 0)
+				r = option_int(CMD, "--top", optarg, 1, 1000000, &a->top);
+			break;
+		case 'F':
+			r = set_format(a, VIEW_FOLDED);
+			break;
+		case 'R':
+			r = set_format(a, VIEW_TREE);
+			break;
+		case 'S':
+			r = set_format(a, VIEW_SVG);
+			if (r == 0 && a->output && strcmp(a->output, optarg))
+				r = report_usage(CMD, "--svg and -o name two different files");
+			a->output = optarg;
+			break;
+		case 'I':
+			a->index = optarg;
+			break;
+		case 'o':
+			if (a->format == VIEW_SVG && a->output && strcmp(a->output, optarg))
+				r = report_usage(CMD, "--svg and -o name two different files");
+			a->output = optarg;
+			break;
+		case 'h':
+			a->help = true;
+			break;
+		case ':':
+			r = report_usage(CMD, "option '%s' needs a value", argv[optind - 1]);
+			break;
+		default:
+			r = report_usage(CMD, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (r || a->help)
+		return r;
+	if (optind >= argc)
+		return report_usage(CMD, "missing FILE: which pprof profile to show");
+	if (optind + 1 < argc)
+		return report_usage(CMD, "unexpected argument '%s'", argv[optind + 1]);
+	a->file = argv[optind];
+	if (!a->format_given && a->output)
+		a->format = view_format_from_path(a->output);
+	if (a->format == VIEW_PPROF)
+		a->format = VIEW_TOP; /* -o x.pb.gz: the table, not a copy */
+	return 0;
+}
+
+static int read_input(const char *path, uint8_t **ret, size_t *ret_len)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	uint8_t *buf = NULL;
+	size_t len = 0, alloc = 0;
+	int r = 0;
+
+	if (!f)
+		return -errno;
+	for (;;) {
+		size_t n;
+
+		if (len == alloc) {
+			uint8_t *nb;
+
+			alloc = alloc ? alloc * 2 : 1 << 16;
+			if (alloc > MAX_INPUT) {
+				r = -EFBIG;
+				break;
+			}
+			nb = realloc(buf, alloc);
+			if (!nb) {
+				r = -ENOMEM;
+				break;
+			}
+			buf = nb;
+		}
+		n = fread(buf + len, 1, alloc - len, f);
+		len += n;
+		if (n == 0) {
+			if (ferror(f))
+				r = -EIO;
+			break;
+		}
+	}
+	if (f != stdin)
+		fclose(f);
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
+	*ret = buf;
+	*ret_len = len;
+	return 0;
+}
+
+/* Reads and decodes FILE; an exit code after reporting. */
+static int load(const char *path, struct profile **ret)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int r = read_input(path, &buf, &len);
+
+	if (r < 0) {
+		report_error("cannot read '%s': %s", path, strerror(-r));
+		return EXIT_TARGET;
+	}
+	r = pprof_decode(buf, len, ret);
+	free(buf);
+	if (r == -EBADMSG || (r == 0 && (*ret)->nsample_types == 0)) {
+		if (r == 0) {
+			profile_free(*ret);
+			*ret = NULL;
+		}
+		report_error("cannot read '%s': not a pprof profile (profile.proto, gzipped or "
+			     "not)", path);
+		report_hint("cprof view reads what 'cprof COMMAND -o FILE' and Go's "
+			    "runtime/pprof write");
+		return EXIT_TARGET;
+	}
+	if (r < 0) {
+		report_error("cannot read '%s': %s", path, strerror(-r));
+		return EXIT_TARGET;
+	}
+	return 0;
+}
+
+static int unknown_index(const struct profile *p, const char *index)
+{
+	char types[512];
+	size_t n = 0;
+
+	types[0] = '\0';
+	for (size_t i = 0; i < p->nsample_types && n < sizeof(types); i++)
+		n += (size_t)snprintf(types + n, sizeof(types) - n, "%s%s", i ? ", " : "",
+				      p->sample_types[i].type);
+	report_error("invalid --index '%s': the profile has no such sample type", index);
+	report_hint("its sample types are: %s", types);
+	return EXIT_USAGE;
+}
+
+int cmd_view(int argc, char **argv)
+{
+	struct profile *p = NULL;
+	struct view_args a;
+	struct output out;
+	char why[1024], title[512], *buf = NULL;
+	const char *base;
+	size_t index, len;
+	int r, code;
+
+	code = parse_args(argc, argv, &a);
+	if (code)
+		return code;
+	if (a.help) {
+		view_help();
+		return EXIT_OK;
+	}
+	code = load(a.file, &p);
+	if (code)
+		return code;
+	if (view_sample_index(p, a.index, &index) < 0) {
+		code = unknown_index(p, a.index);
+		goto out_free;
+	}
+	r = output_prepare(&out, a.output ? a.output : "-", false, why, sizeof(why));
+	if (r < 0) {
+		report_error_text(NULL, why);
+		code = EXIT_OUTPUT;
+		goto out_free;
+	}
+	base = strrchr(a.file, '/');
+	snprintf(title, sizeof(title), "%s: %s", base ? base + 1 : a.file,
+		 p->sample_types[index].type);
+	r = view_render(p, index, a.format, (size_t)a.top, title, &buf, &len);
+	if (r == 0)
+		r = output_commit_bytes(&out, buf, len);
+	if (r < 0) {
+		report_error("cannot write the %s view to '%s': %s", view_format_name(a.format),
+			     output_name(&out), strerror(-r));
+		output_abort(&out);
+		code = EXIT_FAIL;
+		goto out_free;
+	}
+	code = EXIT_OK;
+out_free:
+	free(buf);
+	profile_free(p);
+	return code;
+}

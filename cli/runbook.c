@@ -1,0 +1,117 @@
+#include "runbook.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent-load.h"
+#include "agent-window.h"
+#include "report.h"
+#include "view/view.h"
+
+#define JSON_TOP 5
+
+/* A JSON string: quotes, backslashes and control characters escaped. */
+static void json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void json_top(FILE *f, const struct profile *p)
+{
+	struct view_func *fn = NULL;
+	size_t index, n = 0;
+
+	fputs("\"top\":[", f);
+	if (p && view_sample_index(p, NULL, &index) == 0 &&
+	    view_functions(p, index, &fn, &n) == 0) {
+		for (size_t i = 0; i < n && i < JSON_TOP; i++) {
+			fputs(i ? ",{\"function\":" : "{\"function\":", f);
+			json_string(f, fn[i].name);
+			fprintf(f, ",\"flat\":%lld,\"cum\":%lld}", (long long)fn[i].flat,
+				(long long)fn[i].cum);
+		}
+	}
+	fputs("]", f);
+	if (p && view_sample_index(p, NULL, &index) == 0) {
+		fputs(",\"sample_type\":", f);
+		json_string(f, p->sample_types[index].type);
+		fputs(",\"unit\":", f);
+		json_string(f, p->sample_types[index].unit);
+		fprintf(f, ",\"total\":%lld", (long long)profile_total(p, index));
+	}
+	free(fn);
+}
+
+static int write_json(const struct runbook_facts *f)
+{
+	printf("{\"command\":");
+	json_string(stdout, f->command);
+	printf(",\"pid\":%d,\"output\":", (int)f->pid);
+	json_string(stdout, f->output);
+	printf(",\"duration_s\":%.6f,\"samples\":%llu,\"lost\":%llu,", f->duration_ns / 1e9,
+	       (unsigned long long)f->samples, (unsigned long long)f->lost);
+	if (f->pause_ns >= 0)
+		printf("\"pause_ms\":%.3f,", f->pause_ns / 1e6);
+	else
+		printf("\"pause_ms\":null,");
+	json_top(stdout, f->profile);
+	printf("}\n");
+	if (fflush(stdout) != 0 || ferror(stdout))
+		return -EIO;
+	return 0;
+}
+
+int runbook_report(const struct common_opts *o, const struct runbook_facts *f)
+{
+	size_t index;
+
+	if (o->top && f->profile && view_sample_index(f->profile, NULL, &index) == 0) {
+		fflush(stderr);
+		view_write_top(f->profile, index, (size_t)o->top, stderr);
+	}
+	if (o->json)
+		return write_json(f);
+	return 0;
+}
+
+void runbook_title(const char *cmd, pid_t pid, const struct profile *p, char *buf, size_t size)
+{
+	size_t index;
+
+	if (view_sample_index(p, NULL, &index) == 0)
+		snprintf(buf, size, "cprof %s -p %d: %s", cmd, (int)pid,
+			 p->sample_types[index].type);
+	else
+		snprintf(buf, size, "cprof %s -p %d", cmd, (int)pid);
+}
+
+int runbook_end_agent(const char *cmd, const struct common_opts *o,
+		      const struct window_result *w, const struct agent_load *al,
+		      uint64_t samples, const struct profile *profile)
+{
+	struct runbook_facts f = {
+		.command = cmd,
+		.pid = o->pid,
+		.output = o->output,
+		.duration_ns = w->window_ns,
+		.samples = samples,
+		.lost = w->counters.lost,
+		.pause_ns = (int64_t)al->rep.stopped_ns,
+		.profile = profile,
+	};
+
+	return runbook_report(o, &f) < 0 ? EXIT_FAIL : EXIT_OK;
+}

@@ -1,0 +1,41 @@
+/*
+ * The end of a collecting command, for runbooks and scripts: --top N prints
+ * a pprof -top table of the profile to stderr, --json one JSON object to
+ * stdout (the only thing cprof ever prints there with --json).
+ */
+#ifndef CPROF_RUNBOOK_H
+#define CPROF_RUNBOOK_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "options.h"
+#include "profile/profile.h"
+
+struct runbook_facts {
+	const char *command;
+	pid_t pid;
+	const char *output;   /* as given; "-" is stdout */
+	uint64_t duration_ns; /* the window; 0 for a snapshot */
+	uint64_t samples;     /* what was collected: samples, records, threads */
+	uint64_t lost;
+	int64_t pause_ns;     /* how long a target thread was stopped; -1: none */
+	const struct profile *profile; /* may be NULL: no top functions */
+};
+
+/* --top and --json, as @o asks. Returns 0, or -errno when stdout failed. */
+int runbook_report(const struct common_opts *o, const struct runbook_facts *f);
+
+struct window_result;
+struct agent_load;
+/* runbook_report() of an agent command's window, which collected
+ * @samples (sampled allocations, event records); the exit code: EXIT_OK,
+ * or EXIT_FAIL when stdout failed. */
+int runbook_end_agent(const char *cmd, const struct common_opts *o,
+		      const struct window_result *w, const struct agent_load *al,
+		      uint64_t samples, const struct profile *profile);
+
+/* The title of a flame graph of @p: "cprof CMD -p PID: TYPE". */
+void runbook_title(const char *cmd, pid_t pid, const struct profile *p, char *buf, size_t size);
+
+#endif

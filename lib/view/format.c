@@ -1,0 +1,94 @@
+/* View formats by name and by file extension, and rendering into memory. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pprof/pprof.h"
+#include "util/util.h"
+#include "view-private.h"
+
+static const char *const names[] = {
+	[VIEW_PPROF] = "pprof", [VIEW_TOP] = "top", [VIEW_FOLDED] = "folded",
+	[VIEW_TREE] = "tree",   [VIEW_SVG] = "svg",
+};
+
+int view_format_from_name(const char *name, enum view_format *ret)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (!strcmp(name, names[i])) {
+			*ret = (enum view_format)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+const char *view_format_name(enum view_format f)
+{
+	return (size_t)f < ARRAY_SIZE(names) ? names[f] : "?";
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && !strcmp(s + n - m, suffix);
+}
+
+enum view_format view_format_from_path(const char *path)
+{
+	if (ends_with(path, ".svg"))
+		return VIEW_SVG;
+	if (ends_with(path, ".folded"))
+		return VIEW_FOLDED;
+	if (ends_with(path, ".txt"))
+		return VIEW_TOP;
+	return VIEW_PPROF;
+}
+
+int view_stream_status(FILE *f)
+{
+	return ferror(f) ? -EIO : 0;
+}
+
+int view_render(const struct profile *p, size_t index, enum view_format format,
+		size_t max_rows, const char *title, char **ret, size_t *ret_len)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+	int r;
+
+	if (format == VIEW_PPROF) {
+		r = pprof_encode_gzip(p, (uint8_t **)&buf, &len);
+		goto out_done;
+	}
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return -errno;
+	switch (format) {
+	case VIEW_TOP:
+		r = view_write_top(p, index, max_rows, f);
+		break;
+	case VIEW_FOLDED:
+		r = view_write_folded(p, index, f);
+		break;
+	case VIEW_TREE:
+		r = view_write_tree(p, index, f);
+		break;
+	case VIEW_SVG:
+		r = view_write_svg(p, index, title, f);
+		break;
+	default:
+		r = -EINVAL;
+	}
+	if (fclose(f) != 0 && r == 0)
+		r = -ENOMEM;
+out_done:
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
+	*ret = buf;
+	*ret_len = len;
+	return 0;
+}

@@ -1,0 +1,73 @@
+/* What the views share: a profile's stacks as function names, and the call
+ * tree built from them. */
+#ifndef CPROF_VIEW_PRIVATE_H
+#define CPROF_VIEW_PRIVATE_H
+
+#include "view.h"
+
+/* Of a sample type, the share of the total below which pprof drops a node. */
+#define VIEW_NODE_FRACTION 0.005
+
+/* How a frame was reached, for pprof's "(inline)" marks: as an inlined
+ * line of its location, or as the outermost (a call); the bits of the
+ * samples merged into one stack are or'ed. */
+enum { VIEW_CALLED = 1, VIEW_INLINED = 2 };
+
+struct view_stack {
+	const char **frames; /* root first; points into the profile or the pool */
+	uint8_t *how;        /* per frame: VIEW_CALLED and/or VIEW_INLINED (root: 0) */
+	size_t n;
+	int64_t value;
+};
+
+/*
+ * The samples of one type as pprof sees them (drop_frames applied, inlined
+ * frames expanded), merged by their frame names and sorted root first,
+ * leaving out stacks of value 0. @total is the sum of all sample values,
+ * those with no frames included.
+ */
+struct view_stacks {
+	struct view_stack *stacks;
+	size_t n;
+	int64_t total;
+	const char *unit; /* of the sample type */
+	const char **frames; /* storage of every stack's frames */
+	uint8_t *hows;       /* ... and of their how */
+	struct strpool names; /* names made up for locations without a function */
+};
+
+int view_stacks_collect(const struct profile *p, size_t index, struct view_stacks *ret);
+void view_stacks_release(struct view_stacks *s);
+
+/* The tree of stacks: node 0 is the root ("all"), children in name order. */
+struct view_node {
+	const char *name;
+	int64_t total; /* this frame and everything above it */
+	int64_t self;  /* samples that end here */
+	size_t first_child, last_child, next_sibling; /* 0: none */
+	unsigned depth; /* root 0 */
+};
+
+struct view_tree {
+	struct view_node *nodes;
+	size_t n, alloc;
+	unsigned max_depth;
+	struct view_stacks stacks; /* what it was built from: owns some names */
+};
+
+/* view_stacks_collect(), then the tree of those stacks. */
+int view_tree_build(const struct profile *p, size_t index, struct view_tree *ret);
+void view_tree_release(struct view_tree *t);
+
+/* The unit pprof's -top and -tree choose for all values of a report
+ * (selectOutputUnit: the smallest non-zero value decides). */
+const char *view_output_unit(const char *unit, const int64_t *values, size_t n, int64_t total,
+			     char *buf, size_t size);
+
+/* pprof's percentage: "  100%", "%5.2f%%" from 1%, "%5.2g%%" below. */
+void view_format_percent(int64_t v, int64_t total, char *buf, size_t size);
+
+/* A stream's error flag as -EIO (format.c). */
+int view_stream_status(FILE *f);
+
+#endif

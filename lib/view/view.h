@@ -1,0 +1,105 @@
+/*
+ * Views of a profile for people: pprof's -top table, folded stacks (the
+ * collapsed format of flamegraph.pl, inferno and speedscope), an indented
+ * call tree and a self-contained interactive flame-graph SVG. They read any
+ * struct profile: one cprof built, or one pprof_decode() read from a file
+ * that Go's runtime/pprof wrote.
+ *
+ * Every view shows one sample type (its index in p->sample_types) and sees
+ * the stacks as pprof does: function names by location line, inlined frames
+ * expanded (innermost first in a location), drop_frames applied.
+ *
+ * Writers print to a FILE and return 0 or -errno (-EIO when the stream
+ * reports an error, -ENOMEM); they never print anywhere else.
+ */
+#ifndef CPROF_VIEW_H
+#define CPROF_VIEW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "profile/profile.h"
+
+enum view_format {
+	VIEW_PPROF,  /* gzipped profile.proto: not a view, the profile itself */
+	VIEW_TOP,    /* pprof -top */
+	VIEW_FOLDED, /* "root;child;leaf VALUE" lines */
+	VIEW_TREE,   /* indented call tree */
+	VIEW_SVG,    /* interactive flame graph */
+};
+
+/* "pprof", "top", "folded", "tree", "svg": 0, or -EINVAL for another name. */
+int view_format_from_name(const char *name, enum view_format *ret);
+/* By the path's extension: .svg, .folded, .txt (top), anything else pprof. */
+enum view_format view_format_from_path(const char *path);
+const char *view_format_name(enum view_format f);
+
+/*
+ * The sample type a view shows: the one named @type ("cpu", "inuse_space";
+ * "type/unit" is accepted too), or with @type NULL the profile's
+ * default_sample_type, else the last type (pprof's rule). -ENOENT when no
+ * type has that name or the profile has no sample types.
+ */
+int view_sample_index(const struct profile *p, const char *type, size_t *ret);
+
+struct view_func {
+	const char *name; /* interned in the profile */
+	int64_t flat;     /* value where it is the leaf (innermost line of the first location) */
+	int64_t cum;      /* value of the samples it appears in, once per sample */
+	bool inlined;     /* some caller inlined it: pprof's "(inline)" */
+	bool called;      /* ... and some called it: "(partial-inline)" with inlined */
+};
+
+/*
+ * Per-function flat and cum of sample type @index, in pprof -top order:
+ * flat descending, then name, then cum descending. *ret is malloc'd.
+ */
+int view_functions(const struct profile *p, size_t index, struct view_func **ret,
+		   size_t *ret_n);
+
+/*
+ * pprof's value label: @v of @unit ("nanoseconds", "bytes", "count", ...)
+ * in @out_unit ("ms", "kB", ...; "auto" picks the largest unit the value
+ * reaches), "%.2f" with ".00" trimmed: "1.50s", "512kB", "42".
+ */
+void view_format_value(int64_t v, const char *unit, const char *out_unit, char *buf,
+		       size_t size);
+
+/*
+ * pprof -top: the header lines ("Type:", "Duration:", "Dropped N nodes",
+ * "Showing nodes accounting for X, Y% of Z total"), then flat, flat%,
+ * sum%, cum, cum%, name. Nodes whose cum is below 0.5% of the total are
+ * dropped as pprof does by default; @max_rows > 0 keeps only the first
+ * rows (pprof -nodecount), 0 keeps all.
+ */
+int view_write_top(const struct profile *p, size_t index, size_t max_rows, FILE *f);
+
+/* One line per distinct stack, root first: "main;work;leaf 1234". Stacks
+ * of value 0 are left out; lines are sorted by stack. */
+int view_write_folded(const struct profile *p, size_t index, FILE *f);
+
+/*
+ * The call tree from the roots down, two spaces per level: each line
+ * "CUM CUM% FLAT name", children by cum descending. Subtrees below 0.5% of
+ * the total are folded into one "..." line per parent.
+ */
+int view_write_tree(const struct profile *p, size_t index, FILE *f);
+
+/*
+ * A flame graph in the manner of flamegraph.pl: roots at the bottom, one
+ * box per frame, width by value. An embedded script gives each box a title
+ * (function, value, percent), zooms into a clicked box, searches names by
+ * regular expression (the Search button, Ctrl-F or '/') showing the matched
+ * percent, and resets the zoom (Reset Zoom, Escape). @title heads it; NULL
+ * gives "Flame Graph". Needs no network and no other file. Its URL may
+ * carry ?s=REGEX (search on load) and z=NAME (zoom into NAME's first frame).
+ */
+int view_write_svg(const struct profile *p, size_t index, const char *title, FILE *f);
+
+/* Renders @format into a malloc'd buffer (for all-or-nothing output). */
+int view_render(const struct profile *p, size_t index, enum view_format format,
+		size_t max_rows, const char *title, char **ret, size_t *ret_len);
+
+#endif

@@ -1,0 +1,655 @@
+/*
+ * cprof view and the view outputs of the collecting commands (-o x.svg,
+ * .folded, .txt, --top, --json, -q), judged against an independent reader:
+ * `go tool pprof -top` on profiles written by Go's own runtime/pprof (built
+ * here with Debian's golang-go) and by cprof; the flame graph is opened in
+ * headless Chromium and its screenshot checked for the frames' colours.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pprof/pprof.h"
+#include "testhelp.h"
+#include "view/view.h"
+
+TestSuite(view, .init = th_init, .fini = th_cleanup);
+
+/* A frame's height in the flame graph (lib/view/svg.c), in pixels. */
+#define FRAME_ROWS_PX 16
+
+/* Where screenshots stay after the run (not removed by th_cleanup). */
+#define SHOT_DIR TEST_TMPDIR "/../view-screenshots"
+
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	fputs(text, f);
+	cr_assert_eq(fclose(f), 0);
+}
+
+/* A path NAME in a fresh directory: the extension must end the name, as
+ * cprof chooses a view by it. Removed by th_cleanup() with the directory. */
+static char *tmp_file(const char *name)
+{
+	char *path;
+
+	cr_assert(asprintf(&path, "%s/%s", th_tmp_dir("view"), name) > 0);
+	return path;
+}
+
+static char *read_text(const char *path)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+
+	cr_assert_eq(th_read_file(path, &buf, &len), 0, "cannot read %s", path);
+	buf = realloc(buf, len + 1);
+	buf[len] = '\0';
+	return (char *)buf;
+}
+
+static void write_profile(const char *path, const struct profile *p)
+{
+	uint8_t *buf;
+	size_t len;
+	FILE *f = fopen(path, "wb");
+
+	cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+	cr_assert_eq(pprof_encode_gzip(p, &buf, &len), 0);
+	cr_assert_eq(fwrite(buf, 1, len, f), len);
+	cr_assert_eq(fclose(f), 0);
+	free(buf);
+}
+
+/* ---- pprof -top tables --------------------------------------------------- */
+
+struct row {
+	char flat[32], cum[32];
+	char name[512]; /* with pprof's "(inline)" mark, if any */
+};
+
+/* The rows under the "flat  flat%" header of a pprof -top table. */
+static size_t parse_top(const char *text, struct row *rows, size_t max)
+{
+	const char *p = strstr(text, "      flat  flat%   sum%        cum   cum%\n");
+	size_t n = 0;
+
+	cr_assert_not_null(p, "no -top header in:\n%s", text);
+	p = strchr(p, '\n') + 1;
+	while (*p && n < max) {
+		const char *end = strchr(p, '\n');
+		char pct1[16], pct2[16], pct3[16];
+		int used = 0;
+
+		if (!end)
+			end = p + strlen(p);
+		if (sscanf(p, "%31s %15s %15s %31s %15s%n", rows[n].flat, pct1, pct2, rows[n].cum,
+			   pct3, &used) == 5) {
+			const char *name = p + used + 2;
+
+			snprintf(rows[n].name, sizeof(rows[n].name), "%.*s", (int)(end - name), name);
+			n++;
+		}
+		p = *end ? end + 1 : end;
+	}
+	return n;
+}
+
+struct agreement {
+	size_t go_rows, view_rows, flat_same, cum_same, missing;
+	bool same_table; /* from the header line "flat  flat%" on, byte for byte */
+};
+
+/* Compares `cprof view FILE [--index INDEX] [--top N]` with `go tool pprof
+ * -top [-sample_index=INDEX] [-nodecount=N] FILE`, row by row by name. */
+static struct agreement compare_with_pprof(const char *path, const char *index, int top)
+{
+	static struct row go_rows[512], view_rows[512];
+	const char *view_args[8] = { "view", path }, *go_opts[4] = { NULL };
+	char sample_index[128], nodecount[32], top_arg[32];
+	struct agreement a = { 0 };
+	size_t nv = 2, ng = 0;
+	struct th_run r;
+	char *go_out = NULL, *go_top;
+
+	if (index) {
+		view_args[nv++] = "--index";
+		view_args[nv++] = index;
+		snprintf(sample_index, sizeof(sample_index), "-sample_index=%s", index);
+		go_opts[ng++] = sample_index;
+	}
+	if (top) {
+		snprintf(top_arg, sizeof(top_arg), "%d", top);
+		view_args[nv++] = "--top";
+		view_args[nv++] = top_arg;
+		snprintf(nodecount, sizeof(nodecount), "-nodecount=%d", top);
+		go_opts[ng++] = nodecount;
+	}
+	th_run_cprof_ex(&r, 60000, 0, 0, view_args);
+	cr_assert_eq(r.exit_code, 0, "cprof view %s: exit %d: %s", path, r.exit_code, r.err);
+	a.view_rows = parse_top(r.out, view_rows, 512);
+	cr_assert_eq(th_pprof_top_ex(path, go_opts, &go_out), 0, "%s", go_out);
+	go_top = strstr(go_out, "      flat  flat%");
+	cr_assert_not_null(go_top, "go tool pprof -top printed no table:\n%s", go_out);
+	a.go_rows = parse_top(go_out, go_rows, 512);
+	a.same_table = !strcmp(strstr(r.out, "      flat  flat%"), go_top);
+	for (size_t i = 0; i < a.go_rows; i++) {
+		size_t j;
+
+		for (j = 0; j < a.view_rows; j++)
+			if (!strcmp(go_rows[i].name, view_rows[j].name))
+				break;
+		if (j == a.view_rows) {
+			a.missing++;
+			cr_log_warn("%s: '%s' is in pprof's table, not in cprof view's", path,
+				    go_rows[i].name);
+			continue;
+		}
+		a.flat_same += !strcmp(go_rows[i].flat, view_rows[j].flat);
+		a.cum_same += !strcmp(go_rows[i].cum, view_rows[j].cum);
+		cr_expect_str_eq(view_rows[j].flat, go_rows[i].flat, "%s: flat of %s", path,
+				 go_rows[i].name);
+	}
+	fprintf(stderr, "view: %s%s%s%s%s: go tool pprof -top %zu rows, cprof view %zu rows; "
+			"flat equal %zu/%zu, cum equal %zu/%zu, whole table %s\n",
+		strrchr(path, '/') + 1, index ? " --index " : "", index ? index : "",
+		top ? " --top " : "", top ? top_arg : "", a.go_rows, a.view_rows, a.flat_same,
+		a.go_rows, a.cum_same, a.go_rows, a.same_table ? "identical" : "differs");
+	cr_expect_gt(a.go_rows, 0, "pprof's table is empty");
+	cr_expect_eq(a.view_rows, a.go_rows, "row counts differ");
+	cr_expect_eq(a.missing, 0);
+	cr_expect_eq(a.flat_same, a.go_rows);
+	cr_expect(a.same_table, "the tables differ:\n%s\nvs pprof's:\n%s", r.out, go_top);
+	free(go_out);
+	th_run_release(&r);
+	return a;
+}
+
+/* ---- folded stacks -------------------------------------------------------- */
+
+/* Sum of the values of folded text; asserts every line's form. */
+static long long folded_sum(const char *text)
+{
+	long long sum = 0;
+
+	for (const char *p = text; *p;) {
+		const char *end = strchr(p, '\n'), *sp;
+
+		cr_assert_not_null(end, "folded output does not end its last line");
+		for (sp = end; sp > p && sp[-1] != ' '; sp--)
+			;
+		cr_assert(sp > p + 1, "no value on line: %.*s", (int)(end - p), p);
+		sum += atoll(sp);
+		p = end + 1;
+	}
+	return sum;
+}
+
+static void expect_folded_total(const char *profile_path, const char *index)
+{
+	struct profile *p = th_load_profile(profile_path);
+	struct th_run r;
+	size_t i;
+
+	cr_assert_eq(view_sample_index(p, index, &i), 0);
+	if (index)
+		TH_CPROF(&r, 60000, "view", profile_path, "--folded", "--index", index);
+	else
+		TH_CPROF(&r, 60000, "view", profile_path, "--folded");
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	cr_expect_eq(folded_sum(r.out), profile_total(p, i), "%s: folded sum vs the total",
+		     profile_path);
+	th_run_release(&r);
+	profile_free(p);
+}
+
+/* ---- Go's own profiles ----------------------------------------------------- */
+
+static const char go_program[] =
+	"package main\n\n"
+	"import (\n\t\"os\"\n\t\"runtime\"\n\t\"runtime/pprof\"\n\t\"time\"\n)\n\n"
+	"var sink [][]byte\n\n"
+	"//go:noinline\n"
+	"func burn(n int) uint64 {\n\tx := uint64(1)\n\tfor i := 0; i < n; i++ {\n"
+	"\t\tx = x*6364136223846793005 + 1442695040888963407\n\t}\n\treturn x\n}\n\n"
+	"//go:noinline\n"
+	"func spin(d time.Duration) uint64 {\n\tvar s uint64\n"
+	"\tfor end := time.Now().Add(d); time.Now().Before(end); {\n\t\ts += burn(200000)\n\t}\n"
+	"\treturn s\n}\n\n"
+	"//go:noinline\n"
+	"func allocate(n, size int) {\n\tfor i := 0; i < n; i++ {\n"
+	"\t\tsink = append(sink, make([]byte, size))\n\t}\n}\n\n"
+	"func main() {\n\truntime.MemProfileRate = 4096\n"
+	"\tcpu, err := os.Create(os.Args[1])\n\tif err != nil {\n\t\tpanic(err)\n\t}\n"
+	"\tif err := pprof.StartCPUProfile(cpu); err != nil {\n\t\tpanic(err)\n\t}\n"
+	"\ts := spin(800 * time.Millisecond)\n\tallocate(3000, 4096)\n\tallocate(500, 64)\n"
+	"\tpprof.StopCPUProfile()\n\tcpu.Close()\n\truntime.GC()\n"
+	"\theap, err := os.Create(os.Args[2])\n\tif err != nil {\n\t\tpanic(err)\n\t}\n"
+	"\tif err := pprof.WriteHeapProfile(heap); err != nil {\n\t\tpanic(err)\n\t}\n"
+	"\theap.Close()\n\tprintln(s, len(sink))\n}\n";
+
+/* Builds and runs the Go program: *ret_cpu, *ret_heap are its profiles. */
+static void go_profiles(char **ret_cpu, char **ret_heap)
+{
+	const char *dir = th_tmp_dir("goprog");
+	char *src, *bin, *cpu, *heap, *gohome, *gocache, *gopath;
+	struct th_run r;
+
+	/* A cache kept in the build tree: later runs skip the compile. */
+	cr_assert(asprintf(&gohome, "%s/gohome", TEST_TMPDIR) > 0);
+	cr_assert(asprintf(&gocache, "%s/gohome/cache", TEST_TMPDIR) > 0);
+	cr_assert(asprintf(&gopath, "%s/gohome/go", TEST_TMPDIR) > 0);
+	mkdir(gohome, 0755);
+	setenv("HOME", gohome, 1);
+	setenv("GOCACHE", gocache, 1);
+	setenv("GOPATH", gopath, 1);
+	setenv("GOFLAGS", "-mod=mod", 1);
+	setenv("GOTOOLCHAIN", "local", 1);
+	setenv("GO111MODULE", "off", 1); /* one file, the standard library only */
+	cr_assert(asprintf(&src, "%s/main.go", dir) > 0);
+	cr_assert(asprintf(&bin, "%s/prog", dir) > 0);
+	cr_assert(asprintf(&cpu, "%s/go-cpu.pprof", dir) > 0);
+	cr_assert(asprintf(&heap, "%s/go-heap.pprof", dir) > 0);
+	write_text(src, go_program);
+	th_run_cmd_ex(&r, 300000, 0, 0,
+		      (const char *const[]){ "/usr/bin/env", "go", "build", "-o", bin, src, NULL });
+	if (r.exit_code == 127)
+		cr_skip_test("go is not installed (Debian's golang-go): no Go-written profiles");
+	cr_assert_eq(r.exit_code, 0, "go build: %s%s", r.out, r.err);
+	th_run_release(&r);
+	th_run_cmd_ex(&r, 60000, 0, 0, (const char *const[]){ bin, cpu, heap, NULL });
+	cr_assert_eq(r.exit_code, 0, "the Go program: %s", r.err);
+	th_run_release(&r);
+	free(src);
+	free(bin);
+	free(gohome);
+	free(gocache);
+	free(gopath);
+	*ret_cpu = cpu;
+	*ret_heap = heap;
+}
+
+Test(view, go_written_profiles_agree_with_pprof, .timeout = 300)
+{
+	static const char *const heap_indexes[] = { "alloc_objects", "alloc_space",
+						    "inuse_objects" };
+	char *cpu, *heap;
+	struct th_run r;
+
+	go_profiles(&cpu, &heap);
+	compare_with_pprof(cpu, NULL, 0);
+	compare_with_pprof(heap, NULL, 0); /* inuse_space: pprof's default, the last */
+	for (size_t i = 0; i < sizeof(heap_indexes) / sizeof(heap_indexes[0]); i++)
+		compare_with_pprof(heap, heap_indexes[i], 0);
+	expect_folded_total(cpu, NULL);
+	expect_folded_total(heap, "alloc_space");
+
+	TH_CPROF(&r, 60000, "view", cpu, "--folded");
+	cr_expect(strstr(r.out, "runtime.main;main.main;main.spin;main.burn "),
+		  "Go's stack root first:\n%s", r.out);
+	th_run_release(&r);
+	TH_CPROF(&r, 60000, "view", heap, "--folded", "--index", "alloc_space");
+	cr_expect(strstr(r.out, "runtime.main;main.main;main.allocate "), "%s", r.out);
+	th_run_release(&r);
+	free(cpu);
+	free(heap);
+}
+
+/* ---- cprof's own profiles ---------------------------------------------- */
+
+Test(view, cprof_written_profile_agrees_with_pprof, .timeout = 300)
+{
+	const char *out = th_tmp_path("demo.pb.gz");
+	pid_t pid;
+	struct th_run r;
+
+	th_require_perf(false);
+	pid = TH_SPAWN("demo", "20", "2");
+	TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(pid), "-d", "2s", "-o", out, "-q");
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	th_kill(pid);
+
+	compare_with_pprof(out, NULL, 0);
+	compare_with_pprof(out, "samples", 0);
+	compare_with_pprof(out, NULL, 5);
+	expect_folded_total(out, NULL);
+	TH_CPROF(&r, 60000, "view", out, "--folded");
+	cr_expect(strstr(r.out, "start_thread;worker;handle_request;compress_block "),
+		  "the demo's hot stack, root first:\n%s", r.out);
+	th_run_release(&r);
+
+	TH_CPROF(&r, 60000, "view", out, "--tree");
+	cr_assert_eq(r.exit_code, 0);
+	cr_expect(strstr(r.out, "  worker\n") && strstr(r.out, "  compress_block\n"), "%s", r.out);
+	th_run_release(&r);
+}
+
+/* ---- the flame graph ---------------------------------------------------- */
+
+/* Well-formed XML: xmllint when installed, else its first and last tags. */
+static void expect_well_formed(const char *svg)
+{
+	struct th_run r;
+	char *text;
+
+	if (access("/usr/bin/xmllint", X_OK) == 0) {
+		th_run_cmd_ex(&r, 60000, 0, 0,
+			      (const char *const[]){ "/usr/bin/xmllint", "--noout", svg, NULL });
+		cr_expect_eq(r.exit_code, 0, "xmllint %s: %s", svg, r.err);
+		th_run_release(&r);
+		return;
+	}
+	text = read_text(svg);
+	cr_expect(!strncmp(text, "<?xml", 5) && strstr(text, "</svg>\n"));
+	free(text);
+}
+
+/* Counts, in a PNG, pixels of the flame palette (red >= 200, blue <= 60)
+ * and of the search highlight (magenta). Python's zlib: no image library. */
+static const char png_stats[] =
+	"import sys, zlib, struct\n"
+	"d = open(sys.argv[1], 'rb').read()\n"
+	"assert d[:8] == b'\\x89PNG\\r\\n\\x1a\\n'\n"
+	"pos, idat = 8, b''\n"
+	"while pos < len(d):\n"
+	"    n, t = struct.unpack('>I4s', d[pos:pos + 8]); c = d[pos + 8:pos + 8 + n]\n"
+	"    if t == b'IHDR': w, h, depth, ctype = struct.unpack('>IIBB', c[:10])\n"
+	"    elif t == b'IDAT': idat += c\n"
+	"    pos += 12 + n\n"
+	"bpp = {2: 3, 6: 4}[ctype]; raw = zlib.decompress(idat); stride = w * bpp\n"
+	"prev = bytearray(stride); flame = magenta = 0; colours = set()\n"
+	"for y in range(h):\n"
+	"    f = raw[y * (stride + 1)]\n"
+	"    line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])\n"
+	"    for i in range(stride):\n"
+	"        a = line[i - bpp] if i >= bpp else 0; b = prev[i]\n"
+	"        c = prev[i - bpp] if i >= bpp else 0\n"
+	"        if f == 1: line[i] = (line[i] + a) & 255\n"
+	"        elif f == 2: line[i] = (line[i] + b) & 255\n"
+	"        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255\n"
+	"        elif f == 4:\n"
+	"            p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)\n"
+	"            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255\n"
+	"    for x in range(0, stride, bpp):\n"
+	"        r, g, b = line[x], line[x + 1], line[x + 2]; colours.add((r, g, b))\n"
+	"        if r >= 200 and b <= 60 and g <= 235: flame += 1\n"
+	"        if r >= 220 and g <= 20 and b >= 220: magenta += 1\n"
+	"    prev = line\n"
+	"print('%d %d %d %d %d' % (w, h, len(colours), flame, magenta))\n";
+
+struct png_stat {
+	int w, h, colours, flame, magenta;
+};
+
+static struct png_stat png_stat(const char *png)
+{
+	struct png_stat s = { 0 };
+	struct th_run r;
+
+	th_run_cmd_ex(&r, 120000, 0, 0,
+		      (const char *const[]){ "/usr/bin/env", "python3", "-c", png_stats, png, NULL });
+	if (r.exit_code == 127)
+		cr_skip_test("python3 is not installed: cannot decode the screenshot");
+	cr_assert_eq(r.exit_code, 0, "decoding %s: %s", png, r.err);
+	cr_assert_eq(sscanf(r.out, "%d %d %d %d %d", &s.w, &s.h, &s.colours, &s.flame,
+			    &s.magenta), 5, "%s", r.out);
+	th_run_release(&r);
+	return s;
+}
+
+static const char *chromium_path(void)
+{
+	static const char *const paths[] = { "/usr/bin/chromium", "/usr/bin/chromium-browser",
+					     "/usr/bin/google-chrome" };
+
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+		if (access(paths[i], X_OK) == 0)
+			return paths[i];
+	return NULL;
+}
+
+/* Opens @url in headless Chromium and writes a 1200x800 screenshot to @png. */
+static void screenshot(const char *url, const char *png)
+{
+	const char *chromium = chromium_path();
+	char *shot, *profile_dir;
+	struct th_run r;
+
+	if (!chromium)
+		cr_skip_test("chromium is not installed (scripts/setup installs it): the flame "
+			     "graph is not opened in a browser");
+	cr_assert(asprintf(&shot, "--screenshot=%s", png) > 0);
+	cr_assert(asprintf(&profile_dir, "--user-data-dir=%s", th_tmp_dir("chromium")) > 0);
+	unlink(png);
+	th_run_cmd_ex(&r, 120000, 0, 0,
+		      (const char *const[]){ chromium, "--headless", "--no-sandbox", "--disable-gpu",
+					     "--disable-quic", "--no-first-run",
+					     "--disable-background-networking",
+					     "--disable-component-update", "--disable-sync",
+					     profile_dir, shot, "--window-size=1200,800", url,
+					     NULL });
+	cr_assert_eq(r.exit_code, 0, "chromium: exit %d: %s", r.exit_code, r.err);
+	cr_assert_eq(access(png, R_OK), 0, "chromium wrote no %s: %s", png, r.err);
+	th_run_release(&r);
+	free(shot);
+	free(profile_dir);
+}
+
+Test(view, demo_flame_graph_in_chromium, .timeout = 300)
+{
+	char *dir, *svg, *png, *png_zoom, *url, *text;
+	struct png_stat s, z;
+	struct th_run r;
+	pid_t pid;
+
+	th_require_perf(false);
+	if (!chromium_path())
+		cr_skip_test("chromium is not installed (scripts/setup installs it): the flame "
+			     "graph is not opened in a browser");
+	mkdir(SHOT_DIR, 0755);
+	dir = realpath(SHOT_DIR, NULL);
+	cr_assert_not_null(dir, "%s: %s", SHOT_DIR, strerror(errno));
+	cr_assert(asprintf(&svg, "%s/demo-flamegraph.svg", dir) > 0);
+	cr_assert(asprintf(&png, "%s/demo-flamegraph.png", dir) > 0);
+	cr_assert(asprintf(&png_zoom, "%s/demo-flamegraph-zoom.png", dir) > 0);
+	free(dir);
+
+	/* The collecting command writes the flame graph itself. */
+	pid = TH_SPAWN("demo", "20", "2");
+	TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(pid), "-d", "2s", "-o", svg, "-q");
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	th_kill(pid);
+	expect_well_formed(svg);
+	text = read_text(svg);
+	cr_expect(strstr(text, "data-n=\"compress_block\""), "no compress_block frame");
+	cr_expect(strstr(text, "data-n=\"worker\""), "no worker frame");
+	free(text);
+
+	cr_assert(asprintf(&url, "file://%s", svg) > 0);
+	screenshot(url, png);
+	s = png_stat(png);
+	fprintf(stderr, "view: demo flame graph screenshot: %s (%dx%d, %d colours, %d flame "
+			"pixels)\n", png, s.w, s.h, s.colours, s.flame);
+	cr_expect_eq(s.w, 1200);
+	cr_expect_gt(s.colours, 50, "a blank page has a handful of colours");
+	cr_expect_gt(s.flame, s.w * 16 * 3, "fewer flame-coloured pixels than three full rows");
+	cr_expect_eq(s.magenta, 0, "nothing searched, nothing highlighted");
+	free(url);
+
+	/* The script runs: ?z= zooms into hash_payload as a click does, ?s=
+	 * searches as the Search button does and paints the matches. Zoomed,
+	 * mix64 (inlined into hash_payload, ~90% of it) spans more than half
+	 * the width; unzoomed it has about a quarter. */
+	cr_assert(asprintf(&url, "file://%s?z=hash_payload&s=%%5Emix64%%24", svg) > 0);
+	screenshot(url, png_zoom);
+	z = png_stat(png_zoom);
+	fprintf(stderr, "view: zoomed into hash_payload, searched mix64: %s (%d highlighted "
+			"pixels)\n", png_zoom, z.magenta);
+	cr_expect_gt(z.magenta, (FRAME_ROWS_PX - 2) * (1200 - 20) / 2,
+		     "mix64 is not highlighted across half the zoomed graph");
+	free(url);
+	free(png_zoom);
+	free(svg);
+	free(png);
+}
+
+/* ---- bad input ------------------------------------------------------------ */
+
+Test(view, bad_input_says_why)
+{
+	const char *junk = th_tmp_path("junk.pb.gz"), *good = th_tmp_path("good.pb.gz");
+	struct profile *p = NULL;
+	struct profile_value_type t = { "cpu", "nanoseconds" };
+	struct th_run r;
+
+	write_text(junk, "this is not a profile\n");
+	TH_CPROF(&r, 10000, "view", junk);
+	cr_expect_eq(r.exit_code, 2, "not pprof: exit %d", r.exit_code);
+	cr_expect(strstr(r.err, "not a pprof profile"), "%s", r.err);
+	th_run_release(&r);
+
+	TH_CPROF(&r, 10000, "view", TEST_TMPDIR "/no-such-file.pb.gz");
+	cr_expect_eq(r.exit_code, 2, "missing: exit %d", r.exit_code);
+	cr_expect(strstr(r.err, "cannot read") && strstr(r.err, "No such file"), "%s", r.err);
+	th_run_release(&r);
+
+	cr_assert_eq(profile_new(&p, &t, 1), 0);
+	write_profile(good, p);
+	profile_free(p);
+	TH_CPROF(&r, 10000, "view", good, "--index", "alloc_space");
+	cr_expect_eq(r.exit_code, 64, "unknown --index: exit %d", r.exit_code);
+	cr_expect(strstr(r.err, "invalid --index 'alloc_space'"), "%s", r.err);
+	cr_expect(strstr(r.err, "hint: its sample types are: cpu"), "%s", r.err);
+	th_run_release(&r);
+
+	TH_CPROF(&r, 10000, "view", good, "--svg", TEST_TMPDIR "/no-such-dir/x.svg");
+	cr_expect_eq(r.exit_code, 4, "unwritable output: exit %d", r.exit_code);
+	th_run_release(&r);
+	TH_CPROF(&r, 10000, "view", good, "--folded", "--tree");
+	cr_expect_eq(r.exit_code, 64);
+	th_run_release(&r);
+	TH_CPROF(&r, 10000, "view");
+	cr_expect_eq(r.exit_code, 64);
+	cr_expect(strstr(r.err, "missing FILE"), "%s", r.err);
+	th_run_release(&r);
+}
+
+/* ---- views, --top, --json and -q from the collecting commands ------------- */
+
+/* The value of "key": in one line of JSON, as text (numbers, null). */
+static long long json_number(const char *json, const char *key)
+{
+	char needle[64];
+	const char *p;
+
+	snprintf(needle, sizeof(needle), "\"%s\":", key);
+	p = strstr(json, needle);
+	cr_assert_not_null(p, "no %s in %s", key, json);
+	return atoll(p + strlen(needle));
+}
+
+Test(view, cpu_folded_json_quiet, .timeout = 120)
+{
+	char *folded = tmp_file("cpu.folded");
+	struct th_run r;
+	char *text;
+	pid_t pid;
+
+	th_require_perf(false);
+	pid = TH_SPAWN("busy", "2", "20");
+	TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(pid), "-d", "1s", "-o", folded, "--json",
+		 "-q");
+	th_kill(pid);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	cr_expect_eq(r.err_len, 0, "-q: nothing on stderr, got: %s", r.err);
+	cr_expect(!strncmp(r.out, "{\"command\":\"cpu\",", 16), "%s", r.out);
+	cr_expect_eq(strchr(r.out, '\n') - r.out + 1, (long)r.out_len, "one line: %s", r.out);
+	cr_expect_eq(json_number(r.out, "pid"), pid);
+	cr_expect(strstr(r.out, "\"output\":\""), "%s", r.out);
+	cr_expect_gt(json_number(r.out, "samples"), 10, "%s", r.out);
+	cr_expect_eq(json_number(r.out, "lost"), 0);
+	cr_expect(strstr(r.out, "\"pause_ms\":null"), "%s", r.out);
+	cr_expect(strstr(r.out, "\"top\":[{\"function\":\"work_"), "busy's hot spots: %s", r.out);
+	text = read_text(folded);
+	cr_expect_eq(folded_sum(text), json_number(r.out, "total"), "folded sum vs total");
+	cr_expect(strstr(text, "start_thread;"), "%s", text);
+	free(text);
+	free(folded);
+	th_run_release(&r);
+}
+
+Test(view, threads_and_heap_views, .timeout = 120)
+{
+	char *txt = tmp_file("threads.txt"), *svg = tmp_file("heap.svg");
+	char *heap = tmp_file("heap.pb.gz");
+	struct th_run r;
+	char *text;
+	pid_t pid;
+
+	pid = TH_SPAWN("heapsites", "20", th_tmp_path("report"));
+	TH_CPROF(&r, 60000, "threads", "-p", th_pid_str(pid), "-o", txt, "--json", "-q");
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	cr_expect_eq(r.err_len, 0, "-q: %s", r.err);
+	cr_expect(strstr(r.out, "\"command\":\"threads\""), "%s", r.out);
+	cr_expect(!strstr(r.out, "\"pause_ms\":null"), "a snapshot has a pause: %s", r.out);
+	cr_expect_gt(json_number(r.out, "samples"), 0);
+	th_run_release(&r);
+	text = read_text(txt);
+	cr_expect(strstr(text, "Type: threads\n") && strstr(text, "      flat  flat%"), "%s",
+		  text);
+	free(text);
+	/* With --debug 2 the text asked for goes to x.txt, not the table. */
+	TH_CPROF(&r, 60000, "threads", "-p", th_pid_str(pid), "--debug", "2", "-o", txt, "-q");
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	text = read_text(txt);
+	cr_expect(!strncmp(text, "# paused ", 9) && !strstr(text, "flat%"), "%s", text);
+	free(text);
+
+	/* alloc_space: what was allocated in the window is there even when a
+	 * slow (sanitized) cprof loses records of frees. */
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--rate", "64KiB",
+		 "--index", "alloc_space", "-o", svg, "--top", "3");
+	if (r.exit_code == 3)
+		cr_skip_test("no permission to load the agent: %s", r.err);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	cr_expect(strstr(r.err, "Type: alloc_space") && strstr(r.err, "Showing top 3 nodes"),
+		  "--top 3 on stderr: %s", r.err);
+	th_run_release(&r);
+	/* cprof's heap profiles carry drop_frames (the agent's hooks): pprof
+	 * prunes them, and so must cprof view. */
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--rate", "64KiB", "-o",
+		 heap, "-q");
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	th_kill(pid);
+	compare_with_pprof(heap, "alloc_space", 0);
+	compare_with_pprof(heap, "alloc_objects", 0);
+	expect_well_formed(svg);
+	text = read_text(svg);
+	cr_expect(strstr(text, "data-n=\"retain_4k\""), "the retaining site is a frame");
+	free(text);
+	free(txt);
+	free(svg);
+	free(heap);
+
+	TH_CPROF(&r, 10000, "cpu", "-p", "1", "-o", "-", "--json");
+	cr_expect_eq(r.exit_code, 64, "--json with -o -: exit %d", r.exit_code);
+	th_run_release(&r);
+	TH_CPROF(&r, 10000, "threads", "-p", "1", "--debug", "2", "--format", "svg");
+	cr_expect_eq(r.exit_code, 64, "--debug 2 has no svg: exit %d", r.exit_code);
+	th_run_release(&r);
+	TH_CPROF(&r, 10000, "cpu", "-p", "1", "--format", "png");
+	cr_expect_eq(r.exit_code, 64);
+	th_run_release(&r);
+}

@@ -1,0 +1,261 @@
+/* lib/view (test-viewlib: test-view is the integration suite): pprof's
+ * value labels, per-function flat/cum, folded stacks, drop_frames, the tree
+ * and the flame graph, on hand-made profiles whose answers are known. (test-view in integration/ checks them against
+ * go tool pprof on real profiles.) */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "profile/profile.h"
+#include "view/view.h"
+
+static const struct profile_value_type types[] = {
+	{ "samples", "count" },
+	{ "cpu", "nanoseconds" },
+};
+
+static struct profile *new_profile(void)
+{
+	struct profile *p = NULL;
+
+	cr_assert_eq(profile_new(&p, types, 2), 0);
+	return p;
+}
+
+/* A location with lines @names[0] (innermost) ... @names[n-1]. */
+static uint64_t location_n(struct profile *p, uint64_t address, const char *const *names,
+			   size_t n)
+{
+	struct profile_line lines[8] = { 0 };
+	uint64_t id;
+
+	cr_assert(n <= 8);
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(profile_intern_function(p, names[i], names[i], "f.c", 1,
+						     &lines[i].function_id), 0);
+	cr_assert_eq(profile_add_location(p, address, 0, lines, n, &id), 0);
+	return id;
+}
+
+static uint64_t location(struct profile *p, uint64_t address, const char *name)
+{
+	return location_n(p, address, &name, 1);
+}
+
+static void sample(struct profile *p, const uint64_t *locs, size_t n, int64_t count, int64_t ns)
+{
+	int64_t v[2] = { count, ns };
+
+	cr_assert_eq(profile_add_sample(p, locs, n, v, NULL, 0), 0);
+}
+
+/* main -> work -> leaf (x3), main -> work (x1), main -> rec -> rec (x2), and
+ * a location where "inl" is inlined into "work". */
+static struct profile *known_profile(void)
+{
+	struct profile *p = new_profile();
+	uint64_t m = location(p, 0x100, "main"), w = location(p, 0x200, "work"),
+		 l = location(p, 0x300, "leaf"), r1 = location(p, 0x400, "rec"),
+		 r2 = location(p, 0x401, "rec");
+	const char *inl[] = { "inl", "work" };
+	uint64_t iw = location_n(p, 0x500, inl, 2);
+
+	sample(p, (uint64_t[]){ l, w, m }, 3, 3, 30000000);
+	sample(p, (uint64_t[]){ w, m }, 2, 1, 10000000);
+	sample(p, (uint64_t[]){ r2, r1, m }, 3, 2, 20000000);
+	sample(p, (uint64_t[]){ iw, m }, 2, 4, 40000000);
+	return p;
+}
+
+static char *render(const struct profile *p, size_t index, enum view_format f, size_t rows)
+{
+	char *buf = NULL;
+	size_t len = 0;
+
+	cr_assert_eq(view_render(p, index, f, rows, "t", &buf, &len), 0);
+	cr_assert_eq(strlen(buf), len);
+	return buf;
+}
+
+Test(viewlib, value_labels_as_pprof)
+{
+	static const struct {
+		int64_t v;
+		const char *unit, *out, *want;
+	} cases[] = {
+		{ 1500000000, "nanoseconds", "auto", "1.50s" },
+		{ 2432876640, "nanoseconds", "ms", "2432.88ms" },
+		{ 10000000, "nanoseconds", "s", "0.01s" },
+		{ 524288, "bytes", "auto", "512kB" },
+		{ 12345678, "bytes", "MB", "11.77MB" },
+		{ 42, "count", "count", "42" },
+		{ 0, "nanoseconds", "auto", "0" },
+		{ 999, "nanoseconds", "auto", "999ns" },
+		{ 7, "objects", "objects", "7objects" },
+	};
+	char buf[64];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		view_format_value(cases[i].v, cases[i].unit, cases[i].out, buf, sizeof(buf));
+		cr_expect_str_eq(buf, cases[i].want, "%lld %s in %s", (long long)cases[i].v,
+				 cases[i].unit, cases[i].out);
+	}
+}
+
+Test(viewlib, sample_index_rules)
+{
+	struct profile *p = new_profile();
+	size_t i = 99;
+
+	cr_expect_eq(view_sample_index(p, NULL, &i), 0);
+	cr_expect_eq(i, 1, "no default: the last type, as pprof");
+	cr_expect_eq(view_sample_index(p, "samples", &i), 0);
+	cr_expect_eq(i, 0);
+	cr_expect_eq(view_sample_index(p, "cpu/nanoseconds", &i), 0);
+	cr_expect_eq(i, 1);
+	cr_expect_eq(view_sample_index(p, "alloc_space", &i), -ENOENT);
+	cr_assert_eq(profile_set_default_sample_type(p, "samples"), 0);
+	cr_expect_eq(view_sample_index(p, NULL, &i), 0);
+	cr_expect_eq(i, 0, "the profile's default_sample_type");
+	profile_free(p);
+}
+
+static const struct view_func *find(const struct view_func *f, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(f[i].name, name))
+			return &f[i];
+	cr_assert_fail("no function %s", name);
+	return NULL;
+}
+
+Test(viewlib, flat_and_cum_counted_once_per_sample)
+{
+	struct profile *p = known_profile();
+	struct view_func *f = NULL;
+	size_t n = 0;
+
+	cr_assert_eq(view_functions(p, 0, &f, &n), 0);
+	cr_expect_eq(n, 5);
+	cr_expect_eq(find(f, n, "leaf")->flat, 3);
+	cr_expect_eq(find(f, n, "work")->flat, 1);
+	cr_expect_eq(find(f, n, "work")->cum, 8, "leaf's 3 + its own 1 + inl's 4");
+	cr_expect_eq(find(f, n, "rec")->flat, 2);
+	cr_expect_eq(find(f, n, "rec")->cum, 2, "recursion counts once per sample");
+	cr_expect_eq(find(f, n, "inl")->flat, 4, "the innermost line is the leaf");
+	cr_expect(find(f, n, "inl")->inlined && !find(f, n, "inl")->called);
+	cr_expect_eq(find(f, n, "main")->cum, 10);
+	cr_expect_eq(find(f, n, "main")->flat, 0);
+	/* pprof's order: flat descending, then name. */
+	for (size_t i = 1; i < n; i++)
+		cr_expect(f[i - 1].flat > f[i].flat ||
+			  (f[i - 1].flat == f[i].flat && strcmp(f[i - 1].name, f[i].name) < 0));
+	free(f);
+	profile_free(p);
+}
+
+Test(viewlib, top_table)
+{
+	struct profile *p = known_profile();
+	char *t = render(p, 1, VIEW_TOP, 0);
+
+	cr_expect(strstr(t, "Type: cpu\n"), "%s", t);
+	cr_expect(strstr(t, "Showing nodes accounting for 100ms, 100% of 100ms total\n"), "%s", t);
+	cr_expect(strstr(t, "      flat  flat%   sum%        cum   cum%\n"), "%s", t);
+	cr_expect(strstr(t, "      40ms 40.00% 40.00%       40ms 40.00%  inl (inline)\n"), "%s", t);
+	cr_expect(strstr(t, "       0     0%   100%      100ms   100%  main\n") ||
+		  strstr(t, "         0     0%   100%      100ms   100%  main\n"), "%s", t);
+	free(t);
+	t = render(p, 1, VIEW_TOP, 2);
+	cr_expect(strstr(t, "Showing top 2 nodes out of 5\n"), "%s", t);
+	cr_expect(strstr(t, "Showing nodes accounting for 70ms, 70.00% of 100ms total\n"), "%s", t);
+	free(t);
+	profile_free(p);
+}
+
+Test(viewlib, folded_root_first_merged_and_summing_to_the_total)
+{
+	struct profile *p = known_profile();
+	char *t = render(p, 0, VIEW_FOLDED, 0);
+	long long sum = 0;
+
+	cr_expect_str_eq(t, "main;rec;rec 2\n"
+			    "main;work 1\n"
+			    "main;work;inl 4\n"
+			    "main;work;leaf 3\n");
+	for (char *nl = strchr(t, '\n'); nl; nl = strchr(nl + 1, '\n')) {
+		char *sp = nl;
+
+		while (sp > t && sp[-1] != ' ')
+			sp--;
+		sum += atoll(sp);
+	}
+	cr_expect_eq(sum, profile_total(p, 0));
+	free(t);
+	profile_free(p);
+}
+
+Test(viewlib, drop_frames_as_pprof_prunes)
+{
+	struct profile *p = new_profile();
+	uint64_t m = location(p, 0x100, "main"), a = location(p, 0x200, "app_alloc"),
+		 h = location(p, 0x300, "hook_malloc"), r = location(p, 0x400, "record_alloc");
+	char *t;
+
+	sample(p, (uint64_t[]){ r, h, a, m }, 4, 5, 5);
+	/* Anchored as pprof does: "^hook_" would match only the name "hook_". */
+	cr_assert_eq(profile_set_drop_frames(p, "^hook_.*|^record_alloc$"), 0);
+	t = render(p, 0, VIEW_FOLDED, 0);
+	cr_expect_str_eq(t, "main;app_alloc 5\n", "the hook and all below it go");
+	free(t);
+	profile_free(p);
+}
+
+Test(viewlib, tree_indents_callees_under_callers)
+{
+	struct profile *p = known_profile();
+	char *t = render(p, 0, VIEW_TREE, 0);
+
+	cr_expect(strstr(t, "  main\n"), "%s", t);
+	cr_expect(strstr(t, "    work\n"), "%s", t);
+	cr_expect(strstr(t, "      leaf\n"), "%s", t);
+	cr_expect(strstr(t, "      rec\n"), "%s", t);
+	cr_expect(strstr(t, "    work\n") < strstr(t, "    rec\n"), "by cum: work (8) first");
+	free(t);
+	profile_free(p);
+}
+
+Test(viewlib, svg_has_every_frame_and_escapes_names)
+{
+	struct profile *p = new_profile();
+	uint64_t m = location(p, 0x100, "main"),
+		 o = location(p, 0x200, "std::vector<int>::operator[] & \"x\"");
+	char *t;
+
+	sample(p, (uint64_t[]){ o, m }, 2, 3, 3);
+	t = render(p, 0, VIEW_SVG, 0);
+	cr_expect(!strncmp(t, "<?xml", 5));
+	cr_expect(strstr(t, "</svg>\n"));
+	cr_expect(strstr(t, "data-n=\"main\""), "main is a frame");
+	cr_expect(strstr(t, "std::vector&lt;int&gt;::operator[] &amp; &quot;x&quot;"));
+	cr_expect(!strstr(t, "vector<int>"), "no raw '<' outside the script");
+	cr_expect(strstr(t, "<title>main (3 samples, 100%)</title>"), "%s", strstr(t, "<title>"));
+	cr_expect(strstr(t, "<![CDATA["));
+	free(t);
+	profile_free(p);
+}
+
+Test(viewlib, formats_by_name_and_extension)
+{
+	enum view_format f;
+
+	cr_expect_eq(view_format_from_path("x/cpu.svg"), VIEW_SVG);
+	cr_expect_eq(view_format_from_path("cpu.folded"), VIEW_FOLDED);
+	cr_expect_eq(view_format_from_path("cpu.txt"), VIEW_TOP);
+	cr_expect_eq(view_format_from_path("cpu.pb.gz"), VIEW_PPROF);
+	cr_expect_eq(view_format_from_name("tree", &f), 0);
+	cr_expect_eq(f, VIEW_TREE);
+	cr_expect_eq(view_format_from_name("png", &f), -EINVAL);
+}
