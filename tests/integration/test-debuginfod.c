@@ -2,7 +2,7 @@
  * Stripped binaries: with DEBUGINFOD_URLS set, functions and file:line come
  * from a debuginfod server (libdw's client, through libdwfl's standard
  * find_debuginfo callback); without, profiles still work and carry each
- * mapping's build id, for pprof or a person to symbolize later.
+ * mapping's build id, by which its debug file can be found later.
  *
  * The server is Debian's own debuginfod, started here on a free port and
  * serving a directory with the debug file of the stripped copy of a target.
@@ -309,7 +309,7 @@ Test(debuginfod, stripped_target_without_server, .timeout = 120)
 	m = mapping_of(p, s.exe);
 	cr_assert_not_null(m);
 	cr_expect_str_eq(m->build_id, s.build_id);
-	/* Unsymbolized: pprof may symbolize it later from the unstripped binary. */
+	/* Not claimed to be symbolized: a reader may try to do better. */
 	cr_expect(!m->has_line_numbers);
 	th_assert_pprof_ok(out);
 	free(sums);
