@@ -267,6 +267,7 @@ int cmd_cpu(int argc, char **argv)
 		goto out_free;
 	}
 	summary(&a, &out, cpu_profiler_stats(p));
+	report_unsymbolized(profile);
 	code = EXIT_OK;
 	goto out_free;
 

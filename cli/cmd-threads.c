@@ -156,6 +156,8 @@ int cmd_threads(int argc, char **argv)
 	if (strcmp(a.common.output, "-"))
 		report_note("wrote %s: %zu threads, paused %.3f ms", output_name(&out), s->nstopped,
 			    (double)s->pause_ns / 1e6);
+	if (profile)
+		report_unsymbolized(profile);
 	code = EXIT_OK;
 out_abort:
 	output_abort(&out);

@@ -209,8 +209,12 @@ static bool has_file_line(const struct profile *p, const char *func, const char 
 	return false;
 }
 
-/* Runs `cprof cpu` for 1 s on @pid into @out; fails the test unless it succeeds. */
-static struct profile *cpu_profile(pid_t pid, const char *out)
+/*
+ * Runs `cprof cpu` for 1 s on @pid into @out; fails the test unless it
+ * succeeds. Whether it said how to get names for the program's frames goes
+ * to *@ret_hinted.
+ */
+static struct profile *cpu_profile(pid_t pid, const char *out, bool *ret_hinted)
 {
 	struct th_run r;
 
@@ -218,6 +222,9 @@ static struct profile *cpu_profile(pid_t pid, const char *out)
 	if (r.exit_code != 0)
 		th_run_log(&r, "cprof cpu");
 	cr_assert_eq(r.exit_code, 0);
+	*ret_hinted = strstr(r.err, "has no symbols or debug information") &&
+		      strstr(r.err, "DEBUGINFOD_URLS");
+	cr_log_info("cprof cpu said:\n%s", r.err);
 	th_run_release(&r);
 	return th_load_profile(out);
 }
@@ -229,6 +236,7 @@ Test(debuginfod, stripped_target_symbolized_from_server, .timeout = 120)
 	struct th_func_sum *sums;
 	struct profile *p;
 	const char *out;
+	bool hinted;
 	size_t n;
 	int port;
 	pid_t server, target;
@@ -244,7 +252,8 @@ Test(debuginfod, stripped_target_symbolized_from_server, .timeout = 120)
 	setenv("DEBUGINFOD_CACHE_PATH", cache, 1);
 	setenv("DEBUGINFOD_TIMEOUT", "20", 1);
 	out = th_tmp_path("with.pb.gz");
-	p = cpu_profile(target, out);
+	p = cpu_profile(target, out, &hinted);
+	cr_expect(!hinted, "a hint about missing symbols although the server had them");
 	unsetenv("DEBUGINFOD_URLS");
 	unsetenv("DEBUGINFOD_CACHE_PATH");
 	unsetenv("DEBUGINFOD_TIMEOUT");
@@ -290,6 +299,7 @@ Test(debuginfod, stripped_target_without_server, .timeout = 120)
 	struct profile *p;
 	const struct profile_mapping *m;
 	const char *out;
+	bool hinted;
 	size_t n;
 	bool hex_names = false;
 	pid_t target;
@@ -300,7 +310,8 @@ Test(debuginfod, stripped_target_without_server, .timeout = 120)
 	target = TH_SPAWN(s.exe, "1", "15");
 
 	out = th_tmp_path("without.pb.gz");
-	p = cpu_profile(target, out);
+	p = cpu_profile(target, out, &hinted);
+	cr_expect(hinted, "no hint about the stripped program and DEBUGINFOD_URLS");
 	th_func_sums(p, 1, &sums, &n);
 	cr_expect_eq(th_func_get(sums, n, "work_a").cum, 0, "work_a named without debug info?");
 	for (size_t i = 0; i < n; i++)
