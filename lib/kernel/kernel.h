@@ -58,9 +58,17 @@ void kallsyms_strerror(int err, char *buf, size_t size);
 int kallsyms_fill_profile(const struct kallsyms *ks, struct profile *p, uint64_t mapping_id);
 
 /*
+ * The GNU build id in the ELF notes @buf (the format of /sys/kernel/notes),
+ * as lower-case hex in @hex. 0, or -ENOENT when there is none (also for
+ * malformed notes: every length is checked against @len).
+ */
+int kernel_build_id_parse(const uint8_t *buf, size_t len, char *hex, size_t size);
+
+/*
  * Adds the "[kernel.kallsyms]" mapping over the kernel addresses @p uses,
- * with has_functions set so that pprof does not try to symbolize it. 0 and
- * *ret_id = 0 when @p has no kernel location.
+ * with the running kernel's build id (from /sys/kernel/notes, when
+ * readable) and has_functions set so that pprof does not try to symbolize
+ * it. 0 and *ret_id = 0 when @p has no kernel location.
  */
 int kallsyms_add_mapping(struct profile *p, uint64_t *ret_id);
 

@@ -74,6 +74,8 @@ Test(kernel, frames_on_top_of_user_stacks, .timeout = 120)
 	cr_expect(km->has_functions, "pprof would try to symbolize the kernel mapping");
 	cr_expect_neq(km->id, 1, "the program's mapping must stay first");
 	cr_expect(kernel_address(km->start) && km->limit > km->start);
+	if (access("/sys/kernel/notes", R_OK) == 0)
+		cr_expect_gt(strlen(km->build_id), 0, "no build id of the running kernel");
 
 	for (size_t i = 0; i < p->nsamples; i++) {
 		const struct profile_sample *s = &p->samples[i];

@@ -55,6 +55,24 @@ Test(kallsyms, zeros_mean_hidden)
 	cr_expect_eq(kallsyms_load(&ks, write_file("ffffffff81200000 D data\n")), -ENOENT);
 }
 
+Test(kallsyms, build_id_from_notes)
+{
+	/* A "Linux" note, then the GNU build id; then truncated copies. */
+	static const uint8_t notes[] = {
+		6, 0, 0, 0, 4, 0, 0, 0, 1, 1, 0, 0, 'L', 'i', 'n', 'u', 'x', 0, 0, 0, 9, 9, 9, 9,
+		4, 0, 0, 0, 4, 0, 0, 0, 3, 0, 0, 0, 'G', 'N', 'U', 0, 0xde, 0xad, 0xbe, 0xef,
+	};
+	char hex[129];
+
+	cr_assert_eq(kernel_build_id_parse(notes, sizeof(notes), hex, sizeof(hex)), 0);
+	cr_expect_str_eq(hex, "deadbeef");
+	for (size_t len = 0; len < sizeof(notes); len++)
+		cr_expect_eq(kernel_build_id_parse(notes, len, hex, sizeof(hex)), -ENOENT,
+			     "found in %zu bytes", len);
+	cr_expect_eq(kernel_build_id_parse(notes, sizeof(notes), hex, 8), -ENOENT,
+		     "no room: nothing");
+}
+
 Test(kallsyms, profile_mapping_after_the_program)
 {
 	static const struct profile_value_type t[] = { { "samples", "count" } };
