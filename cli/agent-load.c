@@ -12,21 +12,28 @@
 #define PICK_TIMEOUT_MS 5000
 #define CALL_TIMEOUT_MS 10000
 
+#ifndef CPROF_AGENT_REL
+#define CPROF_AGENT_REL "../lib/cprof/cprof-agent.so"
+#endif
+
 /*
- * $CPROF_AGENT, else cprof-agent.so beside the cprof binary (a build tree),
- * else ../lib/cprof/cprof-agent.so from it (an install). Never a relative
- * path or $PATH: root must not load code from where it was not put.
+ * Relative to /proc/self/exe, never to the working directory or $PATH:
+ * root must not load code from where it was not put.
  */
-static int find_agent(char *buf, size_t size)
+int agent_find(char *buf, size_t size)
 {
-	static const char *const rel[] = { "cprof-agent.so", "../lib/cprof/cprof-agent.so" };
+	static const char *const rel[] = { "cprof-agent.so", CPROF_AGENT_REL };
 	const char *env = getenv("CPROF_AGENT");
 	char exe[PATH_MAX], *slash;
 	ssize_t n;
 
 	if (env && *env) {
-		if (env[0] != '/' || !realpath(env, buf) || access(buf, R_OK) < 0)
+		char path[PATH_MAX];
+
+		if (env[0] != '/' || !realpath(env, path) || access(path, R_OK) < 0 ||
+		    strlen(path) >= size)
 			return -ENOENT;
+		memcpy(buf, path, strlen(path) + 1);
 		return 0;
 	}
 	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -38,11 +45,13 @@ static int find_agent(char *buf, size_t size)
 		return -ENOENT;
 	slash[1] = '\0';
 	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-		char path[PATH_MAX * 2];
+		char path[PATH_MAX * 2], real[PATH_MAX];
 
 		snprintf(path, sizeof(path), "%s%s", exe, rel[i]);
-		if (realpath(path, buf) && access(buf, R_OK) == 0 && strlen(buf) < size)
+		if (realpath(path, real) && access(real, R_OK) == 0 && strlen(real) < size) {
+			memcpy(buf, real, strlen(real) + 1);
 			return 0;
+		}
 	}
 	return -ENOENT;
 }
@@ -115,8 +124,9 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 
 	memset(al, 0, sizeof(*al));
 	al->fd = -1;
-	if (find_agent(agent, sizeof(agent)) < 0) {
-		report_error("cannot find cprof-agent.so beside the cprof binary or in ../lib/cprof");
+	if (agent_find(agent, sizeof(agent)) < 0) {
+		report_error("cannot find cprof-agent.so beside the cprof binary or in %s from it",
+			     CPROF_AGENT_REL);
 		report_hint("set CPROF_AGENT to its absolute path");
 		return EXIT_FAIL;
 	}

@@ -6,6 +6,7 @@
 #ifndef CPROF_AGENT_LOAD_H
 #define CPROF_AGENT_LOAD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "channel/channel.h"
@@ -30,5 +31,13 @@ struct agent_load {
 int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate,
 	       uint32_t ring_size);
 void agent_load_release(struct agent_load *al);
+
+/*
+ * The absolute path of the agent cprof would load, in @buf: $CPROF_AGENT,
+ * else cprof-agent.so beside the cprof binary (a build tree), else where
+ * `cmake --install` puts it relative to the binary (CPROF_AGENT_REL). 0 or
+ * -ENOENT.
+ */
+int agent_find(char *buf, size_t size);
 
 #endif

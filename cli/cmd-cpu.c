@@ -25,11 +25,12 @@ struct cpu_args {
 	uint64_t duration_ns;
 	unsigned hz;
 	const char *mode;
+	bool kernel;
 };
 
 static void cpu_help(void)
 {
-	printf("usage: cprof cpu -p PID [-d DURATION] [-F HZ] [-o FILE] [--mode MODE] "
+	printf("usage: cprof cpu -p PID [-d DURATION] [-F HZ] [-o FILE] [--mode MODE] [--kernel] "
 	       "[--format FORMAT] [--top N] [--json] [-q]\n"
 	       "\n"
 	       "Sample the CPU use of every thread of process PID, threads started later\n"
@@ -43,6 +44,9 @@ static void cpu_help(void)
 	       "                           stdout for a view)\n"
 	       "      --mode MODE          auto, system or thread (default auto: system when\n"
 	       "                           privileged, else thread)\n"
+	       "      --kernel             add kernel frames (named from /proc/kallsyms) on top\n"
+	       "                           of the user stacks; needs root or\n"
+	       "                           kernel.perf_event_paranoid <= 1\n"
 	       OPTIONS_RUNBOOK_HELP
 	       "  -q, --quiet              no progress or summary on stderr\n"
 	       "  -h, --help               show this help\n");
@@ -68,6 +72,9 @@ static int cpu_option(int c, const char *arg, void *ctx)
 						 "thread", arg);
 		a->mode = arg;
 		return 0;
+	case 'K':
+		a->kernel = true;
+		return 0;
 	}
 	return 0;
 }
@@ -80,6 +87,7 @@ static int parse_args(int argc, char **argv, struct cpu_args *a)
 		{ "frequency", required_argument, NULL, 'F' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "mode", required_argument, NULL, 'M' },
+		{ "kernel", no_argument, NULL, 'K' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -112,6 +120,18 @@ static bool kernel_time_allowed(void)
 
 	return geteuid() == 0 ||
 	       (proc_sysctl_int("kernel/perf_event_paranoid", &paranoid) == 0 && paranoid <= 1);
+}
+
+static void report_kernel_refused(void)
+{
+	int paranoid = -100;
+
+	if (proc_sysctl_int("kernel/perf_event_paranoid", &paranoid) == 0)
+		report_error("--kernel needs kernel samples, which kernel.perf_event_paranoid = %d "
+			     "forbids to this user", paranoid);
+	else
+		report_error("--kernel needs kernel samples, which this user may not take");
+	report_hint("run as root or with CAP_PERFMON, or `sysctl kernel.perf_event_paranoid=1`");
 }
 
 /* Samples until the duration is over, Ctrl-C, or the target exits. */
@@ -206,6 +226,11 @@ int cmd_cpu(int argc, char **argv)
 		report_error_text(NULL, why);
 		return EXIT_OUTPUT;
 	}
+	if (a.kernel && !kernel_time_allowed()) {
+		report_kernel_refused();
+		code = EXIT_PERMISSION;
+		goto out_abort;
+	}
 	preflight_raise_nofile();
 	interrupt_install();
 
@@ -215,6 +240,7 @@ int cmd_cpu(int argc, char **argv)
 		.hz = a.hz,
 		.scope = choose_scope(a.mode),
 		.kernel = kernel_time_allowed(),
+		.kernel_stacks = a.kernel,
 		.command_line = cmdline,
 	};
 	r = cpu_profiler_new(&p, &popts, why, sizeof(why));
@@ -258,6 +284,7 @@ int cmd_cpu(int argc, char **argv)
 		goto out_free;
 	}
 	summary(&a, &out, cpu_profiler_stats(p));
+	report_unsymbolized(profile);
 	code = runbook_end(&a, profile, cpu_profiler_stats(p));
 	goto out_free;
 

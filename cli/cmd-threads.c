@@ -185,6 +185,8 @@ out_write:
 	if (strcmp(a.common.output, "-"))
 		report_note("wrote %s: %zu threads, paused %.3f ms", output_name(&out), s->nstopped,
 			    (double)s->pause_ns / 1e6);
+	if (profile)
+		report_unsymbolized(profile);
 	code = runbook_end(&a, s, profile);
 out_abort:
 	output_abort(&out);

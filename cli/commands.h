@@ -13,6 +13,9 @@ int cmd_mutex(int argc, char **argv);
 int cmd_threadcreate(int argc, char **argv);
 int cmd_view(int argc, char **argv);
 
+/* cprof --version: version, libraries, debuginfod, the agent's path (version.c). */
+void print_version(void);
+
 /* Joins argv into one line for a profile's comments ("cprof cpu -p 42 ..."). */
 void command_line_join(int argc, char **argv, char *buf, size_t size);
 

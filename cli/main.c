@@ -5,10 +5,6 @@
 #include "commands.h"
 #include "report.h"
 
-#ifndef CPROF_VERSION
-#define CPROF_VERSION "unknown"
-#endif
-
 struct command {
 	const char *name;
 	int (*fn)(int argc, char **argv);
@@ -39,7 +35,7 @@ static void usage(FILE *f)
 	fprintf(f, "\n"
 		   "options:\n"
 		   "  -h, --help     show this help\n"
-		   "      --version  print the version\n"
+		   "      --version  print the version, the libraries, the agent's path\n"
 		   "\n"
 		   "exit codes: 0 ok, 1 failure while profiling, 2 target cannot be profiled,\n"
 		   "3 permission denied, 4 output cannot be written, 64 usage error.\n"
@@ -77,8 +73,7 @@ int main(int argc, char **argv)
 		return EXIT_OK;
 	}
 	if (!strcmp(name, "--version") || !strcmp(name, "version")) {
-		printf("cprof %s (perf_event_open, libdw unwinding and symbolization, "
-		       "protobuf-c, zlib)\n", CPROF_VERSION);
+		print_version();
 		return EXIT_OK;
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)

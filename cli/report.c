@@ -1,9 +1,12 @@
 #include "report.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "profile/profile.h"
 
 static bool quiet;
 static bool progress_shown;
@@ -41,6 +44,24 @@ DEFINE_REPORT(report_error, "error: ", false)
 DEFINE_REPORT(report_hint, "hint: ", false)
 DEFINE_REPORT(report_warning, "warning: ", false)
 DEFINE_REPORT(report_note, "", quiet)
+
+void report_unsymbolized(const struct profile *p)
+{
+	const struct profile_mapping *m = p->nmappings ? &p->mappings[0] : NULL;
+	const char *base, *urls = getenv("DEBUGINFOD_URLS");
+
+	if (!m || m->has_functions || !m->file || m->file[0] != '/')
+		return;
+	base = strrchr(m->file, '/') + 1;
+	report_note("%s has no symbols or debug information%s%s%s: its frames read %s+0xOFFSET",
+		    m->file, m->build_id[0] ? " (build id " : "", m->build_id,
+		    m->build_id[0] ? ")" : "", base);
+	if (urls && *urls)
+		report_note("the debuginfod servers in DEBUGINFOD_URLS do not have its debug file");
+	else
+		report_note("set DEBUGINFOD_URLS to fetch its debug file from a debuginfod server, "
+			    "or install it under /usr/lib/debug");
+}
 
 void report_error_text(const char *prefix, const char *text)
 {

@@ -36,6 +36,14 @@ bool report_quiet(void);
 void report_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void report_progress_done(void);
 
+struct profile;
+/*
+ * A note (quiet-aware) when the profiled program itself (@p's first mapping)
+ * has neither symbols nor debug information: what its frames look like, its
+ * build id, and how to get names (DEBUGINFOD_URLS, /usr/lib/debug).
+ */
+void report_unsymbolized(const struct profile *p);
+
 /* Usage error for command @cmd: message, then "see 'cprof @cmd --help'". */
 int report_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

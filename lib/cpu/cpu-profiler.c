@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernel/kernel.h"
 #include "symbolize/symbolize.h"
 #include "target/target.h"
 #include "unwind/unwind.h"
@@ -44,8 +45,9 @@ struct cpu_profiler {
 	bool running;
 	uint64_t rng; /* drain jitter */
 	struct cpu_profiler_stats stats;
-	uint64_t pcs[MAX_FRAMES];
-	uint64_t locs[MAX_FRAMES];
+	struct kallsyms ksyms; /* with kernel_stacks */
+	uint64_t pcs[PERF_KERNEL_FRAMES + MAX_FRAMES];
+	uint64_t locs[PERF_KERNEL_FRAMES + MAX_FRAMES];
 };
 
 /*
@@ -107,19 +109,24 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	struct cpu_profiler *p = arg;
 	struct profile_label labels[2];
 	int64_t values[2];
+	uint64_t *user = p->pcs + s->nkernel;
 	int n = 0, r;
 
+	/* Kernel frames on top, leaf first; callers are return addresses. */
+	for (unsigned i = 0; i < s->nkernel; i++)
+		p->pcs[i] = i ? s->kernel_ips[i] - 1 : s->kernel_ips[i];
 	if (s->has_user)
-		n = unwinder_unwind(p->unw, &s->user, p->pcs, MAX_FRAMES);
+		n = unwinder_unwind(p->unw, &s->user, user, MAX_FRAMES);
 	if (n <= 0) {
 		/* No user context or no CFI for the PC: keep the sample, one frame. */
 		if (!s->has_user)
 			return 0;
-		p->pcs[0] = s->user.regs[UNWIND_REG_RIP];
+		user[0] = s->user.regs[UNWIND_REG_RIP];
 		n = 1;
 	}
 	if (n > 1)
 		p->stats.unwound++;
+	n += (int)s->nkernel;
 	for (int i = 0; i < n; i++) {
 		r = profile_location_for_address(p->profile, p->pcs[i], &p->locs[i]);
 		if (r < 0)
@@ -185,6 +192,7 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 		.stack_bytes = STACK_BYTES,
 		.ring_pages = RING_PAGES(o->hz),
 		.kernel = o->kernel,
+		.kernel_stacks = o->kernel_stacks,
 	};
 	r = profile_new(&p->profile, cpu_types, ARRAY_SIZE(cpu_types));
 	if (r < 0)
@@ -192,6 +200,13 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 	r = profile_header(p);
 	if (r < 0)
 		goto out_free;
+	if (o->kernel_stacks) {
+		r = kallsyms_load(&p->ksyms, "/proc/kallsyms");
+		if (r < 0) {
+			kallsyms_strerror(r, err, errlen);
+			goto out_free;
+		}
+	}
 	/* Modules first, while the target surely lives: maps, ELF files, vDSO. */
 	r = symbolizer_new(&p->sym, o->pid);
 	if (r < 0) {
@@ -339,6 +354,30 @@ static int add_unsampled(struct cpu_profiler *p)
 	return profile_add_comment(p->profile, comment);
 }
 
+/*
+ * Kernel frames are named first, so that the user-space symbolizer leaves
+ * them alone and puts the program's mapping first (pprof's "File:"); their
+ * own mapping comes after.
+ */
+static int fill_locations(struct cpu_profiler *p)
+{
+	uint64_t kernel_mapping;
+	int r;
+
+	if (p->opts.kernel_stacks) {
+		r = kallsyms_fill_profile(&p->ksyms, p->profile, 0);
+		if (r < 0)
+			return r;
+	}
+	r = symbolizer_fill_profile(p->sym, p->profile);
+	if (r < 0 || !p->opts.kernel_stacks)
+		return r;
+	r = kallsyms_add_mapping(p->profile, &kernel_mapping);
+	if (r < 0 || !kernel_mapping)
+		return r;
+	return kallsyms_fill_profile(&p->ksyms, p->profile, kernel_mapping);
+}
+
 int cpu_profiler_finish(struct cpu_profiler *p, struct profile **ret)
 {
 	uint64_t t0 = now_monotonic_ns();
@@ -354,7 +393,7 @@ int cpu_profiler_finish(struct cpu_profiler *p, struct profile **ret)
 	}
 	/* Libraries loaded during the window; harmless when the target is gone. */
 	symbolizer_refresh(p->sym);
-	r = symbolizer_fill_profile(p->sym, p->profile);
+	r = fill_locations(p);
 	if (r < 0)
 		return r;
 	r = add_unsampled(p);
@@ -381,5 +420,6 @@ void cpu_profiler_free(struct cpu_profiler *p)
 	symbolizer_free(p->sym);
 	profile_free(p->profile);
 	u64map_release(&p->thread_names);
+	kallsyms_release(&p->ksyms);
 	free(p);
 }

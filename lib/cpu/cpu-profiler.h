@@ -23,6 +23,7 @@ struct cpu_profiler_opts {
 	unsigned hz;
 	enum perf_scope scope;
 	bool kernel; /* count time spent in the kernel (needs privilege) */
+	bool kernel_stacks; /* kernel frames on top of the user stacks (needs @kernel) */
 	const char *command_line; /* for the profile's comments */
 };
 

@@ -44,6 +44,30 @@ static void regs_to_dwarf(const uint64_t *perf, uint64_t *dwarf)
 		dwarf[map[i]] = perf[i];
 }
 
+/*
+ * The call chain: nr, then nr addresses with PERF_CONTEXT_* markers mixed
+ * in (values >= PERF_CONTEXT_MAX, never code addresses). Only the kernel's
+ * part is kept; the user part was not asked for.
+ */
+static int take_callchain(struct cursor *c, struct perf_sample *ret)
+{
+	uint64_t nr, ip = 0;
+	bool kernel = true;
+
+	if (!take_u64(c, &nr) || nr > (uint64_t)(c->end - c->p) / sizeof(uint64_t))
+		return -EBADMSG;
+	for (uint64_t i = 0; i < nr; i++) {
+		take_u64(c, &ip);
+		if (ip >= (uint64_t)PERF_CONTEXT_MAX) {
+			kernel = ip == (uint64_t)PERF_CONTEXT_KERNEL;
+			continue;
+		}
+		if (kernel && ret->nkernel < PERF_KERNEL_FRAMES)
+			ret->kernel_ips[ret->nkernel++] = ip;
+	}
+	return 0;
+}
+
 static int decode_sample(struct perf_session *s, struct cursor *c, struct perf_sample *ret)
 {
 	uint32_t pid_tid[2], cpu_res[2];
@@ -54,7 +78,11 @@ static int decode_sample(struct perf_session *s, struct cursor *c, struct perf_s
 	memset(ret, 0, sizeof(*ret));
 	if (!take_u64(c, &ip) || !take(c, pid_tid, sizeof(pid_tid)) ||
 	    !take_u64(c, &ret->time) || !take(c, cpu_res, sizeof(cpu_res)) ||
-	    !take_u64(c, &ret->period) || !take_u64(c, &abi))
+	    !take_u64(c, &ret->period))
+		return -EBADMSG;
+	if (s->opts.kernel_stacks && s->opts.kernel && take_callchain(c, ret) < 0)
+		return -EBADMSG;
+	if (!take_u64(c, &abi))
 		return -EBADMSG;
 	ret->pid = (pid_t)pid_tid[0];
 	ret->tid = (pid_t)pid_tid[1];
@@ -66,7 +94,6 @@ static int decode_sample(struct perf_session *s, struct cursor *c, struct perf_s
 	stack = c->p;
 	if (size && (!take(c, NULL, size) || !take_u64(c, &dyn_size)))
 		return -EBADMSG;
-	(void)s;
 	/* Only 64-bit user contexts are unwound; a kernel thread has none. */
 	if (abi != PERF_SAMPLE_REGS_ABI_64)
 		return 0;

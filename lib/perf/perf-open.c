@@ -51,7 +51,17 @@ static void perf_attr_init(struct perf_event_attr *attr, const struct perf_opts 
 	attr->exclude_kernel = !o->kernel;
 	attr->exclude_hv = 1;
 	attr->exclude_idle = o->scope == PERF_SCOPE_SYSTEM;
-	attr->exclude_callchain_kernel = 1;
+	/*
+	 * The user part of a call chain would be frame pointers, which Debian's
+	 * libc has not: user stacks come from DWARF unwinding of the stack copy,
+	 * so only the kernel's part is asked for.
+	 */
+	if (o->kernel_stacks && o->kernel) {
+		attr->sample_type |= PERF_SAMPLE_CALLCHAIN;
+		attr->exclude_callchain_user = 1;
+	} else {
+		attr->exclude_callchain_kernel = 1;
+	}
 	attr->comm = 1;
 	attr->sample_id_all = 1;
 	attr->use_clockid = 1;

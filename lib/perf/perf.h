@@ -34,7 +34,11 @@ struct perf_opts {
 	uint32_t stack_bytes; /* user stack copied per sample, multiple of 8 */
 	size_t ring_pages;    /* data pages per cpu ring, a power of two */
 	bool kernel;          /* count time in the kernel too (needs privilege) */
+	bool kernel_stacks;   /* and record the kernel's call chain (needs @kernel) */
 };
+
+/* Kernel frames kept per sample (kernel.perf_event_max_stack is 127). */
+#define PERF_KERNEL_FRAMES 128
 
 struct perf_sample {
 	pid_t pid, tid;
@@ -43,6 +47,10 @@ struct perf_sample {
 	uint64_t period; /* CPU ns this sample stands for */
 	bool has_user;   /* regs and stack below are valid (a 64-bit user context) */
 	struct unwind_input user;
+	/* With kernel_stacks: the kernel part of the call chain, leaf first
+	 * (the sampled ip, then return addresses); 0 when sampled in user mode. */
+	unsigned nkernel;
+	uint64_t kernel_ips[PERF_KERNEL_FRAMES];
 };
 
 struct perf_stats {

@@ -35,6 +35,9 @@ static int on_sample(const struct perf_sample *s, void *arg)
 
 	seen->samples++;
 	FUZZ_CHECK(s->pid == TARGET_PID, "sample of pid %d dispatched", (int)s->pid);
+	FUZZ_CHECK(s->nkernel <= PERF_KERNEL_FRAMES, "%u kernel frames", s->nkernel);
+	for (unsigned i = 0; i < s->nkernel; i++)
+		FUZZ_CHECK(s->kernel_ips[i] < (uint64_t)PERF_CONTEXT_MAX, "a context marker kept");
 	if (!s->has_user) {
 		FUZZ_CHECK(!s->user.stack && !s->user.stack_size, "stack without a user context");
 		return 0;
@@ -79,6 +82,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	flags = data[0];
 	len = size - 1;
+	/* Bit 2: the layout of `cprof cpu --kernel` (a call chain after PERIOD). */
+	s.opts.kernel = s.opts.kernel_stacks = (flags & 4) != 0;
 	/* malloc'd to the byte: the fuzzer's own buffer may have slack after it. */
 	rec = malloc(len ? len : 1);
 	if (!rec)

@@ -192,7 +192,7 @@ void th_init(void)
 	mkdir(TEST_TMPDIR, 0755);
 }
 
-/* Removes @path: a file, or a directory and the files directly in it. */
+/* Removes @path: a file, or a directory and everything in it. */
 static void remove_tree(const char *path)
 {
 	DIR *d = opendir(path);
@@ -210,7 +210,7 @@ static void remove_tree(const char *path)
 		if (asprintf(&sub, "%s/%s", path, e->d_name) < 0)
 			continue;
 		if (unlink(sub) != 0 && errno == EISDIR)
-			rmdir(sub);
+			remove_tree(sub);
 		free(sub);
 	}
 	closedir(d);
@@ -308,6 +308,8 @@ pid_t th_spawn_target(const char *name, const char *const *args)
 {
 	char path[4096];
 
+	if (name[0] == '/')
+		return th_spawn_path(name, args);
 	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, name);
 	return th_spawn_path(path, args);
 }
@@ -462,6 +464,27 @@ pid_t th_dead_pid(void)
 	}
 	cr_assert_fail("could not find a free pid");
 	return -1;
+}
+
+pid_t th_spawn_daemon(const char *const *argv, const char *log_path)
+{
+	pid_t parent = getpid(), pid;
+	int log = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	cr_assert(log >= 0, "cannot create %s: %s", log_path, strerror(errno));
+	pid = fork();
+	cr_assert(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		child_setup(parent);
+		dup2(log, STDOUT_FILENO);
+		dup2(log, STDERR_FILENO);
+		execv(argv[0], (char *const *)argv);
+		dprintf(STDERR_FILENO, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(log);
+	track(pid, -1, true);
+	return pid;
 }
 
 /* ---- running cprof ----------------------------------------------------- */

@@ -46,6 +46,7 @@ int th_dir_entries(const char *path);
  * Fails the test if it cannot start.
  */
 pid_t th_spawn_target(const char *name, const char *const *args);
+/* (@name may also be an absolute path: a target copied elsewhere.) */
 #define TH_SPAWN(name, ...) th_spawn_target((name), (const char *const[]){__VA_ARGS__, NULL})
 /* The same for the program at @path (a copy of a target, say). */
 pid_t th_spawn_path(const char *path, const char *const *args);
@@ -56,6 +57,13 @@ pid_t th_spawn_path(const char *path, const char *const *args);
  * back to running them as ourselves. Needs root.
  */
 void th_run_as(uid_t uid, gid_t gid);
+
+/*
+ * Starts @argv (argv[0] an absolute path) in the background with stdout and
+ * stderr to @log_path, registered for cleanup like a target (killed by its
+ * pid, reaped). Does not wait for anything: poll for readiness yourself.
+ */
+pid_t th_spawn_daemon(const char *const *argv, const char *log_path);
 
 /*
  * Kills our child @pid (SIGKILL) unless it is already reaped, reaps it and

@@ -2,9 +2,14 @@
  * errors and their exit codes. */
 #include <criterion/criterion.h>
 #include <ctype.h>
+#include <elfutils/libdwfl.h>
+#include <limits.h>
+#include <protobuf-c/protobuf-c.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include "testhelp.h"
 
@@ -118,19 +123,61 @@ static char *help_usage(const char *cmd)
 	return u;
 }
 
+/*
+ * The commands `cprof --help` lists ("  NAME  summary" lines under
+ * "commands:"), so that a command added to the table is checked too.
+ */
+static size_t listed_commands(char names[][32], size_t max)
+{
+	struct th_run r;
+	char *line, *save = NULL;
+	bool in = false;
+	size_t n = 0;
+
+	TH_CPROF(&r, 10000, "--help");
+	cr_assert_eq(r.exit_code, 0);
+	for (line = strtok_r(r.out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		if (!strcmp(line, "commands:")) {
+			in = true;
+			continue;
+		}
+		if (!in)
+			continue;
+		if (strncmp(line, "  ", 2) || !isalpha((unsigned char)line[2]))
+			break;
+		cr_assert_lt(n, max);
+		sscanf(line, "%31s", names[n++]);
+	}
+	th_run_release(&r);
+	cr_assert_gt(n, 0, "'cprof --help' lists no commands");
+	return n;
+}
+
 Test(cli, help_matches_man_synopsis)
 {
+	char listed[64][32];
+	size_t nlisted = listed_commands(listed, 64);
+
+	/* Every command of the table in this test is listed... */
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		bool found = false;
+
+		for (size_t j = 0; j < nlisted; j++)
+			found |= !strcmp(listed[j], commands[i]);
+		cr_expect(found, "'cprof --help' does not list %s", commands[i]);
+	}
+	/* ... and every listed command has a man page whose SYNOPSIS is its usage. */
+	for (size_t i = 0; i < nlisted; i++) {
 		char page[64];
 		char *man, *help;
 
-		snprintf(page, sizeof(page), "cprof-%s", commands[i]);
+		snprintf(page, sizeof(page), "cprof-%s", listed[i]);
 		man = man_synopsis(page);
-		help = help_usage(commands[i]);
+		help = help_usage(listed[i]);
 		squeeze(man);
 		squeeze(help);
 		cr_expect_str_eq(man, help, "man/%s.1 SYNOPSIS and 'cprof %s --help' differ",
-				 page, commands[i]);
+				 page, listed[i]);
 		free(man);
 		free(help);
 	}
@@ -154,13 +201,93 @@ Test(cli, every_command_has_a_man_page_and_is_listed)
 	th_run_release(&r);
 }
 
+static void expect_line(const char *out, const char *line)
+{
+	cr_expect(strstr(out, line), "--version lacks '%s':\n%s", line, out);
+}
+
+/* The libraries' own answers, asked here: what cprof says must be them. */
 Test(cli, version)
 {
+	char line[PATH_MAX + 64], agent[PATH_MAX], real[PATH_MAX];
 	struct th_run r;
 
+	unsetenv("CPROF_AGENT");
 	TH_CPROF(&r, 10000, "--version");
 	cr_assert_eq(r.exit_code, 0);
-	cr_assert(!strncmp(r.out, "cprof ", 6), "%s", r.out);
+	expect_line(r.out, "cprof " PROJECT_VERSION "\n");
+	snprintf(line, sizeof(line), "libdw: %s\n", dwfl_version(NULL));
+	expect_line(r.out, line);
+	snprintf(line, sizeof(line), "protobuf-c: %s\n", protobuf_c_version());
+	expect_line(r.out, line);
+	snprintf(line, sizeof(line), "zlib: %s\n", zlibVersion());
+	expect_line(r.out, line);
+	cr_expect(strstr(r.out, "debuginfod: yes") || strstr(r.out, "debuginfod: no"), "%s",
+		  r.out);
+	/* In a build tree the agent is the one beside cprof. */
+	snprintf(agent, sizeof(agent), "%s", CPROF_BIN);
+	snprintf(strrchr(agent, '/') + 1, sizeof(agent) - (size_t)(strrchr(agent, '/') + 1 - agent),
+		 "cprof-agent.so");
+	cr_assert_not_null(realpath(agent, real));
+	snprintf(line, sizeof(line), "agent: %s\n", real);
+	expect_line(r.out, line);
+	th_run_release(&r);
+
+	setenv("CPROF_AGENT", "/nonexistent/cprof-agent.so", 1);
+	TH_CPROF(&r, 10000, "--version");
+	unsetenv("CPROF_AGENT");
+	cr_expect(strstr(r.out, "agent: not found"), "%s", r.out);
+	th_run_release(&r);
+}
+
+/*
+ * The bash completion offers every command of `cprof --help` and every
+ * option of each command's --help (it reads them from there: this checks
+ * that its reading works).
+ */
+Test(cli, bash_completion_offers_commands_and_options)
+{
+	char listed[64][32], script[8192];
+	size_t nlisted = listed_commands(listed, 64);
+	struct th_run r;
+
+	if (access("/bin/bash", X_OK) < 0)
+		cr_skip_test("no /bin/bash");
+	snprintf(script, sizeof(script),
+		 "source '%s/completions/cprof' || exit 1\n"
+		 "t() { COMP_WORDS=(\"$@\"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _cprof;"
+		 " echo \"${COMP_WORDS[1]}: ${COMPREPLY[*]} \"; }\n"
+		 "t '%s' ''\n",
+		 SOURCE_DIR, CPROF_BIN);
+	for (size_t i = 0; i < nlisted; i++)
+		snprintf(script + strlen(script), sizeof(script) - strlen(script),
+			 "t '%s' %s -\n", CPROF_BIN, listed[i]);
+	th_run_cmd_ex(&r, 30000, 0, 0, (const char *const[]){ "/bin/bash", "-c", script, NULL });
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	for (size_t i = 0; i < nlisted; i++) {
+		struct th_run h;
+		char word[64], *save = NULL, *line, first[128], *reply;
+
+		snprintf(word, sizeof(word), " %s ", listed[i]);
+		cr_expect(strstr(r.out, word), "no completion of command %s: %s", listed[i], r.out);
+		snprintf(first, sizeof(first), "\n%s: ", listed[i]);
+		reply = strstr(r.out, first);
+		cr_assert_not_null(reply, "no options completed for %s: %s", listed[i], r.out);
+		TH_CPROF(&h, 10000, listed[i], "--help");
+		for (line = strtok_r(h.out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+			char *opt = strstr(line, "--");
+
+			/* Option lines: "  -p, --pid PID  ..." or "      --mode MODE  ..."
+			 * (continuation lines of descriptions are indented further). */
+			if (!opt || line[strspn(line, " ")] != '-' || opt - line > 8)
+				continue;
+			opt[strcspn(opt, " =[")] = '\0';
+			snprintf(word, sizeof(word), " %s ", opt);
+			cr_expect(strstr(reply, word) && strstr(reply, word) < strchr(reply + 1, '\n'),
+				  "completion of '%s -' lacks %s", listed[i], opt);
+		}
+		th_run_release(&h);
+	}
 	th_run_release(&r);
 }
 
