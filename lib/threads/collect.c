@@ -28,6 +28,7 @@ static void read_thread_proc(pid_t pid, struct thread_record *t)
 
 	if (target_thread_name(pid, t->tid, t->name, sizeof(t->name)) < 0)
 		snprintf(t->name, sizeof(t->name), "?");
+	t->ns_tid = target_ns_tid(pid, t->tid);
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, t->tid);
 	if (proc_read(path, buf, sizeof(buf), NULL) < 0) {
 		t->state = 'X';
@@ -98,6 +99,7 @@ static int record_threads(struct threads_snapshot *s, const struct ptrace_snapsh
 				memcpy(t->name, before[j].name, sizeof(t->name));
 				t->state = before[j].state;
 				t->cpu_ns = before[j].cpu_ns;
+				t->ns_tid = before[j].ns_tid;
 			}
 		if (t->state == '?') /* born during the snapshot */
 			read_thread_proc(s->pid, t);

@@ -19,6 +19,7 @@ struct symbolizer;
 
 struct thread_record {
 	pid_t tid;
+	pid_t ns_tid; /* as the target's PID namespace numbers it; 0: same */
 	char name[64];
 	char state;  /* /proc state letter just before the snapshot */
 	enum ptrace_thread_result result;

@@ -25,7 +25,7 @@ void th_cleanup(void);
 
 /*
  * A fresh path in TEST_TMPDIR for this test (not created): "DIR/NAME-PID-N".
- * th_cleanup() removes it (a directory with the files in it), unless
+ * th_cleanup() removes it (a directory with all in it, on its file system), unless
  * CPROF_TEST_KEEP is set in the environment.
  */
 const char *th_tmp_path(const char *name);
@@ -47,6 +47,8 @@ int th_dir_entries(const char *path);
  */
 pid_t th_spawn_target(const char *name, const char *const *args);
 #define TH_SPAWN(name, ...) th_spawn_target((name), (const char *const[]){__VA_ARGS__, NULL})
+/* The same for any program: @argv[0] is its path, @name is for messages. */
+pid_t th_spawn_cmd(const char *const *argv, const char *name);
 
 /*
  * Kills our child @pid (SIGKILL) unless it is already reaped, reaps it and
