@@ -442,6 +442,10 @@ Test(container, heap)
 	h = th_agent_header(c.pid);
 	cr_assert_not_null(h, "no agent channel in the target");
 	cr_assert_eq(h->state, CPROF_STATE_DETACHED, "hooks left after the window");
+	/* Ended by cprof at the end of the window, not by a watchdog that took
+	 * cprof for dead because it could not see its pid. */
+	cr_assert_eq(h->detach_reason, CPROF_DETACH_COMMAND, "detach reason %u",
+		     h->detach_reason);
 	cr_assert_eq(h->hooked, 0);
 	munmap(h, CPROF_WIRE_HEADER_SIZE);
 	th_assert_let_go(c.pid, false, "after cprof heap");
@@ -480,6 +484,7 @@ Test(container, sigkill_of_cprof)
 		th_sleep_ms(10);
 	}
 	cr_assert(detached, "the agent is still hooked 4 s after cprof died");
+	cr_assert_eq(h->detach_reason, CPROF_DETACH_HEARTBEAT);
 	cr_assert_eq(h->hooked, 0);
 	munmap(h, CPROF_WIRE_HEADER_SIZE);
 	th_assert_let_go(c.pid, false, "after cprof was killed");
