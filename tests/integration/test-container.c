@@ -13,11 +13,13 @@
  *   - cpu: the target's functions come from the container's binary; the
  *     mappings keep the container's paths and its build id; samples carry
  *     thread_id (host) and ns_thread_id (as the container numbers it);
- *   - threads --debug 2: "thread TID (ns tid N)" headers and the stacks;
+ *   - threads --debug 2: "thread TID (ns tid N)" headers and the stacks of a
+ *     stripped binary, named from its debug file in the container's
+ *     /usr/lib/debug (by build id);
  *   - heap: a copy of the agent is placed in the container's /tmp, loaded,
  *     samples come back, the hooks are gone after; a second run reuses it;
- *     cprof SIGKILLed: the agent, which cannot see cprof's pid, unhooks by
- *     the heartbeat;
+ *     block, mutex and threadcreate load it the same way; cprof SIGKILLed:
+ *     the agent, which cannot see cprof's pid, unhooks by the heartbeat;
  *   - a container whose /tmp is a symlink out of it and whose /var/tmp
  *     anyone may write: cprof refuses to place the agent, and says why.
  */
@@ -221,11 +223,37 @@ static pid_t only_child(pid_t parent)
 	return 0;
 }
 
-/*
- * Builds a root and starts demo in it. @unsafe_tmp: /tmp is a symlink to
- * the host's /tmp and /var/tmp is writable by anyone (no sticky bit).
- */
-static void container_start(struct container *c, bool unsafe_tmp)
+enum {
+	/* /tmp is a symlink to the host's /tmp, /var/tmp anyone may write. */
+	CT_UNSAFE_TMP = 1,
+	/* /app/target stripped; its debug file only in the container's
+	 * /usr/lib/debug/.build-id (the host has none for its build id). */
+	CT_STRIPPED = 2,
+};
+
+/* The debug file of @exe split off into the container's .build-id tree. */
+static void split_debug(const struct container *c, const char *exe)
+{
+	const char *objcopy = find_tool("objcopy"), *strip = find_tool("strip");
+	char dir[64], debug[1300];
+	struct th_run r;
+
+	if (!objcopy || !strip)
+		cr_skip_test("objcopy or strip (binutils) not installed");
+	snprintf(dir, sizeof(dir), "usr/lib/debug/.build-id/%.2s", c->build_id);
+	make_dirs(c->root, dir, 0755);
+	snprintf(debug, sizeof(debug), "%s/%s/%s.debug", c->root, dir, c->build_id + 2);
+	th_run_cmd_ex(&r, 20000, 0, 0,
+		      (const char *const[]){ objcopy, "--only-keep-debug", exe, debug, NULL });
+	cr_assert_eq(r.exit_code, 0, "objcopy: %s", r.err);
+	th_run_release(&r);
+	th_run_cmd_ex(&r, 20000, 0, 0, (const char *const[]){ strip, "--strip-all", exe, NULL });
+	cr_assert_eq(r.exit_code, 0, "strip: %s", r.err);
+	th_run_release(&r);
+}
+
+/* Builds a root (CT_* @flags) and starts demo in it. */
+static void container_start(struct container *c, unsigned flags)
 {
 	char exe[1100], host_exe[4096];
 
@@ -236,7 +264,7 @@ static void container_start(struct container *c, bool unsafe_tmp)
 	make_dirs(c->root, "app/lib", 0755);
 	make_dirs(c->root, "proc", 0555);
 	make_dirs(c->root, "old", 0755);
-	if (unsafe_tmp) {
+	if (flags & CT_UNSAFE_TMP) {
 		char link[1100];
 
 		snprintf(link, sizeof(link), "%s/tmp", c->root);
@@ -250,6 +278,8 @@ static void container_start(struct container *c, bool unsafe_tmp)
 	copy_file(host_exe, exe, 0755);
 	build_id(host_exe, false, c->host_build_id, sizeof(c->host_build_id));
 	build_id(exe, true, c->build_id, sizeof(c->build_id));
+	if (flags & CT_STRIPPED)
+		split_debug(c, exe);
 	copy_libraries(c->root, host_exe);
 
 	/* The target finds its libraries where the host has none. */
@@ -318,7 +348,7 @@ Test(container, cpu)
 	size_t nsums, labelled = 0;
 	const char *out = th_tmp_path("cpu.pb.gz");
 
-	container_start(&c, false);
+	container_start(&c, 0);
 	TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(c.pid), "-d", "2s", "-o", out);
 	th_run_log(&r, "cprof cpu");
 	cr_assert_eq(r.exit_code, 0);
@@ -365,13 +395,15 @@ Test(container, cpu)
 	container_stop(&c);
 }
 
+/* The binary is stripped: names and lines come from the debug file in the
+ * container's /usr/lib/debug, found by build id through /proc/PID/root. */
 Test(container, threads)
 {
 	struct container c;
 	struct th_run r;
 	char want[128];
 
-	container_start(&c, false);
+	container_start(&c, CT_STRIPPED);
 	TH_CPROF(&r, 60000, "threads", "-p", th_pid_str(c.pid), "--debug", "2");
 	th_run_log(&r, "cprof threads");
 	cr_assert_eq(r.exit_code, 0);
@@ -424,7 +456,7 @@ Test(container, heap)
 	DIR *d;
 	struct dirent *e;
 
-	container_start(&c, false);
+	container_start(&c, 0);
 	run_heap(&c, th_tmp_path("heap1.pb.gz"), true);
 	cr_assert_eq(agent_copies(&c), 1);
 
@@ -457,6 +489,36 @@ Test(container, heap)
 	container_stop(&c);
 }
 
+/* The other agent commands go in the same way, and reuse the same copy. */
+Test(container, block_mutex_threadcreate)
+{
+	static const char *const cmds[] = { "block", "mutex", "threadcreate" };
+	struct container c;
+
+	container_start(&c, 0);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		const char *out = th_tmp_path(cmds[i]);
+		struct profile *p;
+		struct th_run r;
+
+		TH_CPROF(&r, 60000, cmds[i], "-p", th_pid_str(c.pid), "-d", "1s", "-o", out);
+		th_run_log(&r, cmds[i]);
+		cr_assert_eq(r.exit_code, 0, "cprof %s", cmds[i]);
+		cr_assert_null(strstr(r.err, "ended its session"), "%s", r.err);
+		th_run_release(&r);
+		p = th_load_profile(out);
+		/* demo's workers wait for the acceptor and contend for its queue;
+		 * it creates no thread once running. */
+		if (i < 2)
+			cr_assert_gt(profile_total(p, 0), 0, "no contention seen by cprof %s",
+				     cmds[i]);
+		profile_free(p);
+		th_assert_let_go(c.pid, false, cmds[i]);
+	}
+	cr_assert_eq(agent_copies(&c), 1);
+	container_stop(&c);
+}
+
 /* The agent cannot see cprof's pid from inside: the heartbeat must do. */
 Test(container, sigkill_of_cprof)
 {
@@ -466,7 +528,7 @@ Test(container, sigkill_of_cprof)
 	uint64_t killed;
 	bool detached = false;
 
-	container_start(&c, false);
+	container_start(&c, 0);
 	th_run_cprof_ex(&r, 60000, SIGKILL, 1500,
 			(const char *const[]){ "heap", "-p", th_pid_str(c.pid), "-d", "20s", "-o",
 					       th_tmp_path("killed.pb.gz"), NULL });
@@ -519,7 +581,7 @@ Test(container, unsafe_tmp_refused)
 	char dir[1100];
 	time_t start = time(NULL);
 
-	container_start(&c, true);
+	container_start(&c, CT_UNSAFE_TMP);
 	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(c.pid), "-d", "1s", "-o",
 		 th_tmp_path("refused.pb.gz"));
 	th_run_log(&r, "cprof heap");
