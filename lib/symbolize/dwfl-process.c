@@ -90,9 +90,10 @@ static int open_regular(const char *path)
 
 /*
  * libdw's find_elf for files: the module's sym_module is already hung on
- * @userdata (sym_module_setup() opens the ELF right after). The file name
- * handed back is the one under /proc/PID/root, so that libdw looks for a
- * .gnu_debuglink file beside the container's binary, not the host's.
+ * @userdata (sym_module_setup() opens the ELF right after). In a container
+ * the file name handed back is the one under /proc/PID/root, so that libdw
+ * looks for a .gnu_debuglink file beside the container's binary, not the
+ * host's; otherwise the path itself, as libdw's own find_elf does.
  */
 static int find_elf_in_root(Dwfl_Module *mod, void **userdata, const char *name,
 			    Dwarf_Addr base, char **file_name, Elf **elfp)
@@ -115,7 +116,7 @@ static int find_elf_in_root(Dwfl_Module *mod, void **userdata, const char *name,
 		fd = open_regular(path);
 	if (fd < 0)
 		goto out_fallback;
-	*file_name = strdup(path);
+	*file_name = strdup(m->other_root ? path : name);
 	if (!*file_name) {
 		close(fd);
 		return -1;
@@ -167,6 +168,7 @@ static int sym_module_setup(struct setup_ctx *ctx, Dwfl_Module *mod, void **user
 		goto out_free;
 	m->mod = mod;
 	m->pid = s->pid;
+	m->other_root = s->other_root;
 	m->pub.start = start;
 	m->map_end = first ? first->end : 0;
 	dwfl_module_info(mod, NULL, NULL, &end, NULL, NULL, NULL, NULL);
@@ -266,7 +268,8 @@ static int setup_callbacks(struct symbolizer *s)
 	char path[128];
 
 	s->debuginfo_path = NULL; /* NULL: libdw's default */
-	if (target_other_root(s->pid)) {
+	s->other_root = target_other_root(s->pid);
+	if (s->other_root) {
 		snprintf(path, sizeof(path), DEBUGINFO_PATH ":/proc/%d/root/usr/lib/debug",
 			 (int)s->pid);
 		s->debuginfo_path = strdup(path);
@@ -275,6 +278,8 @@ static int setup_callbacks(struct symbolizer *s)
 	}
 	s->callbacks = (Dwfl_Callbacks){
 		.find_elf = find_elf_in_root,
+		/* A debuglink under the container's /usr/lib/debug/PATH is found
+		 * too: libdw tries each tail of the file's directory in turn. */
 		.find_debuginfo = dwfl_standard_find_debuginfo,
 		.debuginfo_path = &s->debuginfo_path,
 	};

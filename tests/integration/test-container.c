@@ -10,9 +10,11 @@
  * nothing can be read by the host path by mistake; the binary's build id is
  * changed in the copy, so the profile's build id tells which file was read.
  *
- *   - cpu: the target's functions come from the container's binary; the
- *     mappings keep the container's paths and its build id; samples carry
- *     thread_id (host) and ns_thread_id (as the container numbers it);
+ *   - cpu: the target's functions come from the container's (stripped)
+ *     binary and its debug file, found by .gnu_debuglink under the
+ *     container's /usr/lib/debug; the mappings keep the container's paths
+ *     and its build id; samples carry thread_id (host) and ns_thread_id (as
+ *     the container numbers it);
  *   - threads --debug 2: "thread TID (ns tid N)" headers and the stacks of a
  *     stripped binary, named from its debug file in the container's
  *     /usr/lib/debug (by build id);
@@ -229,27 +231,47 @@ enum {
 	/* /app/target stripped; its debug file only in the container's
 	 * /usr/lib/debug/.build-id (the host has none for its build id). */
 	CT_STRIPPED = 2,
+	/* The same, the debug file found by .gnu_debuglink at the container's
+	 * /usr/lib/debug/app/target.debug (the old layout, no build id path). */
+	CT_DEBUGLINK = 4,
 };
 
-/* The debug file of @exe split off into the container's .build-id tree. */
-static void split_debug(const struct container *c, const char *exe)
+static void run_tool(const char *const *argv)
+{
+	struct th_run r;
+
+	th_run_cmd_ex(&r, 20000, 0, 0, argv);
+	cr_assert_eq(r.exit_code, 0, "%s: %s", argv[0], r.err);
+	th_run_release(&r);
+}
+
+/* The debug file of @exe split off into the container's /usr/lib/debug:
+ * in its .build-id tree, or (@debuglink) under the binary's path. */
+static void split_debug(const struct container *c, const char *exe, bool debuglink)
 {
 	const char *objcopy = find_tool("objcopy"), *strip = find_tool("strip");
-	char dir[64], debug[1300];
-	struct th_run r;
+	char dir[64], debug[1300], link[1400];
 
 	if (!objcopy || !strip)
 		cr_skip_test("objcopy or strip (binutils) not installed");
-	snprintf(dir, sizeof(dir), "usr/lib/debug/.build-id/%.2s", c->build_id);
+	if (debuglink)
+		snprintf(dir, sizeof(dir), "usr/lib/debug/app");
+	else
+		snprintf(dir, sizeof(dir), "usr/lib/debug/.build-id/%.2s", c->build_id);
 	make_dirs(c->root, dir, 0755);
-	snprintf(debug, sizeof(debug), "%s/%s/%s.debug", c->root, dir, c->build_id + 2);
-	th_run_cmd_ex(&r, 20000, 0, 0,
-		      (const char *const[]){ objcopy, "--only-keep-debug", exe, debug, NULL });
-	cr_assert_eq(r.exit_code, 0, "objcopy: %s", r.err);
-	th_run_release(&r);
-	th_run_cmd_ex(&r, 20000, 0, 0, (const char *const[]){ strip, "--strip-all", exe, NULL });
-	cr_assert_eq(r.exit_code, 0, "strip: %s", r.err);
-	th_run_release(&r);
+	if (debuglink)
+		snprintf(debug, sizeof(debug), "%s/%s/target.debug", c->root, dir);
+	else
+		snprintf(debug, sizeof(debug), "%s/%s/%s.debug", c->root, dir, c->build_id + 2);
+	run_tool((const char *const[]){ objcopy, "--only-keep-debug", exe, debug, NULL });
+	run_tool((const char *const[]){ strip, "--strip-all", exe, NULL });
+	if (debuglink) {
+		snprintf(link, sizeof(link), "--add-gnu-debuglink=%s", debug);
+		run_tool((const char *const[]){ objcopy, link, exe, NULL });
+		/* Only the debuglink may find it: not by build id. */
+		snprintf(link, sizeof(link), "%s/usr/lib/debug/.build-id", c->root);
+		cr_assert_neq(access(link, F_OK), 0);
+	}
 }
 
 /* Builds a root (CT_* @flags) and starts demo in it. */
@@ -278,8 +300,8 @@ static void container_start(struct container *c, unsigned flags)
 	copy_file(host_exe, exe, 0755);
 	build_id(host_exe, false, c->host_build_id, sizeof(c->host_build_id));
 	build_id(exe, true, c->build_id, sizeof(c->build_id));
-	if (flags & CT_STRIPPED)
-		split_debug(c, exe);
+	if (flags & (CT_STRIPPED | CT_DEBUGLINK))
+		split_debug(c, exe, flags & CT_DEBUGLINK);
 	copy_libraries(c->root, host_exe);
 
 	/* The target finds its libraries where the host has none. */
@@ -348,7 +370,7 @@ Test(container, cpu)
 	size_t nsums, labelled = 0;
 	const char *out = th_tmp_path("cpu.pb.gz");
 
-	container_start(&c, 0);
+	container_start(&c, CT_DEBUGLINK);
 	TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(c.pid), "-d", "2s", "-o", out);
 	th_run_log(&r, "cprof cpu");
 	cr_assert_eq(r.exit_code, 0);
