@@ -25,7 +25,9 @@ int inject_order_threads(pid_t pid, pid_t **ret_tids, size_t *ret_n);
  * place.c: copies @agent_path into @pid's root (a container's /tmp,
  * /var/tmp or /dev/shm: the first that only root or cprof's user can
  * change) under an unguessable name; @ret_path gets the path as the target
- * sees it. -EROFS: no such directory; -EXDEV: the copy did not check out.
+ * sees it. Returns 0 (a new copy), 1 (one that an earlier run left there
+ * for another process, checked as a new one would be), -EROFS (no such
+ * directory) or -EXDEV (the copy did not check out).
  */
 int inject_place_agent(pid_t pid, const char *agent_path, char *ret_path, size_t size);
 /* Removes a copy placed by inject_place_agent() that was never loaded. */

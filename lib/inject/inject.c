@@ -153,7 +153,7 @@ static int choose_agent_path(struct call *c)
 		c->rep->place_error = r;
 		return -EXDEV;
 	}
-	c->rep->placed = 1;
+	c->rep->placed = r == 0 ? 1 : 2;
 	return 0;
 }
 
@@ -564,7 +564,7 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 	}
 	/* A copy never loaded goes; one that was (or may yet be) stays, as the
 	 * resident agent of later runs. */
-	if (r < 0 && rep->placed && (!launched || r == -ENOEXEC))
+	if (r < 0 && rep->placed == 1 && (!launched || r == -ENOEXEC))
 		inject_unplace_agent(pid, rep->agent_path);
 out_free:
 	free(c.image);

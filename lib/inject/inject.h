@@ -52,7 +52,7 @@ struct inject_report {
 	char why[160];           /* why the last thread was refused */
 	char dlerror[256];       /* dlopen's complaint, when it failed */
 	char agent_path[1024];   /* the path dlopen was given */
-	int placed;              /* 1: a copy cprof put in the target's root */
+	int placed;              /* a copy in the target's root: 1 new, 2 found there */
 	int place_error;         /* -errno: why no copy could be put there */
 };
 

@@ -18,8 +18,11 @@
  *   0644, and is checked after writing: the same inode under that name,
  *   ours, one link, 0644, and byte for byte the agent.
  * The copy stays after the run: the agent is never unloaded, and a later
- * run finds it resident by this path and reuses it.
+ * run finds it resident by this path and reuses it. A copy that another
+ * process of the container loaded is used again if it checks out the same
+ * way (ours, one link, 0644, the same bytes).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -139,7 +142,10 @@ out_close:
 	return r;
 }
 
-/* The file under @name in @dfd is @wfd's inode, ours, 0644, and @agent. */
+/*
+ * The file under @name in @dfd is a regular file, ours, one link, 0644, and
+ * byte for byte @agent; and @wfd's inode, unless @wfd is -1.
+ */
 static int verify_copy(int dfd, const char *name, int wfd, const uint8_t *agent, size_t len)
 {
 	struct stat w, v;
@@ -150,9 +156,9 @@ static int verify_copy(int dfd, const char *name, int wfd, const uint8_t *agent,
 	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	if (fstat(wfd, &w) < 0 || fstat(fd, &v) < 0 || w.st_dev != v.st_dev ||
-	    w.st_ino != v.st_ino || v.st_uid != geteuid() || v.st_nlink != 1 ||
-	    (v.st_mode & 07777) != 0644 || (size_t)v.st_size != len) {
+	if (fstat(fd, &v) < 0 || !S_ISREG(v.st_mode) || v.st_uid != geteuid() ||
+	    v.st_nlink != 1 || (v.st_mode & 07777) != 0644 || (size_t)v.st_size != len ||
+	    (wfd >= 0 && (fstat(wfd, &w) < 0 || w.st_dev != v.st_dev || w.st_ino != v.st_ino))) {
 		r = -EXDEV;
 		goto out_close;
 	}
@@ -193,6 +199,40 @@ static int write_copy(int dfd, const char *name, const uint8_t *agent, size_t le
 	return r;
 }
 
+/*
+ * A copy left by an earlier run for another process of the container, if
+ * one in @dfd checks out as a fresh one would: its name into @name. Else
+ * every new process would leave one more.
+ */
+static bool find_copy(int dfd, const uint8_t *agent, size_t len, char *name, size_t size)
+{
+	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *e;
+	bool found = false;
+	DIR *d;
+
+	if (fd < 0)
+		return false;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return false;
+	}
+	while (!found && (e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+
+		if (strncmp(e->d_name, "cprof-agent-", 12) != 0 || n < 16 || n >= size ||
+		    strcmp(e->d_name + n - 3, ".so") != 0)
+			continue;
+		if (verify_copy(dfd, e->d_name, -1, agent, len) == 0) {
+			memcpy(name, e->d_name, n + 1);
+			found = true;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
 int inject_place_agent(pid_t pid, const char *agent_path, char *ret_path, size_t size)
 {
 	char root[64], name[64];
@@ -220,11 +260,14 @@ int inject_place_agent(pid_t pid, const char *agent_path, char *ret_path, size_t
 
 		if (dfd < 0)
 			continue;
-		if (dir_is_usable(dfd) && snprintf(ret_path, size, "/%s/%s", place_dirs[i], name) <
-						(int)size)
-			r = write_copy(dfd, name, agent, len);
+		if (dir_is_usable(dfd))
+			r = find_copy(dfd, agent, len, name, sizeof(name))
+				    ? 1
+				    : write_copy(dfd, name, agent, len);
+		if (r >= 0 && snprintf(ret_path, size, "/%s/%s", place_dirs[i], name) >= (int)size)
+			r = -ENAMETOOLONG; /* cannot be: @name is short */
 		close(dfd);
-		if (r == 0)
+		if (r >= 0)
 			break;
 	}
 	close(rootfd);

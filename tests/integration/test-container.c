@@ -19,7 +19,8 @@
  *     stripped binary, named from its debug file in the container's
  *     /usr/lib/debug (by build id);
  *   - heap: a copy of the agent is placed in the container's /tmp, loaded,
- *     samples come back, the hooks are gone after; a second run reuses it;
+ *     samples come back, the hooks are gone after; a second run reuses the
+ *     resident agent, a new process of the container the same copy;
  *     block, mutex and threadcreate load it the same way; cprof SIGKILLed:
  *     the agent, which cannot see cprof's pid, unhooks by the heartbeat;
  *   - a container whose /tmp is a symlink out of it and whose /var/tmp
@@ -274,6 +275,24 @@ static void split_debug(const struct container *c, const char *exe, bool debugli
 	}
 }
 
+/* Starts /app/target as pid 1 of new namespaces, in the root @c->root. */
+static void container_run(struct container *c)
+{
+	/* The target finds its libraries where the host has none. */
+	setenv("LD_LIBRARY_PATH", "/app/lib", 1);
+	c->unshare = th_spawn_cmd(
+		(const char *const[]){
+			find_tool("unshare"), "--mount", "--pid", "--fork", "--kill-child",
+			"--propagation", "private", "/bin/sh", "-c",
+			"mount --bind \"$0\" \"$0\" && mount -t proc proc \"$0/proc\" && "
+			"cd \"$0\" && pivot_root . old && exec /app/target " TARGET_SECONDS " 2",
+			c->root, NULL },
+		"demo in a container");
+	unsetenv("LD_LIBRARY_PATH");
+	c->pid = only_child(c->unshare);
+	cr_assert_gt(c->pid, 0, "no target under unshare %d", c->unshare);
+}
+
 /* Builds a root (CT_* @flags) and starts demo in it. */
 static void container_start(struct container *c, unsigned flags)
 {
@@ -303,20 +322,7 @@ static void container_start(struct container *c, unsigned flags)
 	if (flags & (CT_STRIPPED | CT_DEBUGLINK))
 		split_debug(c, exe, flags & CT_DEBUGLINK);
 	copy_libraries(c->root, host_exe);
-
-	/* The target finds its libraries where the host has none. */
-	setenv("LD_LIBRARY_PATH", "/app/lib", 1);
-	c->unshare = th_spawn_cmd(
-		(const char *const[]){
-			find_tool("unshare"), "--mount", "--pid", "--fork", "--kill-child",
-			"--propagation", "private", "/bin/sh", "-c",
-			"mount --bind \"$0\" \"$0\" && mount -t proc proc \"$0/proc\" && "
-			"cd \"$0\" && pivot_root . old && exec /app/target " TARGET_SECONDS " 2",
-			c->root, NULL },
-		"demo in a container");
-	unsetenv("LD_LIBRARY_PATH");
-	c->pid = only_child(c->unshare);
-	cr_assert_gt(c->pid, 0, "no target under unshare %d", c->unshare);
+	container_run(c);
 }
 
 static void container_stop(struct container *c)
@@ -450,9 +456,11 @@ static int agent_copies(const struct container *c)
 	return th_dir_entries(dir);
 }
 
-static void run_heap(const struct container *c, const char *out, bool expect_placed)
+/* @expect: the note cprof gives about the agent's copy ("placed", "found")
+ * or NULL for none (an agent resident in the target already). */
+static void run_heap(const struct container *c, const char *out, const char *expect)
 {
-	const char *placed = "loaded a copy of the agent placed at /tmp/cprof-agent-";
+	char note[128];
 	struct profile *p;
 	struct th_run r;
 	int alloc;
@@ -460,13 +468,43 @@ static void run_heap(const struct container *c, const char *out, bool expect_pla
 	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(c->pid), "-d", "2s", "-o", out);
 	th_run_log(&r, "cprof heap");
 	cr_assert_eq(r.exit_code, 0);
-	cr_assert_eq(strstr(r.err, placed) != NULL, expect_placed, "%s", r.err);
+	snprintf(note, sizeof(note), "loaded a copy of the agent %s at /tmp/cprof-agent-",
+		 expect ? expect : "");
+	if (expect)
+		cr_assert_not_null(strstr(r.err, note), "no '%s' in: %s", note, r.err);
+	else
+		cr_assert_null(strstr(r.err, "loaded a copy of the agent"), "%s", r.err);
 	th_run_release(&r);
 	p = th_load_profile(out);
 	alloc = th_sample_type(p, "alloc_space", "bytes");
 	cr_assert_geq(alloc, 0);
 	cr_assert_gt(profile_total(p, (size_t)alloc), 0, "no allocation sampled");
 	profile_free(p);
+}
+
+/*
+ * Files a copy must not be taken for: the agent's bytes but writable by
+ * anyone, and root's 0644 file one byte off. */
+static void plant_decoys(const struct container *c)
+{
+	char path[1200];
+	uint8_t *buf;
+	size_t len;
+
+	cr_assert_eq(th_read_file(CPROF_AGENT_PATH, &buf, &len), 0);
+	snprintf(path, sizeof(path), "%s/tmp/cprof-agent-0000000000000001.so", c->root);
+	copy_file(CPROF_AGENT_PATH, path, 0666);
+	snprintf(path, sizeof(path), "%s/tmp/cprof-agent-0000000000000002.so", c->root);
+	copy_file(CPROF_AGENT_PATH, path, 0644);
+	{
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		uint8_t b = buf[len / 2] ^ 1;
+
+		cr_assert(fd >= 0);
+		cr_assert_eq(pwrite(fd, &b, 1, (off_t)(len / 2)), 1);
+		close(fd);
+	}
+	free(buf);
 }
 
 Test(container, heap)
@@ -479,15 +517,16 @@ Test(container, heap)
 	struct dirent *e;
 
 	container_start(&c, 0);
-	run_heap(&c, th_tmp_path("heap1.pb.gz"), true);
-	cr_assert_eq(agent_copies(&c), 1);
+	plant_decoys(&c);
+	run_heap(&c, th_tmp_path("heap1.pb.gz"), "placed");
+	cr_assert_eq(agent_copies(&c), 3, "decoys used, or more than one copy written");
 
 	/* The copy: root's, 0644, in the sticky /tmp, mapped by the target. */
 	snprintf(path, sizeof(path), "%s/tmp", c.root);
 	d = opendir(path);
 	cr_assert_not_null(d);
 	while ((e = readdir(d)))
-		if (!strncmp(e->d_name, "cprof-agent-", 12))
+		if (!strncmp(e->d_name, "cprof-agent-", 12) && strncmp(e->d_name + 12, "000000", 6))
 			snprintf(path, sizeof(path), "%s/tmp/%s", c.root, e->d_name);
 	closedir(d);
 	cr_assert_eq(lstat(path, &st), 0);
@@ -505,9 +544,17 @@ Test(container, heap)
 	th_assert_let_go(c.pid, false, "after cprof heap");
 
 	/* Again: the resident copy is reused, no second one. */
-	run_heap(&c, th_tmp_path("heap2.pb.gz"), false);
-	cr_assert_eq(agent_copies(&c), 1);
+	run_heap(&c, th_tmp_path("heap2.pb.gz"), NULL);
+	cr_assert_eq(agent_copies(&c), 3);
 	th_assert_let_go(c.pid, false, "after the second cprof heap");
+
+	/* A new process in the same container: the copy there is checked and
+	 * loaded, not one more written. */
+	container_stop(&c);
+	container_run(&c);
+	run_heap(&c, th_tmp_path("heap3.pb.gz"), "found");
+	cr_assert_eq(agent_copies(&c), 3);
+	th_assert_let_go(c.pid, false, "after cprof heap in a new process");
 	container_stop(&c);
 }
 
