@@ -598,13 +598,21 @@ Test(container, sigkill_of_cprof)
 	bool detached = false;
 
 	container_start(&c, 0);
-	th_run_cprof_ex(&r, 60000, SIGKILL, 1500,
-			(const char *const[]){ "heap", "-p", th_pid_str(c.pid), "-d", "20s", "-o",
-					       th_tmp_path("killed.pb.gz"), NULL });
-	killed = th_now_ns();
-	cr_assert_eq(r.exit_code, 128 + SIGKILL, "cprof was not killed mid-window");
-	th_run_release(&r);
-	h = th_agent_header(c.pid);
+	/* Killed once the agent is in: on a loaded machine (or in ASan) that
+	 * can take longer than the first try allows. */
+	for (int delay_ms = 1500;; delay_ms *= 2) {
+		th_run_cprof_ex(&r, 60000, SIGKILL, delay_ms,
+				(const char *const[]){ "heap", "-p", th_pid_str(c.pid), "-d", "20s",
+						       "-o", th_tmp_path("killed.pb.gz"), NULL });
+		killed = r.signal_ns;
+		cr_assert_eq(r.exit_code, 128 + SIGKILL, "cprof was not killed mid-window");
+		th_run_release(&r);
+		th_sleep_ms(100); /* a call cprof launched finishes by itself */
+		h = th_agent_header(c.pid);
+		if (h || delay_ms >= 6000)
+			break;
+		cr_log_info("killed after %d ms: the agent was not in yet; again", delay_ms);
+	}
 	cr_assert_not_null(h, "no agent channel in the target");
 	cr_assert_eq(h->cprof_pid, 0, "cprof's host pid given to an agent that cannot see it");
 	while (th_now_ns() - killed < 4000000000ull) {
