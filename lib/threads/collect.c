@@ -28,7 +28,6 @@ static void read_thread_proc(pid_t pid, struct thread_record *t)
 
 	if (target_thread_name(pid, t->tid, t->name, sizeof(t->name)) < 0)
 		snprintf(t->name, sizeof(t->name), "?");
-	t->ns_tid = target_ns_tid(pid, t->tid);
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, t->tid);
 	if (proc_read(path, buf, sizeof(buf), NULL) < 0) {
 		t->state = 'X';
@@ -99,10 +98,12 @@ static int record_threads(struct threads_snapshot *s, const struct ptrace_snapsh
 				memcpy(t->name, before[j].name, sizeof(t->name));
 				t->state = before[j].state;
 				t->cpu_ns = before[j].cpu_ns;
-				t->ns_tid = before[j].ns_tid;
 			}
 		if (t->state == '?') /* born during the snapshot */
 			read_thread_proc(s->pid, t);
+		/* A container's numbering: read after the pause, not before. */
+		if (s->other_pidns)
+			t->ns_tid = target_ns_tid(s->pid, t->tid);
 		if (pt->result == PTRACE_THREAD_REFUSED)
 			t->tracer = thread_tracer(s->pid, t->tid);
 		if (pt->result != PTRACE_THREAD_STOPPED)
@@ -168,6 +169,7 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, s
 	if (!s)
 		return -ENOMEM;
 	s->pid = pid;
+	s->other_pidns = target_other_pidns(pid);
 	target_process_name(pid, s->comm, sizeof(s->comm));
 	/* Before anything stops: the modules (and vDSO), the maps, names. */
 	r = symbolizer_new(&s->sym, pid);
