@@ -163,7 +163,8 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 	al->fd = r;
 	if (al->rep.placed)
 		report_note("pid %d is in a container: loaded a copy of the agent %s at %s in its "
-			    "root", t->pid, al->rep.placed == 1 ? "placed" : "found", al->rep.agent_path);
+			    "root", t->pid, al->rep.placed == 1 ? "placed" : "found",
+			    al->rep.agent_path);
 	/* The agent is a module of the target now: its frames must resolve. */
 	symbolizer_refresh(al->sym);
 	r = channel_open(&al->ch, t->pid, al->fd);

@@ -158,8 +158,9 @@ static void build_id(const char *path, bool change, char *hex, size_t size)
 				continue;
 			if (change) {
 				uint8_t b = desc[0] ^ 0xff;
+				off_t at = (off_t)(sh.sh_offset + desc_off);
 
-				cr_assert_eq(pwrite(fd, &b, 1, (off_t)(sh.sh_offset + desc_off)), 1);
+				cr_assert_eq(pwrite(fd, &b, 1, at), 1);
 				desc[0] = b;
 			}
 			for (size_t i = 0; i < nh.n_descsz && 2 * i + 2 < size; i++)
