@@ -71,19 +71,28 @@ static const char *find_tool(const char *name)
 	return NULL;
 }
 
-/* Skips unless this process may make mount and PID namespaces. */
-static void require_namespaces(void)
-{
-	const char *unshare = find_tool("unshare");
-	struct th_run r;
+/* How the target is put in its container: pivot_root into $0. */
+#define CONTAINER_SETUP                                                                          \
+	"mount --bind \"$0\" \"$0\" && mount -t proc proc \"$0/proc\" && cd \"$0\" && "        \
+	"pivot_root . old"
 
+static void require_tools(void)
+{
 	if (geteuid() != 0)
 		cr_skip_test("containers need root (mount namespaces, ptrace): run as root");
-	if (!unshare || !find_tool("pivot_root") || !find_tool("mount"))
+	if (!find_tool("unshare") || !find_tool("pivot_root") || !find_tool("mount"))
 		cr_skip_test("unshare, pivot_root or mount (util-linux) not installed");
+}
+
+/* Skips unless this process may make the namespaces and pivot into @root. */
+static void require_namespaces(const char *root)
+{
+	struct th_run r;
+
 	th_run_cmd_ex(&r, 10000, 0, 0,
-		      (const char *const[]){ unshare, "--mount", "--pid", "--fork",
-					     "--propagation", "private", "true", NULL });
+		      (const char *const[]){ find_tool("unshare"), "--mount", "--pid", "--fork",
+					     "--propagation", "private", "/bin/sh", "-c",
+					     CONTAINER_SETUP, root, NULL });
 	if (r.exit_code != 0) {
 		char why[256];
 
@@ -285,9 +294,7 @@ static void container_run(struct container *c)
 		(const char *const[]){
 			find_tool("unshare"), "--mount", "--pid", "--fork", "--kill-child",
 			"--propagation", "private", "/bin/sh", "-c",
-			"mount --bind \"$0\" \"$0\" && mount -t proc proc \"$0/proc\" && "
-			"cd \"$0\" && pivot_root . old && exec /app/target " TARGET_SECONDS " 2",
-			c->root, NULL },
+			CONTAINER_SETUP " && exec /app/target " TARGET_SECONDS " 2", c->root, NULL },
 		"demo in a container");
 	unsetenv("LD_LIBRARY_PATH");
 	c->pid = only_child(c->unshare);
@@ -299,7 +306,7 @@ static void container_start(struct container *c, unsigned flags)
 {
 	char exe[1100], host_exe[4096];
 
-	require_namespaces();
+	require_tools();
 	memset(c, 0, sizeof(*c));
 	cr_assert_lt(snprintf(c->root, sizeof(c->root), "%s", th_tmp_dir("container")),
 		     (int)sizeof(c->root));
@@ -323,6 +330,7 @@ static void container_start(struct container *c, unsigned flags)
 	if (flags & (CT_STRIPPED | CT_DEBUGLINK))
 		split_debug(c, exe, flags & CT_DEBUGLINK);
 	copy_libraries(c->root, host_exe);
+	require_namespaces(c->root);
 	container_run(c);
 }
 
