@@ -101,9 +101,20 @@ static int inject_error(int r, const struct target *t, const struct agent_load *
 			     rep->dlerror[0] ? rep->dlerror : "no reason given");
 		return EXIT_FAIL;
 	case -EXDEV:
-		report_error("pid %d (%s) cannot see the agent at the path cprof has it (another "
-			     "mount namespace: a container?), or a resident agent was deleted",
-			     t->pid, t->comm);
+		if (!rep->place_error) {
+			report_error("the agent resident in pid %d (%s) was deleted: it cannot be "
+				     "loaded again by its path", t->pid, t->comm);
+			report_hint("restart the target to profile it with the agent again");
+			return EXIT_TARGET;
+		}
+		report_error("pid %d (%s) is in another root (a container) and no copy of the "
+			     "agent could be placed in it: %s", t->pid, t->comm,
+			     rep->place_error == -EROFS
+				     ? "no /tmp, /var/tmp or /dev/shm there that only root can "
+				       "change, writable and not mounted noexec"
+				     : strerror(-rep->place_error));
+		report_hint("give the container a /tmp owned by root (mode 1777 or 755), "
+			    "or run cprof inside the container");
 		return EXIT_TARGET;
 	case -ENOTSUP:
 		report_error("pid %d (%s) is stopped (SIGSTOP or a debugger): no thread can load "
@@ -148,7 +159,9 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 	}
 	o = (struct inject_opts){
 		.agent_path = agent,
-		.cprof_pid = getpid(),
+		/* A target in a container cannot see our pid: 0 tells the
+		 * agent's watchdog to go by the heartbeat alone. */
+		.cprof_pid = target_other_pidns(t->pid) ? 0 : getpid(),
 		.rate = rate,
 		.ring_size = ring_size,
 		.events = events,
@@ -162,6 +175,10 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 	if (r < 0)
 		return inject_error(r, t, al);
 	al->fd = r;
+	if (al->rep.placed)
+		report_note("pid %d is in a container: loaded a copy of the agent %s at %s in its "
+			    "root", t->pid, al->rep.placed == 1 ? "placed" : "found",
+			    al->rep.agent_path);
 	/* The agent is a module of the target now: its frames must resolve. */
 	symbolizer_refresh(al->sym);
 	r = channel_open(&al->ch, t->pid, al->fd);

@@ -120,6 +120,15 @@ void agent_window_report(const struct window_result *w, const struct target *t)
 	if (w->malformed)
 		report_warning("the agent's ring in pid %d held malformed records; reading "
 			       "stopped there", t->pid);
+	/* Before ours: e.g. an agent that cannot see cprof's pid and took it for
+	 * gone (a container, with an agent older than its pid-0 rule). */
+	if (w->counters.detach_reason == CPROF_DETACH_PEER_EXIT ||
+	    w->counters.detach_reason == CPROF_DETACH_HEARTBEAT)
+		report_warning("the agent in pid %d ended its session before the window did "
+			       "(%s): the profile covers only part of it", t->pid,
+			       w->counters.detach_reason == CPROF_DETACH_PEER_EXIT
+				       ? "it took cprof for gone"
+				       : "it missed cprof's heartbeat");
 	if (!w->detached && !w->target_exited)
 		report_warning("the agent did not confirm its hooks were removed; it removes "
 			       "them by itself within 1 s of cprof's exit");

@@ -220,9 +220,11 @@ static void header_init(struct cprof_wire_header *h, int cprof_pid, uint64_t rat
 	h->state = CPROF_STATE_INIT;
 }
 
+/* Pid 0, a cprof we cannot see: its session lives until the watchdog
+ * misses the heartbeat, and then it is over (header() is gone). */
 static bool peer_alive(pid_t pid)
 {
-	return kill(pid, 0) == 0 || errno == EPERM;
+	return pid == 0 || kill(pid, 0) == 0 || errno == EPERM;
 }
 
 static bool one_kind(uint32_t events)
@@ -244,7 +246,7 @@ CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint
 
 	if (ring_size == 0)
 		ring_size = CPROF_WIRE_RING_DEFAULT;
-	if (cprof_pid <= 0 || ring_size < CPROF_WIRE_RING_MIN || ring_size > CPROF_WIRE_RING_MAX ||
+	if (cprof_pid < 0 || ring_size < CPROF_WIRE_RING_MIN || ring_size > CPROF_WIRE_RING_MAX ||
 	    (ring_size & (ring_size - 1)) || !one_kind(events))
 		return -EINVAL;
 	rate = clamp_rate(rate);

@@ -17,11 +17,13 @@
 #define CPROF_AGENT_API __attribute__((visibility("default")))
 
 /*
- * Start a session for the cprof process @cprof_pid: create the memfd (see
- * wire.h), start the watchdog thread, patch the GOT entries of the allocator
- * functions in every loaded object, and sample allocations with a mean gap of
- * @rate bytes (0: 512 KiB; 1: every allocation). @ring_size is the ring's
- * size in bytes, a power of two (0: CPROF_WIRE_RING_DEFAULT).
+ * Start a session for the cprof process @cprof_pid (0: cprof is in a PID
+ * namespace the target cannot see; its heartbeat alone tells that it
+ * lives): create the memfd (see wire.h), start the watchdog thread, patch
+ * the GOT entries of the allocator functions in every loaded object, and
+ * sample allocations with a mean gap of @rate bytes (0: 512 KiB; 1: every
+ * allocation). @ring_size is the ring's size in bytes, a power of two (0:
+ * CPROF_WIRE_RING_DEFAULT).
  *
  * Returns the memfd's number (>= 0), or:
  *   -EINVAL  bad @cprof_pid or @ring_size

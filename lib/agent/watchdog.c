@@ -23,6 +23,14 @@
 
 static bool peer_gone(int pidfd, pid_t pid)
 {
+	/* Pid 0: cprof is in a PID namespace we cannot see (we are in a
+	 * container): the heartbeat alone tells. */
+	if (pid == 0) {
+		struct timespec ts = { 0, WATCHDOG_TICK_MS * 1000000L };
+
+		nanosleep(&ts, NULL);
+		return false;
+	}
 	if (pidfd >= 0) {
 		struct pollfd p = { .fd = pidfd, .events = POLLIN };
 
@@ -40,7 +48,7 @@ static void *watchdog_main(void *arg)
 	pid_t pid = (pid_t)(packed >> 32);
 	uint64_t session = packed & 0xffffffffu;
 	uint64_t last_beat = 0, last_change = agent_now_ns();
-	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
 
 	prctl(PR_SET_NAME, "cprof-agent", 0, 0, 0);
 	for (;;) {

@@ -95,7 +95,7 @@ struct cprof_wire_header {
 	uint32_t ring_size;    /* bytes, a power of two */
 	uint32_t stack_max;    /* most stack bytes an ALLOC carries */
 	int32_t agent_pid;     /* the target's pid as the agent sees it */
-	int32_t cprof_pid;     /* the pid cprof_agent_attach() was given */
+	int32_t cprof_pid;     /* the pid cprof_agent_attach() was given; 0: unseen */
 	uint64_t session;      /* attach count of this agent, from 1 */
 
 	/* Written by the agent at any time. */

@@ -37,6 +37,8 @@ struct cpu_profiler {
 	struct perf_session *perf;
 	struct profile *profile;
 	struct u64map thread_names; /* tid -> const char * interned in profile */
+	struct u64map ns_tids;      /* tid -> tid in the target's PID namespace */
+	bool other_pidns;           /* the target is in a container */
 	const char *process_name;
 	clockid_t cpu_clock;
 	bool have_cpu_clock;
@@ -95,6 +97,22 @@ static const char *thread_name(struct cpu_profiler *p, pid_t tid)
 	return name;
 }
 
+/* The tid as the target's PID namespace numbers it; 0 when the same (or
+ * gone before we asked). Read once per thread. */
+static pid_t ns_tid(struct cpu_profiler *p, pid_t tid)
+{
+	uint64_t v;
+	pid_t n;
+
+	if (!p->other_pidns)
+		return 0;
+	if (u64map_get(&p->ns_tids, (uint64_t)tid, &v))
+		return (pid_t)v;
+	n = target_ns_tid(p->opts.pid, tid);
+	u64map_put(&p->ns_tids, (uint64_t)tid, (uint64_t)n); /* only a cache */
+	return n;
+}
+
 static void on_comm(pid_t tid, const char *name, void *arg)
 {
 	struct cpu_profiler *p = arg;
@@ -107,10 +125,11 @@ static void on_comm(pid_t tid, const char *name, void *arg)
 static int on_sample(const struct perf_sample *s, void *arg)
 {
 	struct cpu_profiler *p = arg;
-	struct profile_label labels[2];
+	struct profile_label labels[3];
 	int64_t values[2];
 	uint64_t *user = p->pcs + s->nkernel;
 	int n = 0, r;
+	pid_t nstid;
 
 	/* Kernel frames on top, leaf first; callers are return addresses. */
 	for (unsigned i = 0; i < s->nkernel; i++)
@@ -136,10 +155,12 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	labels[1] = (struct profile_label){ .key = "thread_name", .str = thread_name(p, s->tid) };
 	if (!labels[1].str)
 		return -ENOMEM;
+	nstid = ns_tid(p, s->tid);
+	labels[2] = (struct profile_label){ .key = "ns_thread_id", .num = nstid };
 	values[0] = 1;
 	values[1] = (int64_t)s->period;
 	p->stats.sampled_ns += s->period;
-	return profile_add_sample(p->profile, p->locs, (size_t)n, values, labels, 2);
+	return profile_add_sample(p->profile, p->locs, (size_t)n, values, labels, nstid ? 3 : 2);
 }
 
 static int drain(struct cpu_profiler *p)
@@ -185,6 +206,8 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 	p->opts = *o;
 	p->rng = now_monotonic_ns() ^ (uint64_t)o->pid;
 	u64map_init(&p->thread_names);
+	u64map_init(&p->ns_tids);
+	p->other_pidns = target_other_pidns(o->pid);
 	p->popts = (struct perf_opts){
 		.pid = o->pid,
 		.period_ns = sampling_period(o),
@@ -421,5 +444,6 @@ void cpu_profiler_free(struct cpu_profiler *p)
 	profile_free(p->profile);
 	u64map_release(&p->thread_names);
 	kallsyms_release(&p->ksyms);
+	u64map_release(&p->ns_tids);
 	free(p);
 }

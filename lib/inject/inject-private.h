@@ -21,4 +21,16 @@ void inject_warm_up(const struct inject_opts *o);
 /* The threads of @pid, those asleep in a harmless system call first. */
 int inject_order_threads(pid_t pid, pid_t **ret_tids, size_t *ret_n);
 
+/*
+ * place.c: copies @agent_path into @pid's root (a container's /tmp,
+ * /var/tmp or /dev/shm: the first that only root or cprof's user can
+ * change) under an unguessable name; @ret_path gets the path as the target
+ * sees it. Returns 0 (a new copy), 1 (one that an earlier run left there
+ * for another process, checked as a new one would be), -EROFS (no such
+ * directory) or -EXDEV (the copy did not check out).
+ */
+int inject_place_agent(pid_t pid, const char *agent_path, char *ret_path, size_t size);
+/* Removes a copy placed by inject_place_agent() that was never loaded. */
+void inject_unplace_agent(pid_t pid, const char *path);
+
 #endif

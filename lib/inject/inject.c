@@ -118,13 +118,15 @@ static bool is_agent(const char *path)
 /*
  * A resident agent is used again, by the path it was loaded from (dlopen of
  * the same path returns it, never a second copy that would hook the first).
- * Otherwise ours, if the target sees the very same file at that path.
+ * Otherwise ours, if the target sees the very same file at that path, else
+ * a copy placed in the target's root (place.c).
  */
 static int choose_agent_path(struct call *c)
 {
 	const struct maps *m = c->o->maps;
 	char there[1100];
 	struct stat a, b;
+	int r;
 
 	for (size_t i = 0; i < m->n; i++)
 		if (is_agent(m->entries[i].path)) {
@@ -139,9 +141,19 @@ static int choose_agent_path(struct call *c)
 	snprintf(there, sizeof(there), "/proc/%d/root%s", c->pid, c->o->agent_path);
 	if (stat(c->o->agent_path, &a) < 0)
 		return -errno;
-	if (stat(there, &b) < 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+	if (stat(there, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+		snprintf(c->rep->agent_path, sizeof(c->rep->agent_path), "%s",
+			 c->o->agent_path);
+		return 0;
+	}
+	/* Another root (a container): the target gets a copy of its own. */
+	r = inject_place_agent(c->pid, c->o->agent_path, c->rep->agent_path,
+			       sizeof(c->rep->agent_path));
+	if (r < 0) {
+		c->rep->place_error = r;
 		return -EXDEV;
-	snprintf(c->rep->agent_path, sizeof(c->rep->agent_path), "%s", c->o->agent_path);
+	}
+	c->rep->placed = r == 0 ? 1 : 2;
 	return 0;
 }
 
@@ -525,9 +537,6 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 	memset(rep, 0, sizeof(*rep));
 	if (!target_alive(pid))
 		return -ESRCH;
-	r = choose_agent_path(&c);
-	if (r < 0)
-		return r;
 	r = inject_find_function(pid, o->maps, "libc.so.", "dlopen", &c.dlopen);
 	if (r == -ENOENT)
 		r = inject_find_function(pid, o->maps, "libdl.so.", "dlopen", &c.dlopen);
@@ -543,14 +552,23 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 	c.image = calloc(1, TRAMP_SIZE);
 	if (!c.image)
 		return -ENOMEM;
+	/* Last of the preparations: it may place a copy of the agent. */
+	r = choose_agent_path(&c);
+	if (r < 0)
+		goto out_free;
 	find_old_page(&c);
 	inject_warm_up(o);
 	r = run_tracer(&c);
-	launched = now_monotonic_ns();
+	launched = r == 0 ? now_monotonic_ns() : 0;
 	if (r == 0) {
 		rep->tid = c.tid;
 		r = collect(&c, launched);
 	}
+	/* A copy never loaded goes; one that was (or may yet be) stays, as the
+	 * resident agent of later runs. */
+	if (r < 0 && rep->placed == 1 && (!launched || r == -ENOEXEC))
+		inject_unplace_agent(pid, rep->agent_path);
+out_free:
 	free(c.image);
 	return r;
 }

@@ -52,6 +52,8 @@ struct inject_report {
 	char why[160];           /* why the last thread was refused */
 	char dlerror[256];       /* dlopen's complaint, when it failed */
 	char agent_path[1024];   /* the path dlopen was given */
+	int placed;              /* a copy in the target's root: 1 new, 2 found there */
+	int place_error;         /* -errno: why no copy could be put there */
 };
 
 /*
@@ -63,7 +65,9 @@ struct inject_report {
  *   -EAGAIN     no safe thread within pick_timeout_ms (@rep->why says why)
  *   -ETIMEDOUT  the call did not finish in call_timeout_ms (it goes on)
  *   -ENOEXEC    dlopen failed (@rep->dlerror)
- *   -EXDEV      the agent is not the file the target would load at that path
+ *   -EXDEV      the target sees another file at the agent's path and no copy
+ *               could be placed in its root (@rep->place_error), or a
+ *               resident agent was deleted
  *   -ENOTSUP    a stopped (SIGSTOP) target, or no way to save its state
  *   other -errno from cprof_agent_attach_events() (-EBUSY: another cprof's
  *   session runs) or from the system.

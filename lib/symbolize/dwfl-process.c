@@ -3,29 +3,34 @@
  * the vDSO included (dwfl_linux_proc_report() finds it through the auxv and
  * reads its image from /proc/PID/mem; a maps-file report would not), and
  * every module's ELF opened at once, while the process is there to read.
+ *
+ * The paths in /proc/PID/maps are the target's: in a container (another
+ * mount namespace) they name files of the container, which the host may not
+ * have, or have in another version. So files are opened as the target sees
+ * them: the very file mapped (/proc/PID/map_files), else the path under
+ * /proc/PID/root; debug files are looked for by build id in the container's
+ * /usr/lib/debug too. The module keeps the target's path as its name.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "symbolize/symbolize-private.h"
+#include "target/target.h"
 
-static char *debuginfo_path; /* NULL: libdw's default (/usr/lib/debug and .build-id) */
+/* libdw's default, ":.debug:/usr/lib/debug", and then the container's. */
+#define DEBUGINFO_PATH ":.debug:/usr/lib/debug"
 
-static const Dwfl_Callbacks proc_callbacks = {
-	.find_elf = dwfl_linux_proc_find_elf,
-	.find_debuginfo = dwfl_standard_find_debuginfo,
-	.debuginfo_path = &debuginfo_path,
-};
-
-/* What libdw does not keep: the file offset of each module's first mapping. */
+/* What libdw does not keep: where each mapping is and its file offset. */
 struct map_offset {
-	uint64_t start, offset;
+	uint64_t start, end, offset;
 };
 
 struct map_offsets {
@@ -52,19 +57,75 @@ static int read_map_offsets(pid_t pid, struct map_offsets *ret)
 		r = GROW(ret->v, ret->nr + 1, ret->alloc);
 		if (r < 0)
 			break;
-		ret->v[ret->nr++] = (struct map_offset){ .start = start, .offset = offset };
+		ret->v[ret->nr++] =
+			(struct map_offset){ .start = start, .end = end, .offset = offset };
 	}
 	free(line);
 	fclose(f);
 	return r;
 }
 
-static uint64_t map_offset_at(const struct map_offsets *mo, uint64_t start)
+static const struct map_offset *map_offset_at(const struct map_offsets *mo, uint64_t start)
 {
 	for (size_t i = 0; i < mo->nr; i++)
 		if (mo->v[i].start == start)
-			return mo->v[i].offset;
-	return 0;
+			return &mo->v[i];
+	return NULL;
+}
+
+/* A regular file, or -1 (libdw's "not found"): devices could hang a read. */
+static int open_regular(const char *path)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * libdw's find_elf for files: the module's sym_module is already hung on
+ * @userdata (sym_module_setup() opens the ELF right after). In a container
+ * the file name handed back is the one under /proc/PID/root, so that libdw
+ * looks for a .gnu_debuglink file beside the container's binary, not the
+ * host's; otherwise the path itself, as libdw's own find_elf does.
+ */
+static int find_elf_in_root(Dwfl_Module *mod, void **userdata, const char *name,
+			    Dwarf_Addr base, char **file_name, Elf **elfp)
+{
+	const struct sym_module *m = *userdata;
+	char path[PATH_MAX + 64];
+	int fd = -1;
+
+	if (!m || name[0] != '/')
+		return dwfl_linux_proc_find_elf(mod, userdata, name, base, file_name, elfp);
+	if (m->map_end) {
+		snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64,
+			 (int)m->pid, m->pub.start, m->map_end);
+		fd = open_regular(path); /* needs CAP_SYS_ADMIN: root only */
+	}
+	if (snprintf(path, sizeof(path), "/proc/%d/root%s", (int)m->pid, name) >=
+	    (int)sizeof(path))
+		goto out_fallback;
+	if (fd < 0)
+		fd = open_regular(path);
+	if (fd < 0)
+		goto out_fallback;
+	*file_name = strdup(m->other_root ? path : name);
+	if (!*file_name) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+
+out_fallback:
+	/* A deleted file: libdw reads its image from memory if it can. */
+	return dwfl_linux_proc_find_elf(mod, userdata, name, base, file_name, elfp);
 }
 
 static const char *build_id_hex(struct symbolizer *s, Dwfl_Module *mod)
@@ -93,6 +154,7 @@ static int sym_module_setup(struct setup_ctx *ctx, Dwfl_Module *mod, void **user
 			    const char *name, Dwarf_Addr start)
 {
 	struct symbolizer *s = ctx->s;
+	const struct map_offset *first = map_offset_at(ctx->offsets, start);
 	struct sym_module *m;
 	Dwarf_Addr end;
 	const char *slash;
@@ -105,13 +167,19 @@ static int sym_module_setup(struct setup_ctx *ctx, Dwfl_Module *mod, void **user
 	if (r < 0)
 		goto out_free;
 	m->mod = mod;
+	m->pid = s->pid;
+	m->other_root = s->other_root;
+	m->pub.start = start;
+	m->map_end = first ? first->end : 0;
 	dwfl_module_info(mod, NULL, NULL, &end, NULL, NULL, NULL, NULL);
 	/* "[vdso: 1234]" is libdw's name; pprof and people know "[vdso]". */
 	if (!strncmp(name, "[vdso", 5))
 		m->pub.path = strpool_intern(&s->strings, "[vdso]");
 	else
 		m->pub.path = strpool_intern(&s->strings, name);
-	/* Opening now is the point: the file, or the vDSO's memory, may go. */
+	/* Opening now is the point: the file, or the vDSO's memory, may go.
+	 * find_elf_in_root() finds @m on the userdata. */
+	*userdata = m;
 	m->has_elf = dwfl_module_getelf(mod, &m->bias) != NULL;
 	m->pub.build_id = build_id_hex(s, mod);
 	if (!m->pub.path || !m->pub.build_id) {
@@ -120,19 +188,18 @@ static int sym_module_setup(struct setup_ctx *ctx, Dwfl_Module *mod, void **user
 	}
 	slash = strrchr(m->pub.path, '/');
 	m->base_name = slash ? slash + 1 : m->pub.path;
-	m->pub.start = start;
 	m->pub.end = end;
-	m->pub.offset = map_offset_at(ctx->offsets, start);
+	m->pub.offset = first ? first->offset : 0;
 	if (!m->has_elf)
 		m->bias = start;
 
 	s->modules[s->nmodules++] = m;
-	*userdata = m;
 	if (s->exe && !s->main_module && !strcmp(name, s->exe))
 		s->main_module = m;
 	return 0;
 
 out_free:
+	*userdata = NULL;
 	free(m);
 	return r;
 }
@@ -242,6 +309,30 @@ static const char *read_exe(struct symbolizer *s)
 	return strpool_intern(&s->strings, buf);
 }
 
+/* libdw keeps a pointer to the callbacks: they live in @s. */
+static int setup_callbacks(struct symbolizer *s)
+{
+	char path[128];
+
+	s->debuginfo_path = NULL; /* NULL: libdw's default */
+	s->other_root = target_other_root(s->pid);
+	if (s->other_root) {
+		snprintf(path, sizeof(path), DEBUGINFO_PATH ":/proc/%d/root/usr/lib/debug",
+			 (int)s->pid);
+		s->debuginfo_path = strdup(path);
+		if (!s->debuginfo_path)
+			return -ENOMEM;
+	}
+	s->callbacks = (Dwfl_Callbacks){
+		.find_elf = find_elf_in_root,
+		/* A debuglink under the container's /usr/lib/debug/PATH is found
+		 * too: libdw tries each tail of the file's directory in turn. */
+		.find_debuginfo = dwfl_standard_find_debuginfo,
+		.debuginfo_path = &s->debuginfo_path,
+	};
+	return 0;
+}
+
 int symbolizer_new(struct symbolizer **ret, pid_t pid)
 {
 	struct symbolizer *s;
@@ -255,7 +346,10 @@ int symbolizer_new(struct symbolizer **ret, pid_t pid)
 	s->pid = pid;
 	strpool_init(&s->strings);
 	u64map_init(&s->cache);
-	s->dwfl = dwfl_begin(&proc_callbacks);
+	r = setup_callbacks(s);
+	if (r < 0)
+		goto out_free;
+	s->dwfl = dwfl_begin(&s->callbacks);
 	if (!s->dwfl) {
 		r = -ENOMEM;
 		goto out_free;
@@ -294,6 +388,7 @@ void symbolizer_free(struct symbolizer *s)
 	free(s->modules);
 	if (s->dwfl)
 		dwfl_end(s->dwfl);
+	free(s->debuginfo_path);
 	strpool_release(&s->strings);
 	free(s);
 }

@@ -30,6 +30,9 @@ void symtab_release(struct symtab *t);
 /* One module of the target, hung on the Dwfl_Module's userdata. */
 struct sym_module {
 	Dwfl_Module *mod;
+	pid_t pid;        /* whose /proc/PID/root and map_files it is opened from */
+	uint64_t map_end; /* end of its first mapping; 0 if unknown */
+	bool other_root;  /* the target is in a container: paths are its own */
 	struct symbol_module pub;
 	const char *base_name; /* for "name+0xoff" */
 	bool has_elf;
@@ -40,6 +43,9 @@ struct sym_module {
 
 struct symbolizer {
 	pid_t pid;
+	Dwfl_Callbacks callbacks; /* libdw keeps a pointer to these */
+	char *debuginfo_path;     /* NULL: libdw's default */
+	bool other_root;          /* target_other_root() */
 	Dwfl *dwfl;
 	const char *exe; /* /proc/PID/exe as it was at symbolizer_new(); pooled */
 	struct sym_module *main_module;

@@ -51,6 +51,15 @@ int target_thread_state(pid_t pid, pid_t tid, char *ret_state);
 /* The comm of the process owning @pid, and its name, for error messages. */
 int target_process_name(pid_t pid, char *buf, size_t size);
 
+/* namespace.c: containers. True when @pid's root directory is not ours
+ * (its paths must be opened under /proc/PID/root); false if unsure. */
+bool target_other_root(pid_t pid);
+/* True when @pid is in another PID namespace than cprof; false if unsure. */
+bool target_other_pidns(pid_t pid);
+/* Thread @tid of @pid as its own PID namespace numbers it (the last NSpid
+ * field), or 0 when that is @tid itself or unknown. */
+pid_t target_ns_tid(pid_t pid, pid_t tid);
+
 /* Reads a small /proc file whole into @buf (NUL-terminated). -errno. */
 int proc_read(const char *path, char *buf, size_t size, size_t *ret_len);
 

@@ -101,6 +101,9 @@ static int record_threads(struct threads_snapshot *s, const struct ptrace_snapsh
 			}
 		if (t->state == '?') /* born during the snapshot */
 			read_thread_proc(s->pid, t);
+		/* A container's numbering: read after the pause, not before. */
+		if (s->other_pidns)
+			t->ns_tid = target_ns_tid(s->pid, t->tid);
 		if (pt->result == PTRACE_THREAD_REFUSED)
 			t->tracer = thread_tracer(s->pid, t->tid);
 		if (pt->result != PTRACE_THREAD_STOPPED)
@@ -166,6 +169,7 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, s
 	if (!s)
 		return -ENOMEM;
 	s->pid = pid;
+	s->other_pidns = target_other_pidns(pid);
 	target_process_name(pid, s->comm, sizeof(s->comm));
 	/* Before anything stops: the modules (and vDSO), the maps, names. */
 	r = symbolizer_new(&s->sym, pid);

@@ -8,6 +8,7 @@
 #ifndef CPROF_THREADS_H
 #define CPROF_THREADS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -19,6 +20,7 @@ struct symbolizer;
 
 struct thread_record {
 	pid_t tid;
+	pid_t ns_tid; /* as the target's PID namespace numbers it; 0: same */
 	char name[64];
 	char state;  /* /proc state letter just before the snapshot */
 	enum ptrace_thread_result result;
@@ -33,6 +35,7 @@ struct thread_record {
 
 struct threads_snapshot {
 	pid_t pid;
+	bool other_pidns; /* in a container: thread_record.ns_tid is read */
 	char comm[64];
 	struct thread_record *threads; /* sorted by tid */
 	size_t nthreads;

@@ -177,7 +177,11 @@ static void thread_header(const struct thread_record *t, FILE *f)
 	double minutes = (double)t->cpu_ns / 60e9;
 
 	thread_state_text(t, state, sizeof(state));
-	fprintf(f, "thread %d \"%s\" [%s", t->tid, t->name, state);
+	fprintf(f, "thread %d", t->tid);
+	/* In a container: also the tid the target's own logs and tools show. */
+	if (t->ns_tid)
+		fprintf(f, " (ns tid %d)", t->ns_tid);
+	fprintf(f, " \"%s\" [%s", t->name, state);
 	/* Go names the wait in minutes once it passes one; we have CPU time. */
 	if (minutes >= 1.0)
 		fprintf(f, ", %.0f minutes on cpu", minutes);

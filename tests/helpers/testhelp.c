@@ -192,29 +192,47 @@ void th_init(void)
 	mkdir(TEST_TMPDIR, 0755);
 }
 
-/* Removes @path: a file, or a directory and everything in it. */
-static void remove_tree(const char *path)
+/*
+ * Removes @path: a file, or a directory and everything in it, never
+ * following a symlink nor crossing into another file system (a container
+ * root of test-container may have had mounts in it).
+ */
+static void remove_at(int dirfd, const char *name, dev_t dev)
 {
-	DIR *d = opendir(path);
+	struct stat st;
 	struct dirent *e;
+	DIR *d;
+	int fd;
 
-	if (!d) {
-		unlink(path);
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return;
+	if (!S_ISDIR(st.st_mode)) {
+		unlinkat(dirfd, name, 0);
 		return;
 	}
-	while ((e = readdir(d))) {
-		char *sub;
-
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (asprintf(&sub, "%s/%s", path, e->d_name) < 0)
-			continue;
-		if (unlink(sub) != 0 && errno == EISDIR)
-			remove_tree(sub);
-		free(sub);
+	if (st.st_dev != dev)
+		return;
+	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return;
 	}
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			remove_at(fd, e->d_name, dev);
 	closedir(d);
-	rmdir(path);
+	unlinkat(dirfd, name, AT_REMOVEDIR);
+}
+
+static void remove_tree(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) == 0)
+		remove_at(AT_FDCWD, path, st.st_dev);
 }
 
 void th_cleanup(void)
@@ -318,8 +336,6 @@ pid_t th_spawn_path(const char *path, const char *const *args)
 {
 	const char *argv[32];
 	size_t argc = 0;
-	int fds[2];
-	pid_t parent = getpid(), pid;
 
 	cr_assert(access(path, X_OK) == 0, "target %s is not built: %s", path, strerror(errno));
 	argv[argc++] = path;
@@ -328,6 +344,13 @@ pid_t th_spawn_path(const char *path, const char *const *args)
 		argv[argc++] = *args;
 	}
 	argv[argc] = NULL;
+	return th_spawn_cmd(argv, name);
+}
+
+pid_t th_spawn_cmd(const char *const *argv, const char *name)
+{
+	int fds[2];
+	pid_t parent = getpid(), pid;
 
 	cr_assert(pipe2(fds, O_CLOEXEC) == 0);
 	pid = fork();
@@ -335,7 +358,7 @@ pid_t th_spawn_path(const char *path, const char *const *args)
 	if (pid == 0) {
 		child_setup(parent);
 		dup2(fds[1], STDOUT_FILENO);
-		execv(path, (char *const *)argv);
+		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	close(fds[1]);

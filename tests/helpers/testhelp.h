@@ -25,7 +25,7 @@ void th_cleanup(void);
 
 /*
  * A fresh path in TEST_TMPDIR for this test (not created): "DIR/NAME-PID-N".
- * th_cleanup() removes it (a directory with the files in it), unless
+ * th_cleanup() removes it (a directory with all in it, on its file system), unless
  * CPROF_TEST_KEEP is set in the environment.
  */
 const char *th_tmp_path(const char *name);
@@ -64,6 +64,9 @@ void th_run_as(uid_t uid, gid_t gid);
  * pid, reaped). Does not wait for anything: poll for readiness yourself.
  */
 pid_t th_spawn_daemon(const char *const *argv, const char *log_path);
+
+/* The same for any program: @argv[0] is its path, @name is for messages. */
+pid_t th_spawn_cmd(const char *const *argv, const char *name);
 
 /*
  * Kills our child @pid (SIGKILL) unless it is already reaped, reaps it and

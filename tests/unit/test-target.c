@@ -106,3 +106,28 @@ Test(proc, sysctl)
 	cr_assert_geq(v, -1);
 	cr_assert_eq(proc_sysctl_int("kernel/no_such_thing", &v), -ENOENT);
 }
+
+/* Ourselves: same root, same PID namespace, no other tid. The container
+ * case (other root, NSpid with two fields) is tests/integration/
+ * test-container.c. */
+Test(target, namespaces_of_self)
+{
+	cr_assert_not(target_other_root(getpid()));
+	cr_assert_not(target_other_pidns(getpid()));
+	cr_assert_eq(target_ns_tid(getpid(), getpid()), 0);
+	cr_assert_eq(target_ns_tid(getpid(), gettid()), 0);
+}
+
+/* Unknown (a process gone) answers "not a container", as before. */
+Test(target, namespaces_of_the_dead)
+{
+	pid_t child = fork();
+
+	if (child == 0)
+		_exit(0);
+	cr_assert_gt(child, 0);
+	waitpid(child, NULL, 0);
+	cr_assert_not(target_other_root(child));
+	cr_assert_not(target_other_pidns(child));
+	cr_assert_eq(target_ns_tid(child, child), 0);
+}
