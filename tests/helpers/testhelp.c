@@ -344,7 +344,7 @@ pid_t th_spawn_path(const char *path, const char *const *args)
 		argv[argc++] = *args;
 	}
 	argv[argc] = NULL;
-	return th_spawn_cmd(argv, name);
+	return th_spawn_cmd(argv, path);
 }
 
 pid_t th_spawn_cmd(const char *const *argv, const char *name)
@@ -372,7 +372,7 @@ pid_t th_spawn_cmd(const char *const *argv, const char *name)
 		struct pollfd pfd = {fds[0], POLLIN, 0};
 		uint64_t now = th_now_ns();
 
-		cr_assert(now < deadline, "target %s did not say ready within 10 s", path);
+		cr_assert(now < deadline, "target %s did not say ready within 10 s", name);
 		int n = poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -382,12 +382,12 @@ pid_t th_spawn_cmd(const char *const *argv, const char *name)
 		ssize_t r = read(fds[0], buf + len, sizeof(buf) - 1 - len);
 		if (r < 0 && errno == EINTR)
 			continue;
-		cr_assert(r > 0, "target %s exited before it was ready", path);
+		cr_assert(r > 0, "target %s exited before it was ready", name);
 		len += (size_t)r;
 		buf[len] = '\0';
 		if (strstr(buf, "ready\n"))
 			return pid;
-		cr_assert(len < sizeof(buf) - 1, "target %s printed garbage before ready", path);
+		cr_assert(len < sizeof(buf) - 1, "target %s printed garbage before ready", name);
 	}
 }
 
