@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/openat2.h>
 
 #include "agent/wire.h"
 #include "inject/inject-private.h"
@@ -116,6 +117,43 @@ static bool is_agent(const char *path)
 }
 
 /*
+ * stat() of @path as process @pid resolves it: inside its root, where an
+ * absolute symlink (a container's /tmp -> /tmp, say) means the container's
+ * own "/", not ours. A plain stat of /proc/PID/root/PATH follows such a link
+ * in cprof's root and can find cprof's file where the target sees a loop or
+ * something else. Falls back to that stat where openat2 is missing (< 5.6).
+ */
+static int stat_in_root(pid_t pid, const char *path, struct stat *ret)
+{
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
+				.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+	char root[64], there[1100];
+	int rootfd, fd, r = 0;
+
+	snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
+	rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0)
+		return -errno;
+	fd = (int)syscall(SYS_openat2, rootfd, path, &how, sizeof(how));
+	if (fd < 0 && errno == ENOSYS) {
+		snprintf(there, sizeof(there), "%s%s", root, path);
+		if (stat(there, ret) < 0)
+			r = -errno;
+		goto out_close_root;
+	}
+	if (fd < 0) {
+		r = -errno;
+		goto out_close_root;
+	}
+	if (fstat(fd, ret) < 0)
+		r = -errno;
+	close(fd);
+out_close_root:
+	close(rootfd);
+	return r;
+}
+
+/*
  * A resident agent is used again, by the path it was loaded from (dlopen of
  * the same path returns it, never a second copy that would hook the first).
  * Otherwise ours, if the target sees the very same file at that path, else
@@ -124,7 +162,6 @@ static bool is_agent(const char *path)
 static int choose_agent_path(struct call *c)
 {
 	const struct maps *m = c->o->maps;
-	char there[1100];
 	struct stat a, b;
 	int r;
 
@@ -138,10 +175,10 @@ static int choose_agent_path(struct call *c)
 		}
 	if (c->o->agent_path[0] != '/' || strlen(c->o->agent_path) >= TD_PATH_MAX)
 		return -EINVAL;
-	snprintf(there, sizeof(there), "/proc/%d/root%s", c->pid, c->o->agent_path);
 	if (stat(c->o->agent_path, &a) < 0)
 		return -errno;
-	if (stat(there, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+	if (stat_in_root(c->pid, c->o->agent_path, &b) == 0 && a.st_dev == b.st_dev &&
+	    a.st_ino == b.st_ino) {
 		snprintf(c->rep->agent_path, sizeof(c->rep->agent_path), "%s",
 			 c->o->agent_path);
 		return 0;
