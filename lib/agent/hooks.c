@@ -106,22 +106,7 @@ static __attribute__((noinline)) void alloc_slow(void *p, uint64_t size)
 	agent_in_hook = 0;
 }
 
-static inline void after_alloc(void *p, uint64_t size)
-{
-	if (likely(size < agent_countdown)) {
-		agent_countdown -= size;
-		return;
-	}
-	alloc_slow(p, size);
-}
-
-/*
- * The countdown taken BEFORE the real call, for the hot entry points: when it
- * does not run out, the hook ends in a tail jump to the real function (no
- * frame, no call/ret of its own, nothing kept across the call). A failed
- * allocation then still counts its bytes, which only matters for sizes that
- * cannot be satisfied, a vanishing share of any real program's bytes.
- */
+/* True, and the countdown moved on, unless @size bytes run it out. */
 static inline bool countdown_take(uint64_t size)
 {
 	if (likely(size < agent_countdown)) {
@@ -130,6 +115,22 @@ static inline bool countdown_take(uint64_t size)
 	}
 	return false;
 }
+
+/* After the real call: the rarer entry points (realloc, aligned). */
+static inline void after_alloc(void *p, uint64_t size)
+{
+	if (!countdown_take(size))
+		alloc_slow(p, size);
+}
+
+/*
+ * The hot entry points (malloc, calloc) take the countdown BEFORE the real
+ * call: when it does not run out, the hook ends in a tail jump to the real
+ * function (no frame, no call/ret of its own, nothing kept across the call).
+ * A failed allocation then still counts its bytes, which only matters for
+ * sizes that cannot be satisfied, a vanishing share of any real program's
+ * bytes.
+ */
 
 /* Remove @addr from the live set if it is there; true with its size. */
 static __attribute__((noinline)) bool take_sampled(uint64_t addr, uint64_t *ret_size)
