@@ -211,8 +211,9 @@ static void merge_stacks(struct view_stacks *vs)
 	for (size_t i = 0; i < vs->n; i++) {
 		size_t at = (size_t)(uintptr_t)vs->stacks[i].frames;
 
-		vs->stacks[i].frames = vs->frames + at;
-		vs->stacks[i].how = vs->hows + at;
+		/* Samples whose every location is unknown leave no frame array at all. */
+		vs->stacks[i].frames = vs->frames ? vs->frames + at : NULL;
+		vs->stacks[i].how = vs->hows ? vs->hows + at : NULL;
 		if (vs->stacks[i].n)
 			vs->stacks[i].how[0] = 0; /* a root has no caller */
 	}
