@@ -116,19 +116,29 @@ static inline uint64_t liveset_count(void)
 }
 /* Insert (event lock held). Returns false when the set is full. */
 bool liveset_insert(uint64_t addr, uint64_t size) HIDDEN;
-/* The set's filter (liveset.c): a zero counter means "not in the set". */
-#define LIVESET_FILTER_BITS 16
-extern uint8_t liveset_filter[1u << LIVESET_FILTER_BITS] HIDDEN;
+/*
+ * The set's filter (liveset.c): a clear bit means "not in the set". One word
+ * holds where its bits are and how many (2^n, n in the low 6 bits of the
+ * page-aligned address), so a reader gets both from one load.
+ */
+extern uintptr_t liveset_filter_ref HIDDEN;
 
-static inline uint32_t liveset_filter_slot(uint64_t addr)
+static inline uint64_t liveset_filter_slot(uint64_t addr, unsigned bits)
 {
-	return (uint32_t)(((addr >> 4) * 0xc2b2ae3d27d4eb4full) >> (64 - LIVESET_FILTER_BITS));
+	return ((addr >> 4) * 0xc2b2ae3d27d4eb4full) >> (64 - bits);
 }
 
-/* Inline, for free()'s fast path: false means surely not sampled. */
+/*
+ * Inline, for free()'s fast path: false means surely not sampled. Only asked
+ * while liveset_count() != 0, so after liveset_init() set the reference.
+ */
 static inline bool liveset_filter_hit(uint64_t addr)
 {
-	return __atomic_load_n(&liveset_filter[liveset_filter_slot(addr)], __ATOMIC_ACQUIRE) != 0;
+	uintptr_t ref = __atomic_load_n(&liveset_filter_ref, __ATOMIC_ACQUIRE);
+	const uint64_t *words = (const uint64_t *)(ref & ~(uintptr_t)63);
+	uint64_t slot = liveset_filter_slot(addr, (unsigned)(ref & 63));
+
+	return __atomic_load_n(&words[slot / 64], __ATOMIC_ACQUIRE) >> (slot % 64) & 1;
 }
 
 /* Lock-free: might @addr be in the set? No false negatives. */

@@ -643,6 +643,66 @@ Test(agent, pre_attach_realloc_and_friends)
 	run_release(&r);
 }
 
+/* --- the live set grows through its tables under concurrent frees -------- */
+
+/* Enough live sampled blocks per thread to move the set (liveset.c) from its
+ * first table (1024 slots, half full at 512) through two more. */
+#define GROW_LIVE 3000
+#define GROW_THREADS 2
+
+static void *grow_worker(void *arg)
+{
+	void **blocks = arg;
+
+	for (int i = 0; i < GROW_LIVE; i++) {
+		blocks[i] = malloc(32 + (size_t)i % 200);
+		escape(blocks[i]);
+		/* Frees of live sampled blocks while the other thread grows. */
+		if (i % 3 == 2) {
+			free(blocks[i - 1]);
+			blocks[i - 1] = NULL;
+		}
+	}
+	for (int i = GROW_LIVE; i-- > 0;)
+		free(blocks[i]);
+	return NULL;
+}
+
+static int grow_run(struct child_ctx *c)
+{
+	static void *blocks[GROW_THREADS][GROW_LIVE];
+	pthread_t t[GROW_THREADS];
+
+	(void)c;
+	for (int i = 0; i < GROW_THREADS; i++)
+		CHECK(pthread_create(&t[i], NULL, grow_worker, blocks[i]) == 0);
+	for (int i = 0; i < GROW_THREADS; i++)
+		CHECK(pthread_join(t[i], NULL) == 0);
+	return 0;
+}
+
+Test(agent, liveset_grows)
+{
+	struct scenario s = { .run = grow_run, .rate = 1, .ring = 128u << 20 };
+	size_t allocs, frees = 0;
+	struct run r;
+
+	run_scenario(&s, &r);
+	cr_assert_eq(r.result, 0, "child check failed at %d", r.result);
+	cr_assert_eq(r.final.lost, 0, "ring overflow");
+	for (size_t i = 0; i < r.nr; i++)
+		if (r.recs[i].type == CPROF_REC_ALLOC)
+			cr_assert_eq(r.recs[i].flags, 0, "a sampled block was not tracked");
+	/* Every tracked block the workers allocated was freed, and said so. */
+	allocs = count(&r, CPROF_REC_ALLOC, 0, UINT64_MAX);
+	for (size_t i = 0; i < r.nr; i++)
+		frees += r.recs[i].type == CPROF_REC_FREE;
+	cr_assert_geq(allocs, GROW_THREADS * GROW_LIVE);
+	cr_assert_geq(frees, GROW_THREADS * GROW_LIVE);
+	check_pairing(&r);
+	run_release(&r);
+}
+
 /* --- records: registers and stack ------------------------------------------ */
 
 struct thread_info {
