@@ -2,12 +2,14 @@
  * lib/inject/ on real processes: tests/targets/regcheck is taken on the
  * agent-loading detour while it spins with known values in every register,
  * sleeps in nanosleep, or blocks in read(); it checks itself that nothing
- * changed and exits 0 only if so. Around it: a thread in a signal handler is
+ * changed and exits 0 only if so; or counts the signals a stream sends it
+ * while cprof injects. Around it: a thread in a signal handler is
  * refused, a traced process is refused with -EBUSY, a resident agent is
  * reused by its own path, and the target is always let go.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +138,74 @@ Test(inject, nanosleep_restarts_with_its_time)
 Test(inject, blocked_read_loses_nothing)
 {
 	detours("read", 5);
+}
+
+struct stream {
+	pid_t pid;
+	int stop;
+	long sent;
+};
+
+/* Queues SIGRTMIN to the target, bursts of 8 every ~50 us. */
+static void *send_stream(void *arg)
+{
+	const struct timespec gap = { 0, 50000 };
+	struct stream *st = arg;
+	union sigval v = { 0 };
+
+	while (!__atomic_load_n(&st->stop, __ATOMIC_RELAXED)) {
+		for (int i = 0; i < 8; i++) {
+			if (sigqueue(st->pid, SIGRTMIN, v) == 0)
+				st->sent++;
+			else if (errno != EAGAIN) /* EAGAIN: its queue is full */
+				return NULL;
+		}
+		nanosleep(&gap, NULL);
+	}
+	return NULL;
+}
+
+/*
+ * The detour's thread gets signals all along (torture found cprof holding
+ * them back: a stream of them kept the thread from its mmap call, cprof
+ * hung, and all but 8 were lost). Every injection must end in bounded time,
+ * loaded or refused; every signal must be handled, once.
+ */
+Test(inject, a_stream_of_signals_is_neither_lost_nor_in_the_way)
+{
+	struct stream st = { 0 };
+	union sigval total;
+	pthread_t th;
+	int loaded = 0;
+
+	skip_without_ptrace();
+	st.pid = TH_SPAWN("regcheck", "signals", "30");
+	cr_assert_eq(pthread_create(&th, NULL, send_stream, &st), 0);
+	for (int i = 0; i < 3; i++) {
+		struct session s;
+		uint64_t t0 = th_now_ns();
+		int fd = inject(st.pid, CPROF_AGENT_PATH, &s);
+		double ms = (double)(th_now_ns() - t0) / 1e6;
+
+		cr_log_info("injection %d under a signal stream: %s in %.0f ms (%u threads tried, %s)",
+			    i, fd >= 0 ? "loaded" : strerror(-fd), ms, s.rep.tried, s.rep.why);
+		/* pick_timeout_ms 2000 + call_timeout_ms 5000, and slack. */
+		cr_assert_lt(ms, 9000, "injection %d took %.0f ms", i, ms);
+		cr_assert(fd >= 0 || fd == -EAGAIN || fd == -ETIMEDOUT, "injection %d: %s", i,
+			  strerror(-fd));
+		th_assert_let_go(st.pid, false, "after an injection under signals");
+		if (fd >= 0) {
+			loaded++;
+			end_session(st.pid, fd);
+		}
+	}
+	__atomic_store_n(&st.stop, 1, __ATOMIC_RELAXED);
+	pthread_join(th, NULL);
+	cr_log_info("%ld SIGRTMIN sent, %d of 3 injections loaded the agent", st.sent, loaded);
+	cr_assert_gt(st.sent, 1000, "the stream hardly ran");
+	total.sival_int = (int)st.sent;
+	cr_assert_eq(sigqueue(st.pid, SIGRTMIN + 1, total), 0);
+	cr_assert_eq(th_wait_exit(st.pid, 15000), 0, "the target lost or doubled a signal");
 }
 
 Test(inject, refuses_a_thread_in_a_signal_handler)

@@ -15,6 +15,11 @@
  *          (a restarted sleep keeps its remaining time).
  *   read   read() of a pipe that a child writes one byte into every 20 ms:
  *          every byte must arrive, in order.
+ *   signals  counts the SIGRTMIN queued to it while it sleeps in 1 ms
+ *          slices; SIGRTMIN+1 carries the number sent (real-time signals
+ *          come lowest first, so every SIGRTMIN sent before it is in by
+ *          then): exits 0 when the counts agree, 3 if one was lost or
+ *          doubled, 3 if no total came by the end.
  *   handler  sleeps inside a signal handler for the whole run: no thread
  *          is safe to inject (a handler may have interrupted malloc), so
  *          cprof must refuse, and the sleep must still end on time.
@@ -177,18 +182,55 @@ static int run_handler(uint64_t end)
 	return handler_result;
 }
 
+static volatile sig_atomic_t rt_count;
+static volatile long rt_total = -1;
+
+static void count_rt(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	if (sig == SIGRTMIN)
+		rt_count++;
+	else
+		rt_total = si->si_value.sival_int;
+}
+
+/* Before "ready": the stream may start the moment it is printed. */
+static void count_signals(void)
+{
+	struct sigaction sa = { .sa_sigaction = count_rt, .sa_flags = SA_SIGINFO | SA_RESTART };
+
+	sigaction(SIGRTMIN, &sa, NULL);
+	sigaction(SIGRTMIN + 1, &sa, NULL);
+}
+
+static int run_signals(uint64_t end)
+{
+	const struct timespec ms = { 0, 1000000 };
+
+	while (rt_total < 0 && now_ns() < end)
+		nanosleep(&ms, NULL); /* EINTR is fine: each signal ends a slice */
+	if (rt_total != (long)rt_count) {
+		fprintf(stderr, "regcheck signals: %ld SIGRTMIN sent, %ld handled\n", (long)rt_total,
+			(long)rt_count);
+		return 3;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned seconds;
 	uint64_t end;
 
 	if (argc != 3) {
-		fprintf(stderr, "usage: regcheck spin|sleep|read|handler SECONDS\n");
+		fprintf(stderr, "usage: regcheck spin|sleep|read|signals|handler SECONDS\n");
 		return 2;
 	}
 	seconds = (unsigned)atoi(argv[2]);
 	alarm(seconds + 10); /* whatever happens, this ends */
 	end = now_ns() + (uint64_t)seconds * 1000000000ull;
+	if (strcmp(argv[1], "signals") == 0)
+		count_signals();
 	printf("ready\n");
 	fflush(stdout);
 	if (strcmp(argv[1], "spin") == 0)
@@ -199,5 +241,7 @@ int main(int argc, char **argv)
 		return run_handler(end);
 	if (strcmp(argv[1], "read") == 0)
 		return run_read(end, seconds);
+	if (strcmp(argv[1], "signals") == 0)
+		return run_signals(end);
 	return 2;
 }
