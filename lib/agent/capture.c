@@ -5,7 +5,6 @@
  * pointers).
  */
 #include <dlfcn.h>
-#include <emmintrin.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
@@ -234,46 +233,11 @@ size_t agent_stack_limit(uint64_t rsp, size_t max, bool *ret_direct)
 	return max;
 }
 
-/*
- * The direct copy streams into the ring (non-temporal stores): nothing of
- * the ring is read for ownership first, and the target's own cache lines
- * are not evicted for bytes only cprof will read. The sfence orders the
- * streamed bytes before ring_commit()'s release store publishes them.
- */
-static void copy_streaming(void *dst, const void *src, size_t n)
-{
-	uint8_t *d = dst;
-	const uint8_t *s = src;
-	size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-
-	if (head > n)
-		head = n;
-	memcpy(d, s, head);
-	d += head;
-	s += head;
-	n -= head;
-	for (; n >= 64; n -= 64, d += 64, s += 64) {
-		__m128i a = _mm_loadu_si128((const __m128i *)s);
-		__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
-		__m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
-		__m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
-
-		_mm_stream_si128((__m128i *)d, a);
-		_mm_stream_si128((__m128i *)(d + 16), b);
-		_mm_stream_si128((__m128i *)(d + 32), c);
-		_mm_stream_si128((__m128i *)(d + 48), e);
-	}
-	for (; n >= 16; n -= 16, d += 16, s += 16)
-		_mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
-	memcpy(d, s, n);
-	_mm_sfence();
-}
-
 size_t agent_capture_stack(void *dst, uint64_t rsp, size_t limit, bool direct)
 {
 	if (!direct)
 		return agent_copy_stack(dst, rsp, limit);
-	copy_streaming(dst, (const void *)(uintptr_t)rsp, limit);
+	memcpy(dst, (const void *)(uintptr_t)rsp, limit);
 	return limit;
 }
 
