@@ -1231,7 +1231,8 @@ static bool check_alive(struct stats *st, struct target *t)
 	}
 
 	if (target_report(t, &a) < 0) {
-		failed(st, "the target does not answer SIGUSR2");
+		failed(st, "the target does not answer SIGUSR2 (%s, %.1f s after ready)",
+		       th_alive(t->pid) ? "alive" : "gone", (double)(th_now_ns() - t->ready_ns) / 1e9);
 		return false;
 	}
 	give_up = th_now_ns() + PROGRESS_GIVE_UP_MS * 1000000ULL;
@@ -1240,7 +1241,9 @@ static bool check_alive(struct stats *st, struct target *t)
 		int i;
 
 		if (target_report(t, &b) < 0) {
-			failed(st, "the target stopped answering SIGUSR2");
+			failed(st, "the target stopped answering SIGUSR2 (%s, %.1f s after ready)",
+			       th_alive(t->pid) ? "alive" : "gone",
+			       (double)(th_now_ns() - t->ready_ns) / 1e9);
 			return false;
 		}
 		if (!same_threads(&a, &b)) {
