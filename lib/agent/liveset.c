@@ -136,7 +136,7 @@ static int map_level(int k)
 /* Make @t the current level, for writers and for readers. */
 static void switch_to(struct level *t)
 {
-	table = t;
+	__atomic_store_n(&table, t, __ATOMIC_RELEASE); /* liveset_maybe_contains() reads it */
 	__atomic_store_n(&liveset_filter_ref, (uintptr_t)t->filter | t->filter_bits, __ATOMIC_RELEASE);
 }
 
