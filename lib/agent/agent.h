@@ -107,19 +107,13 @@ void ring_commit(uint32_t bytes) HIDDEN;
 int liveset_init(void) HIDDEN;
 /* Empty the set (event lock held). */
 void liveset_clear(void) HIDDEN;
-/* Number of entries; hooks skip lookups when it is 0. */
-extern uint64_t liveset_live HIDDEN;
-/* Inline: every free() asks it first. */
-static inline uint64_t liveset_count(void)
-{
-	return __atomic_load_n(&liveset_live, __ATOMIC_RELAXED);
-}
 /* Insert (event lock held). Returns false when the set is full. */
 bool liveset_insert(uint64_t addr, uint64_t size) HIDDEN;
 /*
  * The set's filter (liveset.c): a clear bit means "not in the set". One word
  * holds where its bits are and how many (2^n, n in the low 6 bits of the
- * page-aligned address), so a reader gets both from one load.
+ * 64-byte aligned address), so a reader gets both from one load; it is 0
+ * while the set is empty.
  */
 extern uintptr_t liveset_filter_ref HIDDEN;
 
@@ -128,16 +122,15 @@ static inline uint64_t liveset_filter_slot(uint64_t addr, unsigned bits)
 	return ((addr >> 4) * 0xc2b2ae3d27d4eb4full) >> (64 - bits);
 }
 
-/*
- * Inline, for free()'s fast path: false means surely not sampled. Only asked
- * while liveset_count() != 0, so after liveset_init() set the reference.
- */
+/* Inline, for free()'s fast path: false means surely not sampled. */
 static inline bool liveset_filter_hit(uint64_t addr)
 {
 	uintptr_t ref = __atomic_load_n(&liveset_filter_ref, __ATOMIC_ACQUIRE);
 	const uint64_t *words = (const uint64_t *)(ref & ~(uintptr_t)63);
 	uint64_t slot = liveset_filter_slot(addr, (unsigned)(ref & 63));
 
+	if (!ref)
+		return false;
 	return __atomic_load_n(&words[slot / 64], __ATOMIC_ACQUIRE) >> (slot % 64) & 1;
 }
 

@@ -89,15 +89,24 @@ size_t agent_copy_stack(void *dst, uint64_t from, size_t max)
  * holds a lock while it calls realloc, and calling it again from the hook
  * deadlocks). So:
  *   - the main thread: its [stack] mapping, read from /proc/self/maps at
- *     attach (raw read(), no stdio), up to the page of __libc_stack_end as
- *     pthread_getattr_np() says: above lie argv, the environment and auxv,
- *     no frames (and the environment may hold secrets);
- *   - a glibc thread: its static TLS block (where our initial-exec variables
- *     live) and TCB sit right above its stack in the same mapping, so the
- *     stack ends below the address of our TLS variable;
+ *     attach (raw read(), no stdio), up to __libc_stack_end (the address of
+ *     argc, where _start's frame begins) and a little slack for a loader
+ *     that moved the stack up past arguments it consumed: above lie argv,
+ *     the environment and auxv, no frames (and the environment may hold
+ *     secrets);
+ *   - a glibc thread: its TCB and static TLS block sit right above its stack
+ *     at the top of the same mapping; glibc sizes that block with
+ *     _dl_get_tls_static_info() (TCB included, rounded to its alignment:
+ *     nptl's tls_static_size_for_stack()), so the stack ends that far below
+ *     the mapping's end. Without that function, below our own TLS variable
+ *     (which lies in the block, above the stack, but up to the ~1.6 KiB of
+ *     unused static TLS surplus too high: 40% of a shallow stack's copy);
  *   - anything else (sigaltstack, coroutines): up to the first unmapped page.
  */
+#define MAIN_STACK_SLACK 256
+
 static uint64_t main_stack_lo, main_stack_hi;
+static uint64_t static_tls_size; /* 0: unknown */
 
 static uint64_t parse_hex(const char **p)
 {
@@ -185,10 +194,19 @@ void capture_init(void)
 	maps_each(is_main_stack, NULL);
 	/* ld.so's; dlsym is fine here (attach, not a hook). */
 	void **end = dlsym(RTLD_DEFAULT, "__libc_stack_end");
-	uint64_t e = end && *end ? ((uint64_t)(uintptr_t)*end & ~4095ull) + 4096 : 0;
+	void (*tls_info)(size_t *size, size_t *align) = (void (*)(size_t *, size_t *))
+		dlsym(RTLD_DEFAULT, "_dl_get_tls_static_info");
+	uint64_t e = end && *end ? (uint64_t)(uintptr_t)*end + MAIN_STACK_SLACK : 0;
+	size_t size = 0, align = 0;
 
 	if (e > main_stack_lo && e < main_stack_hi)
 		main_stack_hi = e;
+	if (tls_info) {
+		tls_info(&size, &align);
+		/* The alignment is a power of two; anything else is not glibc's. */
+		if (align && !(align & (align - 1)) && size < (1u << 20))
+			static_tls_size = (size + align - 1) & ~(uint64_t)(align - 1);
+	}
 }
 
 /*
@@ -200,6 +218,7 @@ void capture_init(void)
  * malloc-bound program's time at the default rate, measured).
  */
 static AGENT_TLS uint64_t thread_stack_lo, thread_stack_hi; /* hi 1: none found */
+static AGENT_TLS uint64_t thread_stack_top; /* where its frames end */
 
 size_t agent_stack_limit(uint64_t rsp, size_t max, bool *ret_direct)
 {
@@ -216,15 +235,20 @@ size_t agent_stack_limit(uint64_t rsp, size_t max, bool *ret_direct)
 		maps_each(contains, &q);
 		/* Ours only if our TLS sits in it too (not a coroutine's stack). */
 		if (q.hi && tls >= q.lo && tls < q.hi) {
+			uint64_t top = q.hi - static_tls_size;
+
 			thread_stack_lo = q.lo;
 			thread_stack_hi = q.hi;
+			/* Our TLS is in the block: above the stack's top. A top
+			 * that is not means a layout we do not know. */
+			thread_stack_top = static_tls_size && top > rsp && top <= tls ? top : tls;
 		} else {
 			thread_stack_hi = 1;
 		}
 	}
-	if (rsp >= thread_stack_lo && rsp < thread_stack_hi && tls > rsp) {
+	if (rsp >= thread_stack_lo && rsp < thread_stack_top) {
 		*ret_direct = true;
-		end = tls < thread_stack_hi ? tls : thread_stack_hi;
+		end = thread_stack_top;
 		return end - rsp < max ? (size_t)(end - rsp) : max;
 	}
 	/* 64 MiB: more than any thread stack glibc would put below its TLS. */
@@ -255,4 +279,5 @@ void capture_forget_thread(void)
 	cached_tid = 0;
 	thread_stack_lo = 0;
 	thread_stack_hi = 0;
+	thread_stack_top = 0;
 }

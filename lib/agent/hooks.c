@@ -1,8 +1,9 @@
 /*
  * The functions the patched GOT entries point to. Each calls the real
  * function first, then pays for sampling only a thread-local compare and
- * subtraction (the countdown, sampler.c); frees pay one relaxed load while no
- * sampled block is live, a lock-free probe otherwise (liveset.c).
+ * subtraction (the countdown, sampler.c); frees pay one load while no sampled
+ * block is live, a filter bit otherwise, and a lock-free probe only when that
+ * bit is set (liveset.c).
  *
  * Everything beyond the countdown runs in noinline functions with the
  * recursion guard set: what they call may allocate, and those allocations
@@ -145,10 +146,10 @@ static __attribute__((noinline)) bool take_sampled(uint64_t addr, uint64_t *ret_
 	return hit;
 }
 
+/* free(NULL) needs no test of its own: the slow path finds nothing. */
 static inline bool may_be_sampled(const void *p)
 {
-	return p && liveset_count() != 0 && liveset_filter_hit((uint64_t)(uintptr_t)p) &&
-	       !agent_in_hook;
+	return liveset_filter_hit((uint64_t)(uintptr_t)p) && !agent_in_hook;
 }
 
 static __attribute__((noinline)) void free_slow(void *p)

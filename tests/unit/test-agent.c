@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <unwind.h>
 
 #include "agent/wire.h"
 
@@ -709,6 +710,23 @@ struct thread_info {
 	uint64_t tid, lo, hi, ptr;
 };
 
+/* The two outermost frames' CFAs, as libgcc's unwinder finds them. */
+struct outer_cfas {
+	uint64_t outer, below;
+};
+
+static _Unwind_Reason_Code cfa_cb(struct _Unwind_Context *ctx, void *arg)
+{
+	struct outer_cfas *o = arg;
+	uint64_t cfa = _Unwind_GetCFA(ctx);
+
+	if (cfa > o->outer) {
+		o->below = o->outer;
+		o->outer = cfa;
+	}
+	return _URC_NO_REASON;
+}
+
 static __attribute__((noinline)) void *alloc_site(size_t n)
 {
 	void *p = malloc(n);
@@ -731,12 +749,18 @@ static void stack_bounds(struct thread_info *t)
 	t->hi = (uintptr_t)lo + sz;
 }
 
+struct worker_arg {
+	struct thread_info *t;
+	struct outer_cfas *o;
+};
+
 static void *worker(void *arg)
 {
-	struct thread_info *t = arg;
+	struct worker_arg *w = arg;
 
-	stack_bounds(t);
-	t->ptr = (uintptr_t)alloc_site(778);
+	stack_bounds(w->t);
+	_Unwind_Backtrace(cfa_cb, w->o);
+	w->t->ptr = (uintptr_t)alloc_site(778);
 	return NULL;
 }
 
@@ -744,13 +768,17 @@ static bool mapping_range(pid_t pid, const char *path_part, bool exec, uint64_t 
 
 static int records_run(struct child_ctx *c)
 {
-	struct thread_info *m = (void *)&c->info[0], *w = (void *)&c->info[4];
+	/* info: 0-3 main, 4-7 worker, 8-9 the agent's text, 10-11 and 12-13
+	 * the outermost CFAs of main and worker. */
+	struct thread_info *m = (void *)&c->info[0];
+	struct worker_arg w = { (void *)&c->info[4], (void *)&c->info[12] };
 	pthread_t t;
 
 	CHECK(mapping_range(getpid(), "cprof-agent.so", true, &c->info[8], &c->info[9]));
 	stack_bounds(m);
+	_Unwind_Backtrace(cfa_cb, (struct outer_cfas *)&c->info[10]);
 	m->ptr = (uintptr_t)alloc_site(777);
-	CHECK(pthread_create(&t, NULL, worker, w) == 0);
+	CHECK(pthread_create(&t, NULL, worker, &w) == 0);
 	pthread_join(t, NULL);
 	return 0;
 }
@@ -829,6 +857,20 @@ Test(agent, records_wellformed)
 			ret_addr = v >= (uintptr_t)alloc_site && v < (uintptr_t)alloc_site + 64;
 		}
 		cr_assert(ret_addr, "no return address into alloc_site() in the stack copy (thread %d)", k);
+		/* It ends where the frames do: it holds every frame the unwinder
+		 * reads (all but the outermost end at or below `below`), and not
+		 * the argv, environment or TLS above (the outermost frame's CFA
+		 * is at most 256 bytes past the main thread's argc). */
+		const struct outer_cfas *o = (const void *)&r.info[10 + k * 2];
+		uint64_t end = a->rsp + a->stack_size;
+
+		cr_log_info("thread %d: copy %u bytes, ends %+" PRId64 " bytes from the outermost CFA", k,
+			    a->stack_size, (int64_t)(end - o->outer));
+		cr_assert(o->below && o->outer > o->below, "thread %d: libgcc found no two frames", k);
+		cr_assert_geq(end, o->below, "thread %d: the copy ends %" PRIu64 " bytes short of the "
+			      "frames", k, o->below - end);
+		cr_assert_leq(end, o->outer + 512, "thread %d: the copy goes %" PRIu64 " bytes past "
+			      "the outermost frame", k, end - o->outer);
 	}
 	check_pairing(&r);
 	run_release(&r);
