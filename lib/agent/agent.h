@@ -263,6 +263,19 @@ int watchdog_start(pid_t cprof_pid, uint64_t session) HIDDEN;
 		if (h_)                                                        \
 			__atomic_fetch_add(&h_->field, (n), __ATOMIC_RELAXED);  \
 	} while (0)
+/*
+ * The same with the event lock held, as every writer of samples,
+ * sampled_bytes, frees and untracked holds it: a plain load and store (still
+ * one untorn store for cprof's reads), no locked read-modify-write on every
+ * sample. Mixing it with AGENT_COUNT on one field would lose counts.
+ */
+#define AGENT_COUNT_LOCKED(field, n)                                           \
+	do {                                                                   \
+		struct cprof_wire_header *h_ = agent_ring.hdr;                 \
+		if (h_)                                                        \
+			__atomic_store_n(&h_->field, h_->field + (n),          \
+					 __ATOMIC_RELAXED);                    \
+	} while (0)
 
 uint64_t agent_now_ns(void) HIDDEN;
 

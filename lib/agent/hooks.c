@@ -33,11 +33,8 @@ static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
 {
 	struct cprof_wire_alloc *r;
 	uint64_t regs[CPROF_REG_COUNT];
-	uint64_t now = agent_now_ns();
 	uint32_t tid = agent_tid(), bytes;
-	size_t stack;
-
-	size_t limit;
+	size_t stack, limit;
 	bool direct;
 
 	agent_capture_regs(regs);
@@ -51,7 +48,7 @@ static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
 	stack = agent_capture_stack(r->stack, regs[CPROF_REG_RSP], limit, direct);
 	if (stack == 0)
 		AGENT_COUNT(errors, 1);
-	r->time_ns = now;
+	r->time_ns = 0; /* not recorded (wire.h) */
 	r->tid = tid;
 	r->flags = liveset_insert(addr, size) ? 0 : CPROF_ALLOC_UNTRACKED;
 	r->address = addr;
@@ -64,9 +61,9 @@ static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
 	r->hdr.type = CPROF_REC_ALLOC;
 	r->hdr.size = bytes;
 	if (r->flags)
-		AGENT_COUNT(untracked, 1);
-	AGENT_COUNT(samples, 1);
-	AGENT_COUNT(sampled_bytes, size);
+		AGENT_COUNT_LOCKED(untracked, 1);
+	AGENT_COUNT_LOCKED(samples, 1);
+	AGENT_COUNT_LOCKED(sampled_bytes, size);
 	ring_commit(bytes);
 	event_unlock();
 }
@@ -80,12 +77,12 @@ static void record_free_locked(uint64_t addr, uint64_t size)
 		return;
 	r->hdr.type = CPROF_REC_FREE;
 	r->hdr.size = sizeof(*r);
-	r->time_ns = agent_now_ns();
+	r->time_ns = 0; /* not recorded (wire.h) */
 	r->address = addr;
 	r->size = size;
 	r->tid = agent_tid();
 	r->pad = 0;
-	AGENT_COUNT(frees, 1);
+	AGENT_COUNT_LOCKED(frees, 1);
 	ring_commit(sizeof(*r));
 }
 

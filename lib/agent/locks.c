@@ -211,7 +211,7 @@ static __attribute__((noinline)) void record_event(uint32_t kind, uint64_t objec
 	bytes = (uint32_t)((sizeof(*r) + stack + 7) & ~(size_t)7);
 	r->hdr.type = CPROF_REC_EVENT;
 	r->hdr.size = bytes;
-	AGENT_COUNT(samples, 1);
+	AGENT_COUNT_LOCKED(samples, 1);
 	ring_commit(bytes);
 out_unlock:
 	event_unlock();

@@ -190,7 +190,7 @@ enum cprof_wire_reg {
 struct cprof_wire_alloc {
 	struct cprof_wire_record hdr; /* type CPROF_REC_ALLOC; size = 8-aligned
 	                                 (sizeof(struct cprof_wire_alloc) + stack_size) */
-	uint64_t time_ns;   /* CLOCK_MONOTONIC of the target */
+	uint64_t time_ns;   /* 0: not recorded (no profile needs it; a clock read per sample is a cost) */
 	uint32_t tid;       /* kernel thread id of the allocating thread */
 	uint32_t flags;     /* CPROF_ALLOC_* */
 	uint64_t address;   /* returned block (0 if the allocation failed: never recorded) */
@@ -211,7 +211,7 @@ _Static_assert(sizeof(struct cprof_wire_alloc) == 192, "wire alloc layout");
  */
 struct cprof_wire_free {
 	struct cprof_wire_record hdr; /* type CPROF_REC_FREE, size 40 */
-	uint64_t time_ns;  /* CLOCK_MONOTONIC of the target */
+	uint64_t time_ns;  /* 0: not recorded, as in ALLOC */
 	uint64_t address;  /* as in the ALLOC */
 	uint64_t size;     /* as in the ALLOC */
 	uint32_t tid;      /* the freeing thread */
