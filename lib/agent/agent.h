@@ -112,8 +112,8 @@ bool liveset_insert(uint64_t addr, uint64_t size) HIDDEN;
 /*
  * The set's filter (liveset.c): a clear bit means "not in the set". One word
  * holds where its bits are and how many (2^n, n in the low 6 bits of the
- * 64-byte aligned address), so a reader gets both from one load; it is 0
- * while the set is empty.
+ * page-aligned address), so a reader gets both from one load; it is 0 while
+ * the set is empty.
  */
 extern uintptr_t liveset_filter_ref HIDDEN;
 
@@ -126,11 +126,13 @@ static inline uint64_t liveset_filter_slot(uint64_t addr, unsigned bits)
 static inline bool liveset_filter_hit(uint64_t addr)
 {
 	uintptr_t ref = __atomic_load_n(&liveset_filter_ref, __ATOMIC_ACQUIRE);
-	const uint64_t *words = (const uint64_t *)(ref & ~(uintptr_t)63);
-	uint64_t slot = liveset_filter_slot(addr, (unsigned)(ref & 63));
+	const uint64_t *words;
+	uint64_t slot;
 
 	if (!ref)
 		return false;
+	words = (const uint64_t *)(ref & ~(uintptr_t)63);
+	slot = liveset_filter_slot(addr, (unsigned)(ref & 63));
 	return __atomic_load_n(&words[slot / 64], __ATOMIC_ACQUIRE) >> (slot % 64) & 1;
 }
 
