@@ -185,6 +185,8 @@ struct hook_entry {
 	void *hook;      /* our function */
 	void **real;     /* where agent_real keeps the original */
 	uint32_t events; /* CPROF_EVENTS_* sessions that patch it */
+	/* A version of the name with another ABI: its slots are not patched. */
+	const char *compat_version;
 };
 
 /* What the running session records (CPROF_EVENTS_*); 0 between sessions. */

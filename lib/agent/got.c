@@ -16,6 +16,13 @@
  * word is atomic: a thread calling through the slot meanwhile sees the old
  * or the new function, both fine.
  *
+ * Names are not enough where glibc keeps an old ABI under an old version:
+ * pthread_cond_wait@GLIBC_2.2.5 takes a condition of the pre-2.3.2 layout
+ * (8 bytes) that the current function would overwrite as a 48-byte one. A
+ * slot whose symbol is bound to a hook's compat_version (from the object's
+ * DT_VERSYM and DT_VERNEED) is left alone: it gets no hook, and its program
+ * keeps working.
+ *
  * The original values are kept in a table of our own mapping. Restoring walks
  * the objects loaded NOW and writes back only slots that still hold a hook:
  * an object dlclose'd meanwhile is not touched (its slots are gone), and one
@@ -126,6 +133,9 @@ struct dyninfo {
 	const ElfW(Sym) *symtab;
 	const char *strtab;
 	size_t strsz;
+	const ElfW(Half) *versym;   /* per symbol: its version's index, or NULL */
+	const ElfW(Verneed) *verneed;
+	size_t verneednum;
 	uintptr_t relro_start, relro_end;
 };
 
@@ -164,6 +174,9 @@ static bool read_dynamic(const struct dl_phdr_info *info, struct dyninfo *d)
 		case DT_SYMTAB: d->symtab = (const void *)dyn_ptr(info, dyn->d_un.d_ptr); break;
 		case DT_STRTAB: d->strtab = (const void *)dyn_ptr(info, dyn->d_un.d_ptr); break;
 		case DT_STRSZ: d->strsz = dyn->d_un.d_val; break;
+		case DT_VERSYM: d->versym = (const void *)dyn_ptr(info, dyn->d_un.d_ptr); break;
+		case DT_VERNEED: d->verneed = (const void *)dyn_ptr(info, dyn->d_un.d_ptr); break;
+		case DT_VERNEEDNUM: d->verneednum = dyn->d_un.d_val; break;
 		default: break;
 		}
 	}
@@ -200,6 +213,36 @@ static void do_slot(const struct walk *w, const struct dyninfo *d, uint64_t *slo
 	}
 }
 
+/* The version symbol @symidx of the object is bound to ("GLIBC_2.2.5"), or
+ * NULL: unversioned, or defined by the object itself. */
+static const char *needed_version(const struct dyninfo *d, size_t symidx)
+{
+	const ElfW(Verneed) *vn = d->verneed;
+	ElfW(Half) ndx;
+
+	if (!d->versym || !vn)
+		return NULL;
+	ndx = d->versym[symidx] & 0x7fff;
+	if (ndx < 2)
+		return NULL;
+	for (size_t i = 0; i < d->verneednum; i++) {
+		const ElfW(Vernaux) *va = (const void *)((const char *)vn + vn->vn_aux);
+
+		for (unsigned k = 0; k < vn->vn_cnt; k++) {
+			if (va->vna_other == ndx)
+				return d->strsz && va->vna_name >= d->strsz ? NULL
+									 : d->strtab + va->vna_name;
+			if (!va->vna_next)
+				break;
+			va = (const void *)((const char *)va + va->vna_next);
+		}
+		if (!vn->vn_next)
+			break;
+		vn = (const void *)((const char *)vn + vn->vn_next);
+	}
+	return NULL;
+}
+
 static void do_relocs(const struct walk *w, const struct dl_phdr_info *info,
 		      const struct dyninfo *d, const ElfW(Rela) *rel, size_t bytes)
 {
@@ -216,6 +259,12 @@ static void do_relocs(const struct walk *w, const struct dl_phdr_info *info,
 		if (sym->st_name == 0 || (d->strsz && sym->st_name >= d->strsz))
 			continue;
 		h = hooks_find(d->strtab + sym->st_name, w->op == GOT_RESTORE);
+		if (h && w->op == GOT_PATCH && h->compat_version) {
+			const char *v = needed_version(d, ELF64_R_SYM(rel[i].r_info));
+
+			if (v && strcmp(v, h->compat_version) == 0)
+				continue;
+		}
 		if (h)
 			do_slot(w, d, (uint64_t *)(info->dlpi_addr + rel[i].r_offset), h);
 	}

@@ -316,7 +316,9 @@ static void *hook_dlopen(const char *file, int flags)
 	return h;
 }
 
-#define HOOK(fn, ev) { #fn, (void *)hook_##fn, (void **)&agent_real.fn, (ev) }
+#define HOOK(fn, ev) { #fn, (void *)hook_##fn, (void **)&agent_real.fn, (ev), NULL }
+/* x86-64's first glibc version: the condition variables before 2.3.2 (got.c). */
+#define HOOK_COMPAT(fn, ev, ver) { #fn, (void *)hook_##fn, (void **)&agent_real.fn, (ev), (ver) }
 #define HEAP CPROF_EVENTS_HEAP
 #define WAITS (CPROF_EVENTS_BLOCK | CPROF_EVENTS_MUTEX)
 
@@ -340,8 +342,8 @@ const struct hook_entry agent_hooks[] = {
 	HOOK(pthread_rwlock_wrlock, WAITS),
 	HOOK(pthread_rwlock_timedwrlock, WAITS),
 	HOOK(pthread_rwlock_unlock, CPROF_EVENTS_MUTEX),
-	HOOK(pthread_cond_wait, CPROF_EVENTS_BLOCK),
-	HOOK(pthread_cond_timedwait, CPROF_EVENTS_BLOCK),
+	HOOK_COMPAT(pthread_cond_wait, CPROF_EVENTS_BLOCK, "GLIBC_2.2.5"),
+	HOOK_COMPAT(pthread_cond_timedwait, CPROF_EVENTS_BLOCK, "GLIBC_2.2.5"),
 	HOOK(sem_wait, CPROF_EVENTS_BLOCK),
 	HOOK(sem_timedwait, CPROF_EVENTS_BLOCK),
 	HOOK(pthread_create, CPROF_EVENTS_THREADCREATE),

@@ -35,6 +35,7 @@
 
 struct child_ctx {
 	int (*attach)(int, uint64_t, uint32_t);
+	int (*attach_events)(int, uint64_t, uint32_t, uint32_t);
 	int (*detach)(void);
 	int memfd;
 	struct cprof_wire_header *hdr; /* the child's own view */
@@ -49,6 +50,7 @@ struct scenario {
 	uint64_t rate;
 	uint32_t ring;
 	pid_t cprof_pid; /* 0: the test process */
+	uint32_t events; /* CPROF_EVENTS_*; 0: heap (cprof_agent_attach) */
 };
 
 static void escape(void *p)
@@ -79,12 +81,14 @@ static __attribute__((noreturn)) void child_main(const struct scenario *s, pid_t
 	if (!h)
 		_exit(2);
 	c.attach = (int (*)(int, uint64_t, uint32_t))dlsym(h, "cprof_agent_attach");
+	c.attach_events = (int (*)(int, uint64_t, uint32_t, uint32_t))dlsym(h, "cprof_agent_attach_events");
 	c.detach = (int (*)(void))dlsym(h, "cprof_agent_detach");
-	if (!c.attach || !c.detach)
+	if (!c.attach || !c.attach_events || !c.detach)
 		_exit(2);
 	res = s->pre ? s->pre(&c) : 0;
 	if (res == 0) {
-		c.memfd = c.attach(cprof, s->rate, s->ring);
+		c.memfd = s->events ? c.attach_events(cprof, s->rate, s->ring, s->events)
+				    : c.attach(cprof, s->rate, s->ring);
 		if (c.memfd < 0)
 			res = 1000 - c.memfd;
 	}
@@ -279,6 +283,17 @@ static void drain(struct run *r)
 			x.addr = f->address;
 			x.size = f->size;
 			x.tid = f->tid;
+		} else if (rh->type == CPROF_REC_EVENT) {
+			const struct cprof_wire_event *e = (const void *)rh;
+
+			if (rh->size < sizeof(*e) || e->stack_size > h->stack_max ||
+			    sizeof(*e) + e->stack_size > rh->size) {
+				r->malformed++;
+				return;
+			}
+			x.flags = e->kind;
+			x.tid = e->tid;
+			x.addr = e->object;
 		} else if (rh->type != CPROF_REC_PAD) {
 			r->malformed++;
 			return;
@@ -873,6 +888,73 @@ Test(agent, records_wellformed)
 			      "the outermost frame", k, end - o->outer);
 	}
 	check_pairing(&r);
+	run_release(&r);
+}
+
+/* --- an old ABI under an old version: not hooked (got.c) ------------------ */
+
+/* The pre-2.3.2 condition: 8 bytes (a pointer glibc fills in on first use);
+ * the canary after it is what the current function would overwrite. */
+struct old_cond {
+	uint64_t cond;
+	uint64_t canary[6];
+};
+
+#define CANARY 0x5ca1ab1e0ddba11ull
+
+static void *compat_lib;
+
+static int compat_pre(struct child_ctx *c)
+{
+	(void)c;
+	compat_lib = dlopen(COMPATCOND_PATH, RTLD_NOW | RTLD_LOCAL);
+	return compat_lib ? 0 : 7;
+}
+
+static int compat_run(struct child_ctx *c)
+{
+	int (*timedwait)(void *, void *, const struct timespec *) =
+		(int (*)(void *, void *, const struct timespec *))dlsym(compat_lib, "compat_cond_timedwait");
+	pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t cur = PTHREAD_COND_INITIALIZER;
+	struct old_cond old = { 0, { 0 } };
+	struct timespec past = { 0, 0 };
+	uint64_t *own = got_slot("", "pthread_cond_timedwait");
+	uint64_t *compat = got_slot("compatcond", "pthread_cond_timedwait");
+	uint64_t *compat_wait = got_slot("compatcond", "pthread_cond_wait");
+	int r;
+
+	(void)c;
+	for (int i = 0; i < 6; i++)
+		old.canary[i] = CANARY;
+	CHECK(timedwait && own && compat && compat_wait);
+	/* The current ABI is hooked, the old one is not. */
+	CHECK(in_agent(*own));
+	CHECK(!in_agent(*compat));
+	CHECK(!in_agent(*compat_wait));
+	/* Both still work: a wait whose deadline has passed returns at once. */
+	pthread_mutex_lock(&m);
+	r = pthread_cond_timedwait(&cur, &m, &past);
+	CHECK(r == ETIMEDOUT);
+	r = timedwait(&old, &m, &past);
+	pthread_mutex_unlock(&m);
+	CHECK(r == ETIMEDOUT);
+	for (int i = 0; i < 6; i++)
+		CHECK(old.canary[i] == CANARY);
+	return 0;
+}
+
+Test(agent, old_abi_condition_variables_left_alone)
+{
+	struct scenario s = {
+		.pre = compat_pre, .run = compat_run, .rate = 1, .events = CPROF_EVENTS_BLOCK,
+	};
+	struct run r;
+
+	run_scenario(&s, &r);
+	cr_assert_eq(r.result, 0, "child check failed at line %d", r.result);
+	/* One wait recorded: the current ABI's (the old one went unhooked). */
+	cr_assert_eq(count(&r, CPROF_REC_EVENT, 0, UINT64_MAX), 1, "%zu EVENT records", count(&r, CPROF_REC_EVENT, 0, UINT64_MAX));
 	run_release(&r);
 }
 
