@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "interrupt.h"
 #include "report.h"
 
 #define PICK_TIMEOUT_MS 5000
@@ -167,11 +168,19 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 		.events = events,
 		.pick_timeout_ms = PICK_TIMEOUT_MS,
 		.call_timeout_ms = CALL_TIMEOUT_MS,
+		.cancelled = interrupt_requested,
 		.maps = &al->maps,
 		.sym = al->sym,
 		.unw = al->unw,
 	};
 	r = inject_agent(t->pid, &o, &al->rep);
+	if (r == -ECANCELED) {
+		/* Ctrl-C while no thread was safe to stop: the window is empty
+		 * (al->ch stays NULL) and its profile is still written. */
+		report_note("interrupted before the agent was loaded: nothing was collected and "
+			    "pid %d was left as it was", t->pid);
+		return 0;
+	}
 	if (r < 0)
 		return inject_error(r, t, al);
 	al->fd = r;

@@ -26,7 +26,9 @@ struct agent_load {
  * Loads the agent into @t, starts a session and opens its channel (@al->ch) recording @events
  * (CPROF_EVENTS_*) at @rate (its unit is the events') with a ring of
  * @ring_size bytes (0: default). Returns 0, or an exit code (enum cprof_exit)
- * after reporting the error.
+ * after reporting the error. A SIGINT/SIGTERM (interrupt.h) before the agent
+ * was loaded also returns 0, with @al->ch NULL: agent_window() then makes an
+ * empty window, and the command writes its empty profile.
  */
 int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate,
 	       uint32_t ring_size);

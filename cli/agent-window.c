@@ -50,6 +50,11 @@ static int window(struct channel *ch, const struct target *t, uint64_t duration_
 
 	memset(res, 0, sizeof(*res));
 	res->start_realtime_ns = realtime_ns();
+	if (!ch) { /* interrupted before the agent was loaded (agent-load.h) */
+		res->interrupted = true;
+		res->detached = true; /* nothing was hooked */
+		return 0;
+	}
 	format_duration(duration_ns, total, sizeof(total));
 	for (;;) {
 		uint64_t now = now_monotonic_ns();

@@ -463,7 +463,8 @@ out_write:
 	}
 	summary(&a, &out, &w, heap_stats(h));
 	code = runbook_end_agent(CMD, &a.common, &w, &al, heap_stats(h)->allocs, profile);
-	if (a.keep && !w.target_exited) {
+	/* No channel: interrupted before the agent was loaded, nothing to keep. */
+	if (a.keep && ch && !w.target_exited) {
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		keep.heap = h;
 		keep.ch = ch;

@@ -486,6 +486,12 @@ static int try_thread(struct call *c, pid_t tid)
 	return 0;
 }
 
+/* Between looks, no thread stopped: the caller may give up (Ctrl-C). */
+static bool cancelled(const struct call *c)
+{
+	return c->o->cancelled && c->o->cancelled();
+}
+
 static void *tracer_main(void *arg)
 {
 	struct call *c = arg;
@@ -506,7 +512,7 @@ static void *tracer_main(void *arg)
 			return NULL;
 		}
 		for (size_t i = 0; i < n; i++) {
-			int k = try_thread(c, tids[i]);
+			int k = cancelled(c) ? -ECANCELED : try_thread(c, tids[i]);
 
 			if (k != -EAGAIN) {
 				c->result = k;
@@ -524,6 +530,10 @@ static void *tracer_main(void *arg)
 		nanosleep(&nap, NULL);
 		if (backoff_ns < 50000000)
 			backoff_ns *= 2;
+		if (cancelled(c)) {
+			c->result = -ECANCELED;
+			return NULL;
+		}
 	}
 	/* Returning ends this thread: the kernel lets go of any thread
 	 * still seized (one that never reached its stop). */

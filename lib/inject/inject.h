@@ -21,6 +21,7 @@
 #ifndef CPROF_INJECT_H
 #define CPROF_INJECT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -36,6 +37,11 @@ struct inject_opts {
 	uint32_t events;        /* CPROF_EVENTS_* (agent/wire.h); 0: heap */
 	unsigned pick_timeout_ms; /* looking for a safe thread */
 	unsigned call_timeout_ms; /* waiting for the call to finish */
+	/* Asked between looks while no thread is stopped: true gives up with
+	 * -ECANCELED, the target as it was. Once the call is launched it runs
+	 * to its end (it is short, and the agent would be half loaded). NULL:
+	 * never. */
+	bool (*cancelled)(void);
 	/* The target's modules (read beforehand) and an unwinder on them. */
 	const struct maps *maps;
 	struct symbolizer *sym;

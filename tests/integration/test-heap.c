@@ -342,6 +342,45 @@ Test(heap, refuses_static_and_stopped_targets)
 	th_kill(pid);
 }
 
+/*
+ * Ctrl-C while no thread can be stopped safely (the only one sleeps inside a
+ * signal handler for 4 s): cprof stops looking at once, leaves the target as
+ * it was and still writes its (empty) profile, as a Ctrl-C in the window does.
+ */
+Test(heap, ctrl_c_while_no_thread_is_safe)
+{
+	const char *out = th_tmp_path("cancel.pb.gz");
+	char maps_path[64];
+	uint8_t *maps;
+	size_t len;
+	struct profile *p;
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("regcheck", "handler", "4");
+	th_sleep_ms(100);
+	th_run_cprof_ex(&r, 30000, SIGINT, 300,
+			(const char *const[]){ "heap", "-p", th_pid_str(pid), "-d", "10s", "-o", out,
+					       NULL });
+	th_run_log(&r, "cprof heap, SIGINT after 300 ms");
+	cr_assert_eq(r.exit_code, 0);
+	cr_assert(strstr(r.err, "interrupted before the agent was loaded"), "%s", r.err);
+	/* Loading had to wait for the handler's end, 3.6 s after the signal. */
+	cr_assert_lt(r.end_ns - r.signal_ns, 2500000000ull, "exited %.2f s after SIGINT",
+		     (r.end_ns - r.signal_ns) / 1e9);
+	p = th_load_profile(out);
+	cr_assert_eq(p->nsamples, 0);
+	profile_free(p);
+	snprintf(maps_path, sizeof(maps_path), "/proc/%d/maps", pid);
+	cr_assert_eq(th_read_file(maps_path, &maps, &len), 0);
+	cr_assert_null(memmem(maps, len, "cprof-agent", 11), "the agent was loaded after all");
+	free(maps);
+	th_assert_let_go(pid, false, "after a Ctrl-C while looking for a thread");
+	cr_assert_eq(th_wait_exit(pid, 15000), 0, "the handler's sleeps were disturbed");
+	th_run_release(&r);
+}
+
 Test(heap, keep_then_cumulative_then_stop)
 {
 	const char *first = th_tmp_path("keep-first.pb.gz");

@@ -37,10 +37,14 @@ static struct profile *profile_syscalls(bool kernel, const char **ret_path)
 	pid_t pid = TH_SPAWN("syscalls", "10");
 	struct th_run r;
 
+	/* 1000 Hz: enough samples even when a busy machine leaves the target a
+	 * tenth of a CPU (at 100 Hz a CI run under load once got 2). */
 	if (kernel)
-		TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(pid), "-d", "1s", "--kernel", "-o", out);
+		TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(pid), "-d", "1s", "-F", "1000",
+			 "--kernel", "-o", out);
 	else
-		TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(pid), "-d", "1s", "-o", out);
+		TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(pid), "-d", "1s", "-F", "1000", "-o",
+			 out);
 	if (r.exit_code != 0)
 		th_run_log(&r, "cprof cpu");
 	cr_assert_eq(r.exit_code, 0);

@@ -874,6 +874,16 @@ static const char *err_text(const struct run *r, char *buf, size_t size)
 	return buf;
 }
 
+/* Did cprof say a Ctrl-C came before the agent was loaded (cli/agent-load.c)? */
+static bool unloaded(const struct run *r)
+{
+	char *e = slurp(r->err_path, NULL);
+	bool yes = e && strstr(e, "interrupted before the agent was loaded");
+
+	free(e);
+	return yes;
+}
+
 /* "SIGKILL at 12.3 ms (traced)", "no fault", "SIGTERM not sent (ended first)". */
 static const char *fault_text(const struct run *r, const struct plan *p, char *buf, size_t size)
 {
@@ -919,9 +929,13 @@ static bool gzip_complete(const uint8_t *buf, size_t len)
 /* The thread count the last threads output checked said it stopped. */
 static size_t said_threads;
 
-/* Validates a profile file. Returns NULL if good, or what is wrong. */
+/*
+ * Validates a profile file. Returns NULL if good, or what is wrong. @unloaded:
+ * cprof said it was interrupted before the agent was loaded, so the profile
+ * must be empty, of a window of 0 ns.
+ */
 static const char *check_profile(enum command cmd, const char *path, bool alive, bool gone,
-				 char *why, size_t size)
+				 bool unloaded, char *why, size_t size)
 {
 	struct profile *p = NULL;
 	uint8_t *buf;
@@ -945,17 +959,17 @@ static const char *check_profile(enum command cmd, const char *path, bool alive,
 			snprintf(why, size, "no samples/count and cpu/nanoseconds sample types");
 		else if (p->duration_nanos <= 0)
 			snprintf(why, size, "a window of %lld ns", (long long)p->duration_nanos);
-	} else if (cmd == CMD_HEAP) {
-		if (th_sample_type(p, "alloc_objects", "count") != 0 ||
-		    th_sample_type(p, "inuse_space", "bytes") != 3)
+	} else if (cmd == CMD_HEAP || agent_command(cmd)) {
+		if (cmd == CMD_HEAP && (th_sample_type(p, "alloc_objects", "count") != 0 ||
+					th_sample_type(p, "inuse_space", "bytes") != 3))
 			snprintf(why, size, "not Go's heap sample types");
-		else if (p->duration_nanos <= 0)
-			snprintf(why, size, "a window of %lld ns", (long long)p->duration_nanos);
-	} else if (agent_command(cmd)) {
-		if (th_sample_type(p, "contentions", "count") != 0 ||
-		    th_sample_type(p, "delay", "nanoseconds") != 1)
+		else if (cmd != CMD_HEAP && (th_sample_type(p, "contentions", "count") != 0 ||
+					     th_sample_type(p, "delay", "nanoseconds") != 1))
 			snprintf(why, size, "no contentions/count and delay/nanoseconds");
-		else if (p->duration_nanos <= 0)
+		else if (unloaded && (p->duration_nanos != 0 || p->nsamples != 0))
+			snprintf(why, size, "the agent was never loaded, yet a window of %lld ns and "
+				 "%zu samples", (long long)p->duration_nanos, p->nsamples);
+		else if (!unloaded && p->duration_nanos <= 0)
 			snprintf(why, size, "a window of %lld ns", (long long)p->duration_nanos);
 	} else {
 		int64_t total = 0;
@@ -1037,7 +1051,7 @@ static int sweep_dir(const char *dir, const struct run *r, enum command cmd, boo
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		if (sigkilled && had_old && sscanf(e->d_name, ".cprof-%d-%d%n", &pid, &k, &end) == 2 &&
 		    !e->d_name[end] && pid == r->pid &&
-		    !check_profile(cmd, path, false, true, why, sizeof(why))) {
+		    !check_profile(cmd, path, false, true, false, why, sizeof(why))) {
 			(*ret_litter)++;
 		} else {
 			n++;
@@ -1156,7 +1170,7 @@ static void judge_run(struct stats *st, const struct run *r, const struct plan *
 		if (text_len > 0)
 			bad = "something on stdout with -o FILE";
 		else if (exists && !old)
-			bad = check_profile(st->cmd, path, alive, gone, why, sizeof(why));
+			bad = check_profile(st->cmd, path, alive, gone, unloaded(r), why, sizeof(why));
 		else if (!unchanged)
 			bad = "the old output is gone, and no new one";
 		else if (ended_well)
