@@ -228,6 +228,13 @@ struct run {
 	pid_t pid;
 };
 
+/* ALLOC and EVENT: @fixed bytes, then @stack_size bytes of stack, all inside. */
+static bool stack_record_ok(const struct cprof_wire_record *rh, size_t fixed, uint32_t stack_size,
+			    uint32_t stack_max)
+{
+	return rh->size >= fixed && stack_size <= stack_max && fixed + stack_size <= rh->size;
+}
+
 static void drain(struct run *r)
 {
 	struct cprof_wire_header *h = r->hdr;
@@ -253,8 +260,7 @@ static void drain(struct run *r)
 		if (rh->type == CPROF_REC_ALLOC) {
 			const struct cprof_wire_alloc *a = (const void *)rh;
 
-			if (rh->size < sizeof(*a) || a->stack_size > h->stack_max ||
-			    sizeof(*a) + a->stack_size > rh->size) {
+			if (!stack_record_ok(rh, sizeof(*a), a->stack_size, h->stack_max)) {
 				r->malformed++;
 				return;
 			}
@@ -286,8 +292,7 @@ static void drain(struct run *r)
 		} else if (rh->type == CPROF_REC_EVENT) {
 			const struct cprof_wire_event *e = (const void *)rh;
 
-			if (rh->size < sizeof(*e) || e->stack_size > h->stack_max ||
-			    sizeof(*e) + e->stack_size > rh->size) {
+			if (!stack_record_ok(rh, sizeof(*e), e->stack_size, h->stack_max)) {
 				r->malformed++;
 				return;
 			}
