@@ -217,8 +217,8 @@ void capture_init(void)
  * saves process_vm_readv's system call on every sample (11% of a
  * malloc-bound program's time at the default rate, measured).
  */
-static AGENT_TLS uint64_t thread_stack_lo, thread_stack_hi; /* hi 1: none found */
-static AGENT_TLS uint64_t thread_stack_top; /* where its frames end */
+/* [lo, top): where its frames are. top 0: not looked up yet; 1: none found. */
+static AGENT_TLS uint64_t thread_stack_lo, thread_stack_top;
 
 size_t agent_stack_limit(uint64_t rsp, size_t max, bool *ret_direct)
 {
@@ -229,7 +229,7 @@ size_t agent_stack_limit(uint64_t rsp, size_t max, bool *ret_direct)
 		*ret_direct = true;
 		return main_stack_hi - rsp < max ? (size_t)(main_stack_hi - rsp) : max;
 	}
-	if (!thread_stack_hi) {
+	if (!thread_stack_top) {
 		struct range_query q = { .addr = rsp };
 
 		maps_each(contains, &q);
@@ -238,12 +238,11 @@ size_t agent_stack_limit(uint64_t rsp, size_t max, bool *ret_direct)
 			uint64_t top = q.hi - static_tls_size;
 
 			thread_stack_lo = q.lo;
-			thread_stack_hi = q.hi;
 			/* Our TLS is in the block: above the stack's top. A top
 			 * that is not means a layout we do not know. */
 			thread_stack_top = static_tls_size && top > rsp && top <= tls ? top : tls;
 		} else {
-			thread_stack_hi = 1;
+			thread_stack_top = 1;
 		}
 	}
 	if (rsp >= thread_stack_lo && rsp < thread_stack_top) {
@@ -278,6 +277,5 @@ void capture_forget_thread(void)
 {
 	cached_tid = 0;
 	thread_stack_lo = 0;
-	thread_stack_hi = 0;
 	thread_stack_top = 0;
 }
