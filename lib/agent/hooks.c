@@ -156,6 +156,8 @@ static __attribute__((noinline)) void free_slow(void *p)
 	agent_in_hook = 1;
 	if (take_sampled((uint64_t)(uintptr_t)p, &size))
 		hooks_emit_free((uint64_t)(uintptr_t)p, size);
+	else
+		AGENT_COUNT(filter_false_hits, 1);
 	agent_in_hook = 0;
 }
 

@@ -122,7 +122,11 @@ struct cprof_wire_header {
 	uint32_t events;        /* CPROF_EVENTS_*: what this session hooks and records */
 	uint32_t pad_events;
 
-	uint8_t pad1[256 - 144];
+	/* Counter, written by the agent: frees that the live set's filter let
+	 * through to a lookup and that were not of a sampled block. */
+	uint64_t filter_false_hits;
+
+	uint8_t pad1[256 - 152];
 
 	/* Ring positions, one cache line each (see the comment on top). */
 	uint64_t data_head; /* agent */
