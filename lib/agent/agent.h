@@ -75,6 +75,14 @@ void capture_init(void) HIDDEN;
  * do). Looks up the thread's stack once per thread (raw /proc read).
  */
 size_t agent_stack_limit(uint64_t rsp, size_t max, bool *ret_direct) HIDDEN;
+/*
+ * walk.c: the return addresses of the frames @regs (the sampling function's)
+ * start, with cprof's rules @t (2^@bits slots), reading nothing outside
+ * [rsp, @hi): at most @max into @pcs. 0 when a frame has no usable rule (the
+ * sample then needs its stack copied), else how many, the outermost last.
+ */
+size_t agent_walk(const struct cprof_wire_rule *t, unsigned bits, const uint64_t *regs, uint64_t hi,
+		  uint64_t *pcs, size_t max) HIDDEN;
 /* Copies @limit bytes from @rsp as agent_stack_limit() allowed. */
 size_t agent_capture_stack(void *dst, uint64_t rsp, size_t limit, bool direct) HIDDEN;
 /* This thread's kernel id, cached (gettid() is a system call). */
@@ -90,6 +98,8 @@ struct ring {
 	struct cprof_wire_header *hdr; /* NULL when there is no session */
 	uint8_t *data;
 	uint32_t size;
+	const struct cprof_wire_rule *rules; /* cprof's (wire.h), after the ring */
+	unsigned rules_bits;
 };
 
 extern struct ring agent_ring HIDDEN;

@@ -156,6 +156,7 @@ static void atfork_child(void)
 		return;
 	__atomic_store_n(&agent_sampling, 0, __ATOMIC_RELAXED);
 	agent_ring.hdr = NULL;
+	agent_ring.rules = NULL;
 	got_restore_all();
 	liveset_clear();
 	if (memfd >= 0)
@@ -166,10 +167,13 @@ static void atfork_child(void)
 	memfd_map = NULL;
 }
 
-/* A memfd of @ring_size bytes of ring, mapped; reuses the last one if it fits. */
+#define RULES_SIZE (sizeof(struct cprof_wire_rule) << CPROF_RULES_BITS_DEFAULT)
+
+/* A memfd of @ring_size bytes of ring and the rules, mapped; reuses the last
+ * one if it fits. */
 static int memfd_setup(uint32_t ring_size)
 {
-	size_t size = CPROF_WIRE_HEADER_SIZE + (size_t)ring_size;
+	size_t size = CPROF_WIRE_HEADER_SIZE + (size_t)ring_size + RULES_SIZE;
 	void *map;
 	int fd, ret;
 
@@ -282,8 +286,12 @@ CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint
 	event_lock();
 	header_init(h, cprof_pid, rate, ring_size);
 	h->events = events;
+	h->rules_offset = CPROF_WIRE_HEADER_SIZE + ring_size;
+	h->rules_bits = CPROF_RULES_BITS_DEFAULT;
 	agent_ring.data = (uint8_t *)memfd_map + CPROF_WIRE_HEADER_SIZE;
 	agent_ring.size = ring_size;
+	agent_ring.rules = (const struct cprof_wire_rule *)((uint8_t *)memfd_map + h->rules_offset);
+	agent_ring.rules_bits = CPROF_RULES_BITS_DEFAULT;
 	event_unlock();
 
 	ret = watchdog_start(cprof_pid, agent_session);

@@ -28,29 +28,44 @@ uint64_t agent_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Write an ALLOC for @addr: registers here, stack above them. */
+/* Write an ALLOC for @addr: registers here, and the frames above them
+ * walked (walk.c) or, failing that, the stack above them copied. */
 static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
 {
 	struct cprof_wire_alloc *r;
 	uint64_t regs[CPROF_REG_COUNT];
-	uint32_t tid = agent_tid(), bytes;
-	size_t stack, limit;
+	uint32_t tid = agent_tid(), bytes, flags = 0;
+	size_t stack, limit, frames = 0;
 	bool direct;
 
 	agent_capture_regs(regs);
-	limit = agent_stack_limit(regs[CPROF_REG_RSP], CPROF_WIRE_STACK_MAX, &direct);
+	/* How far the stack is known: all of it for a walk, a copy's worth
+	 * for a copy. */
+	limit = agent_stack_limit(regs[CPROF_REG_RSP], 64u << 20, &direct);
 	event_lock();
 	r = ring_reserve(sizeof(*r) + CPROF_WIRE_STACK_MAX);
 	if (!r) {
 		event_unlock();
 		return;
 	}
-	stack = agent_capture_stack(r->stack, regs[CPROF_REG_RSP], limit, direct);
-	if (stack == 0)
-		AGENT_COUNT(errors, 1);
+	if (direct && agent_ring.rules)
+		frames = agent_walk(agent_ring.rules, agent_ring.rules_bits, regs,
+				    regs[CPROF_REG_RSP] + limit, (uint64_t *)(void *)r->stack,
+				    CPROF_RULES_MAX_FRAMES);
+	if (frames) {
+		stack = frames * sizeof(uint64_t);
+		flags = CPROF_ALLOC_WALKED;
+		AGENT_COUNT_LOCKED(walked, 1);
+	} else {
+		if (limit > CPROF_WIRE_STACK_MAX)
+			limit = CPROF_WIRE_STACK_MAX;
+		stack = agent_capture_stack(r->stack, regs[CPROF_REG_RSP], limit, direct);
+		if (stack == 0)
+			AGENT_COUNT(errors, 1);
+	}
 	r->time_ns = 0; /* not recorded (wire.h) */
 	r->tid = tid;
-	r->flags = liveset_insert(addr, size) ? 0 : CPROF_ALLOC_UNTRACKED;
+	r->flags = flags | (liveset_insert(addr, size) ? 0 : CPROF_ALLOC_UNTRACKED);
 	r->address = addr;
 	r->size = size;
 	r->rate = __atomic_load_n(&agent_rate, __ATOMIC_RELAXED);
@@ -60,7 +75,7 @@ static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
 	bytes = (uint32_t)((sizeof(*r) + stack + 7) & ~(size_t)7);
 	r->hdr.type = CPROF_REC_ALLOC;
 	r->hdr.size = bytes;
-	if (r->flags)
+	if (r->flags & CPROF_ALLOC_UNTRACKED)
 		AGENT_COUNT_LOCKED(untracked, 1);
 	AGENT_COUNT_LOCKED(samples, 1);
 	AGENT_COUNT_LOCKED(sampled_bytes, size);

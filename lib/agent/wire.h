@@ -126,7 +126,14 @@ struct cprof_wire_header {
 	 * through to a lookup and that were not of a sampled block. */
 	uint64_t filter_false_hits;
 
-	uint8_t pad1[256 - 152];
+	/* Written once by the agent before state leaves INIT: where the
+	 * unwinding rules are (see struct cprof_wire_rule); bits 0: none. */
+	uint32_t rules_offset; /* in the file, after the ring */
+	uint32_t rules_bits;   /* the table has 2^rules_bits slots */
+	/* Counter, written by the agent: ALLOCs it walked with those rules. */
+	uint64_t walked;
+
+	uint8_t pad1[256 - 168];
 
 	/* Ring positions, one cache line each (see the comment on top). */
 	uint64_t data_head; /* agent */
@@ -177,6 +184,61 @@ enum cprof_wire_reg {
 
 /* alloc.flags */
 #define CPROF_ALLOC_UNTRACKED 0x1u /* the live set was full: no FREE will follow */
+#define CPROF_ALLOC_WALKED 0x2u    /* stack[] holds addresses, not stack bytes (below) */
+
+/*
+ * Unwinding rules, so that the agent walks the frames itself and an ALLOC
+ * carries a few return addresses instead of kilobytes of stack (bytes that
+ * cost the allocating thread, and that may hold the program's secrets).
+ *
+ * cprof unwinds the first samples from their stack copies (DWARF CFI,
+ * lib/unwind), and for each frame's address writes what x86-64 code almost
+ * always needs: where the CFA is (rsp or rbp + an offset), that the return
+ * address is at CFA - 8, and where rbp was saved, if it was. The agent looks
+ * up every frame of a sample; one address without a rule, and the sample
+ * falls back to the stack copy (which teaches cprof that address).
+ *
+ * The table: 2^rules_bits slots of struct cprof_wire_rule at rules_offset,
+ * open addressing, an address in one of CPROF_RULES_PROBES slots from
+ * cprof_rule_slot(). Only cprof writes it, only into empty slots: rule
+ * first, then key with RELEASE; the agent loads key with ACQUIRE, then rule.
+ * A slot once written never changes within a session. The agent trusts no
+ * rule: every read a rule leads to must fall inside the thread's stack, the
+ * CFA must rise, the walk has at most CPROF_RULES_MAX_FRAMES frames; else it
+ * falls back to the copy.
+ *
+ * An ALLOC with CPROF_ALLOC_WALKED: stack_size / 8 addresses, [0] the
+ * sampling function's PC (regs[CPROF_REG_RIP]), then each caller's return
+ * address, the outermost frame's last.
+ */
+struct cprof_wire_rule {
+	uint64_t key;  /* a return address (or [0] above); 0 = empty slot */
+	uint64_t rule; /* CPROF_RULE_*: kind | flags | CFA offset | rbp's slot */
+};
+
+#define CPROF_RULES_BITS_DEFAULT 14 /* 16384 slots, 256 KiB */
+#define CPROF_RULES_BITS_MAX 20
+#define CPROF_RULES_PROBES 8
+#define CPROF_RULES_MAX_FRAMES 128
+
+#define CPROF_RULE_CFA_RSP 1u   /* CFA = rsp + offset */
+#define CPROF_RULE_CFA_RBP 2u   /* CFA = rbp + offset */
+#define CPROF_RULE_OUTERMOST 3u /* no caller (clone, _start): the walk is whole */
+#define CPROF_RULE_KIND(r) ((unsigned)((r) & 3))
+/* The caller's rbp cannot be known (CFI says "undefined"). */
+#define CPROF_RULE_RBP_LOST 0x4u
+/* Bits 8-31: the CFA's offset from its register (0 .. 2^24 - 1). */
+#define CPROF_RULE_CFA_OFFSET(r) ((uint64_t)((r) >> 8) & 0xffffff)
+/* Bits 32-47: rbp was saved at CFA - this (0: rbp is the caller's). */
+#define CPROF_RULE_RBP_SLOT(r) ((uint64_t)((r) >> 32) & 0xffff)
+#define CPROF_RULE(kind, flags, cfa_offset, rbp_slot)                                   \
+	((uint64_t)(kind) | (uint64_t)(flags) | (uint64_t)(cfa_offset) << 8 |           \
+	 (uint64_t)(rbp_slot) << 32)
+
+static inline uint32_t cprof_rule_slot(uint64_t key, unsigned bits)
+{
+	return (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+}
 
 /*
  * A sampled allocation. Written by the agent in the allocating thread.

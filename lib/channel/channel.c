@@ -24,6 +24,8 @@ struct channel {
 	uint64_t tail; /* our copy: the target could rewrite data_tail */
 	uint8_t *copy; /* one record, copied out */
 	bool mapped;   /* map is ours to unmap */
+	struct cprof_wire_rule *rules; /* NULL: the agent has no table */
+	unsigned rules_bits;
 };
 
 static uint64_t load(const uint64_t *p)
@@ -39,6 +41,18 @@ static bool header_ok(const struct cprof_wire_header *h, uint64_t file_size)
 	       h->ring_size <= CPROF_WIRE_RING_MAX && !(h->ring_size & (h->ring_size - 1)) &&
 	       h->stack_max <= CPROF_WIRE_STACK_MAX &&
 	       file_size >= (uint64_t)h->header_size + h->ring_size;
+}
+
+/* The rules table's bytes if the header places one right after the ring
+ * and @file_size holds it, else 0 (an agent without one: no walks). */
+static size_t rules_size(const struct cprof_wire_header *h, uint64_t file_size)
+{
+	uint64_t end = (uint64_t)h->header_size + h->ring_size;
+
+	if (h->rules_bits == 0 || h->rules_bits > CPROF_RULES_BITS_MAX || h->rules_offset != end ||
+	    file_size < end + (sizeof(struct cprof_wire_rule) << h->rules_bits))
+		return 0;
+	return sizeof(struct cprof_wire_rule) << h->rules_bits;
 }
 
 int channel_from_memory(struct channel **ret, void *map, size_t size)
@@ -64,6 +78,11 @@ int channel_from_memory(struct channel **ret, void *map, size_t size)
 	ch->hdr = (struct cprof_wire_header *)ch->map;
 	ch->ring = ch->map + h.header_size;
 	ch->ring_size = h.ring_size;
+	if (rules_size(&h, size)) {
+		ch->rules = (struct cprof_wire_rule *)(ch->map + ch->map_size);
+		ch->rules_bits = h.rules_bits;
+		ch->map_size += rules_size(&h, size);
+	}
 	ch->tail = load(&ch->hdr->data_tail);
 	*ret = ch;
 	return 0;
@@ -90,7 +109,7 @@ int channel_open(struct channel **ret, pid_t pid, int fd)
 		goto out_close;
 	}
 	/* The sizes we checked are the ones we map, whatever the agent writes later. */
-	size = (size_t)h.header_size + h.ring_size;
+	size = (size_t)h.header_size + h.ring_size + rules_size(&h, (uint64_t)st.st_size);
 	map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
 	if (map == MAP_FAILED) {
 		r = -errno;
@@ -158,6 +177,32 @@ void channel_counters(const struct channel *ch, struct channel_counters *ret)
 	ret->rate_in_use = __atomic_load_n(&h->rate_in_use, __ATOMIC_RELAXED);
 }
 
+int channel_put_rule(struct channel *ch, uint64_t key, uint64_t rule)
+{
+	uint32_t mask, i;
+
+	if (!ch->rules)
+		return -ENOTSUP;
+	if (key == 0 || rule == 0)
+		return -EINVAL;
+	mask = (1u << ch->rules_bits) - 1;
+	i = cprof_rule_slot(key, ch->rules_bits);
+	/* The target may write here too: only its keys are read, and only to
+	 * find an empty slot or this key. */
+	for (int n = 0; n < CPROF_RULES_PROBES; n++, i = (i + 1) & mask) {
+		uint64_t k = __atomic_load_n(&ch->rules[i].key, __ATOMIC_ACQUIRE);
+
+		if (k == key)
+			return -EEXIST;
+		if (k != 0)
+			continue;
+		__atomic_store_n(&ch->rules[i].rule, rule, __ATOMIC_RELAXED);
+		__atomic_store_n(&ch->rules[i].key, key, __ATOMIC_RELEASE);
+		return 0;
+	}
+	return -ENOSPC;
+}
+
 /* The record at @off (ring offset) of @size bytes, copied, checked by type. */
 static int take(struct channel *ch, uint32_t off, uint32_t size, const struct channel_handlers *h)
 {
@@ -174,6 +219,12 @@ static int take(struct channel *ch, uint32_t off, uint32_t size, const struct ch
 		stack_size = ((const struct cprof_wire_alloc *)rec)->stack_size;
 		if (stack_size > CPROF_WIRE_STACK_MAX ||
 		    stack_size > size - sizeof(struct cprof_wire_alloc))
+			return -EPROTO;
+		/* Walked: whole addresses, no more than a walk makes. */
+		if (rec->type == CPROF_REC_ALLOC &&
+		    (((const struct cprof_wire_alloc *)rec)->flags & CPROF_ALLOC_WALKED) &&
+		    (stack_size % 8 || stack_size == 0 ||
+		     stack_size > CPROF_RULES_MAX_FRAMES * sizeof(uint64_t)))
 			return -EPROTO;
 		if (rec->type == CPROF_REC_ALLOC)
 			return h->alloc ? h->alloc((const void *)rec, h->arg) : 0;

@@ -56,6 +56,14 @@ int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned t
 void channel_counters(const struct channel *ch, struct channel_counters *ret);
 
 /*
+ * Teaches the agent how to step over the frame of return address @key
+ * (wire.h, struct cprof_wire_rule; cprof_unwind_rule() computes @rule).
+ * 0; -EEXIST: it knows already; -ENOSPC: no free slot where @key would go;
+ * -ENOTSUP: this agent takes no rules.
+ */
+int channel_put_rule(struct channel *ch, uint64_t key, uint64_t rule);
+
+/*
  * Hands every complete record to @h, frees their space. Returns the number
  * of records, or -EPROTO at the first malformed one (the ring is then
  * unusable: the caller stops reading and says so), or a handler's error.

@@ -29,6 +29,13 @@ struct heap_opts {
 	struct symbolizer *sym; /* the target's, the agent among its modules */
 	struct unwinder *unw;   /* on sym's Dwfl */
 	uint64_t rate;          /* the session's sampling rate, bytes */
+	/*
+	 * Optional: called with the rule (unwind_rule()) of every return
+	 * address the first time a copied stack's unwind meets it, so that
+	 * the agent walks later samples itself (channel_put_rule()).
+	 */
+	int (*put_rule)(void *arg, uint64_t key, uint64_t rule);
+	void *put_rule_arg;
 };
 
 struct heap_stats {
@@ -37,6 +44,8 @@ struct heap_stats {
 	uint64_t unknown_frees; /* FREE records of blocks we never saw */
 	uint64_t untracked;     /* ALLOCs the agent could not follow (stay inuse) */
 	uint64_t unwound;       /* ALLOCs unwound past the agent */
+	uint64_t walked;        /* ALLOCs the agent walked itself (wire.h) */
+	uint64_t rules;         /* rules handed to put_rule */
 	uint64_t other_rate;    /* ALLOCs drawn at another rate than opts.rate */
 };
 

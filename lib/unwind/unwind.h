@@ -52,4 +52,13 @@ void unwinder_free(struct unwinder *u);
 int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t *ret_pcs,
 		    size_t max);
 
+/*
+ * rules.c: the agent's rule (lib/agent/wire.h, CPROF_RULE) for stepping
+ * over the frame that return address @key returns into: 0, -ENOENT (no
+ * module or no CFI there), -ENOTSUP (CFI the agent cannot follow).
+ * @key is the address itself, not minus one (a walked sample's [0] is the
+ * sampling function's PC, also right after a call).
+ */
+int unwind_rule(Dwfl *dwfl, uint64_t key, uint64_t *ret_rule);
+
 #endif

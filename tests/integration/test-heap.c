@@ -9,7 +9,8 @@
  *   - the target comes first: 50 injections into a process whose threads
  *     hammer malloc/realloc/free and check every byte (tests/targets/
  *     checksum --alloc), cprof SIGKILLed mid-window (the agent unhooks
- *     within 1 s), a static binary and a stopped process refused.
+ *     within 1 s), a static binary and a stopped process refused;
+ *   - the agent's own walks (wire.h's rules) give the stacks the copies do.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -225,6 +226,99 @@ Test(heap, debug1_text_and_index)
 		th_run_release(&r);
 	}
 	th_kill(pid);
+}
+
+/* ---- the agent walks the frames itself, with cprof's rules --------------- */
+
+struct text_bucket {
+	long count;      /* raw sampled allocations */
+	char stack[512]; /* function names, leaf first */
+};
+
+/* The buckets of a --debug 1 text, and its "# samples" and "# walked". */
+static size_t parse_text(char *out, struct text_bucket *b, size_t max, long *samples, long *walked)
+{
+	char *save = NULL, *line;
+	size_t n = 0;
+
+	*samples = *walked = -1;
+	for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char func[256];
+		long inuse, inuse_b, alloc;
+
+		if (sscanf(line, "%ld: %ld [%ld:", &inuse, &inuse_b, &alloc) == 3 && n < max) {
+			b[n].count = alloc;
+			b[n].stack[0] = 0;
+			n++;
+		} else if (n && sscanf(line, "#\t0x%*x\t%255[^+\t]", func) == 1) {
+			size_t len = strlen(b[n - 1].stack);
+
+			snprintf(b[n - 1].stack + len, sizeof(b[n - 1].stack) - len, " %s", func);
+		}
+		sscanf(line, "# samples = %ld", samples);
+		sscanf(line, "# walked = %ld", walked);
+	}
+	return n;
+}
+
+static bool has_stack(const struct text_bucket *b, size_t n, const char *stack)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(b[i].stack, stack) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * The same process profiled twice: with rules (the agent walks nearly every
+ * sample after the first ones) and with every stack copied (as before
+ * rules; CPROF_HEAP_COPY_STACKS). Every stack that either run saw at least
+ * 20 times must be in the other: a walk that lost, added or shifted a frame
+ * would make a stack the copies never give.
+ */
+Test(heap, walked_stacks_match_copied_stacks)
+{
+	static struct text_bucket walked[512], copied[512];
+	long samples[2], nwalked[2];
+	size_t nw, nc, checked = 0;
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("heapsites", "20", th_tmp_path("unused.report"), "64", "1000");
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "2s", "--rate", "64KiB");
+	cr_assert_eq(r.exit_code, 0);
+	nw = parse_text(r.out, walked, 512, &samples[0], &nwalked[0]);
+	th_run_release(&r);
+	cr_assert_eq(setenv("CPROF_HEAP_COPY_STACKS", "1", 1), 0);
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "2s", "--rate", "64KiB");
+	unsetenv("CPROF_HEAP_COPY_STACKS");
+	cr_assert_eq(r.exit_code, 0);
+	nc = parse_text(r.out, copied, 512, &samples[1], &nwalked[1]);
+	th_run_release(&r);
+	th_kill(pid);
+
+	cr_log_info("with rules: %ld of %ld samples walked, %zu buckets; copies: %ld of %ld, %zu buckets",
+		    nwalked[0], samples[0], nw, nwalked[1], samples[1], nc);
+	cr_assert_gt(samples[0], 1000);
+	cr_assert_geq(nwalked[0], samples[0] * 9 / 10, "only %ld of %ld samples walked", nwalked[0],
+		      samples[0]);
+	cr_assert_eq(nwalked[1], 0);
+	for (size_t i = 0; i < nw; i++) {
+		if (walked[i].count < 20)
+			continue;
+		cr_assert(has_stack(copied, nc, walked[i].stack), "walked only:%s", walked[i].stack);
+		checked++;
+	}
+	for (size_t i = 0; i < nc; i++) {
+		if (copied[i].count < 20)
+			continue;
+		cr_assert(has_stack(walked, nw, copied[i].stack), "copied only:%s", copied[i].stack);
+		checked++;
+	}
+	/* heapsites' sites of 256 B and more (eight, at least 20 samples each
+	 * in 2 s at 64 KiB), counted from both sides. */
+	cr_assert_geq(checked, 16, "only %zu stacks compared", checked);
 }
 
 /* ---- the target comes first --------------------------------------------- */
