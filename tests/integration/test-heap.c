@@ -103,9 +103,14 @@ Test(heap, seed000_accuracy)
 
 	skip_without_ptrace();
 	th_skip_accuracy_when_sanitized();
-	/* 4000 rounds/s for 8 s: a_16 and b_16 get ~500 samples each at 1 KiB. */
-	pid = TH_SPAWN("heapsites", "20", report, "256", "4000");
-	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "8s", "--rate", "1024", "-o", out,
+	/*
+	 * 4000 rounds/s for 16 s: a_16 and b_16 get ~1000 samples each at
+	 * 1 KiB, so 15% is 4.7 standard deviations of their binomial counts (at
+	 * 8 s, ~500 samples, it was 3.4: a CI run saw b_16 at -15.3%, and twelve
+	 * runs after it spread from -9.9% to +7.4% around 0).
+	 */
+	pid = TH_SPAWN("heapsites", "30", report, "256", "4000");
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "16s", "--rate", "1024", "-o", out,
 		 "--index", "alloc_space");
 	th_run_log(&r, "cprof heap");
 	cr_assert_eq(r.exit_code, 0);
