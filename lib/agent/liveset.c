@@ -97,10 +97,11 @@ static void filter_add(struct level *t, uint64_t addr)
 	uint64_t *w = &t->filter[word], set = 0;
 
 	for (int k = 0; k < 2; k++) {
-		uint8_t *count = &t->count[word * 64 + liveset_filter_bit(hash, t->filter_bits, k)];
+		unsigned bit = liveset_filter_bit(hash, t->filter_bits, k);
+		uint8_t *count = &t->count[word * 64 + bit];
 
 		if (*count == 0)
-			set |= 1ull << liveset_filter_bit(hash, t->filter_bits, k);
+			set |= 1ull << bit;
 		if (*count != 255)
 			++*count;
 	}
@@ -114,12 +115,13 @@ static void filter_sub(struct level *t, uint64_t addr)
 	uint64_t *w = &t->filter[word], clear = 0;
 
 	for (int k = 0; k < 2; k++) {
-		uint8_t *count = &t->count[word * 64 + liveset_filter_bit(hash, t->filter_bits, k)];
+		unsigned bit = liveset_filter_bit(hash, t->filter_bits, k);
+		uint8_t *count = &t->count[word * 64 + bit];
 
 		if (*count == 255 || *count == 0)
 			continue;
 		if (--*count == 0)
-			clear |= 1ull << liveset_filter_bit(hash, t->filter_bits, k);
+			clear |= 1ull << bit;
 	}
 	if (clear)
 		__atomic_store_n(w, *w & ~clear, __ATOMIC_RELAXED);

@@ -252,6 +252,8 @@ static inline uint32_t cprof_rule_slot(uint64_t key, unsigned bits)
  * stack[] is a copy of the thread's memory from regs[CPROF_REG_RSP] upward,
  * stack_size bytes (at most header.stack_max), cut short at the first page
  * that is not mapped. Stack bytes may contain anything the program had there.
+ * With CPROF_ALLOC_WALKED it holds return addresses instead (above, struct
+ * cprof_wire_rule).
  */
 struct cprof_wire_alloc {
 	struct cprof_wire_record hdr; /* type CPROF_REC_ALLOC; size = 8-aligned
