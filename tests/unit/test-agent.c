@@ -815,9 +815,12 @@ static __attribute__((noinline)) void *alloc_site(size_t n)
 	return p;
 }
 
+static bool mapping_range(pid_t pid, const char *path_part, bool exec, uint64_t *lo, uint64_t *hi);
+
 static void stack_bounds(struct thread_info *t)
 {
 	pthread_attr_t a;
+	uint64_t map_lo, map_hi;
 	void *lo;
 	size_t sz;
 
@@ -827,6 +830,17 @@ static void stack_bounds(struct thread_info *t)
 	t->tid = (uint64_t)gettid();
 	t->lo = (uintptr_t)lo;
 	t->hi = (uintptr_t)lo + sz;
+	/*
+	 * glibc gives the main thread's top as __libc_stack_end rounded up to
+	 * a page; the [stack] mapping goes on above it (argv, the
+	 * environment), and the agent's copy may end up to 256 bytes past
+	 * __libc_stack_end (capture.c): past that page end whenever argc sits
+	 * in its last 256 bytes (a CI run: 96 bytes past). How far the copy
+	 * goes past the frames is checked on its own (the outermost CFA).
+	 */
+	if (gettid() == getpid() && mapping_range(getpid(), "[stack]", false, &map_lo, &map_hi) &&
+	    map_hi > t->hi)
+		t->hi = map_hi;
 }
 
 struct worker_arg {
@@ -843,8 +857,6 @@ static void *worker(void *arg)
 	w->t->ptr = (uintptr_t)alloc_site(778);
 	return NULL;
 }
-
-static bool mapping_range(pid_t pid, const char *path_part, bool exec, uint64_t *lo, uint64_t *hi);
 
 static int records_run(struct child_ctx *c)
 {
