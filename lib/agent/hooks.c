@@ -55,7 +55,6 @@ static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
 	if (frames) {
 		stack = frames * sizeof(uint64_t);
 		flags = CPROF_ALLOC_WALKED;
-		AGENT_COUNT_LOCKED(walked, 1);
 	} else {
 		if (limit > CPROF_WIRE_STACK_MAX)
 			limit = CPROF_WIRE_STACK_MAX;

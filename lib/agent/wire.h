@@ -130,10 +130,8 @@ struct cprof_wire_header {
 	 * unwinding rules are (see struct cprof_wire_rule); bits 0: none. */
 	uint32_t rules_offset; /* in the file, after the ring */
 	uint32_t rules_bits;   /* the table has 2^rules_bits slots */
-	/* Counter, written by the agent: ALLOCs it walked with those rules. */
-	uint64_t walked;
 
-	uint8_t pad1[256 - 168];
+	uint8_t pad1[256 - 160];
 
 	/* Ring positions, one cache line each (see the comment on top). */
 	uint64_t data_head; /* agent */

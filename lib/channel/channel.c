@@ -59,6 +59,7 @@ int channel_from_memory(struct channel **ret, void *map, size_t size)
 {
 	struct cprof_wire_header h;
 	struct channel *ch;
+	size_t rules;
 
 	if (size < CPROF_WIRE_HEADER_SIZE)
 		return -EPROTO;
@@ -78,10 +79,11 @@ int channel_from_memory(struct channel **ret, void *map, size_t size)
 	ch->hdr = (struct cprof_wire_header *)ch->map;
 	ch->ring = ch->map + h.header_size;
 	ch->ring_size = h.ring_size;
-	if (rules_size(&h, size)) {
+	rules = rules_size(&h, size);
+	if (rules) {
 		ch->rules = (struct cprof_wire_rule *)(ch->map + ch->map_size);
 		ch->rules_bits = h.rules_bits;
-		ch->map_size += rules_size(&h, size);
+		ch->map_size += rules;
 	}
 	ch->tail = load(&ch->hdr->data_tail);
 	*ret = ch;

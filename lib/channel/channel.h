@@ -57,7 +57,7 @@ void channel_counters(const struct channel *ch, struct channel_counters *ret);
 
 /*
  * Teaches the agent how to step over the frame of return address @key
- * (wire.h, struct cprof_wire_rule; cprof_unwind_rule() computes @rule).
+ * (wire.h, struct cprof_wire_rule; unwind_rule() computes @rule).
  * 0; -EEXIST: it knows already; -ENOSPC: no free slot where @key would go;
  * -ENOTSUP: this agent takes no rules.
  */

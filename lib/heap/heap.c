@@ -118,9 +118,8 @@ static void teach_rules(struct heap *h, int n)
 
 		if (u64map_get(&h->ruled, key, &rule) || u64map_put(&h->ruled, key, 1) < 0)
 			continue;
-		if (unwind_rule(dwfl, key, &rule) == 0 &&
-		    h->opts.put_rule(h->opts.put_rule_arg, key, rule) == 0)
-			h->stats.rules++;
+		if (unwind_rule(dwfl, key, &rule) == 0)
+			h->opts.put_rule(h->opts.put_rule_arg, key, rule);
 	}
 }
 

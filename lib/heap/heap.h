@@ -45,7 +45,6 @@ struct heap_stats {
 	uint64_t untracked;     /* ALLOCs the agent could not follow (stay inuse) */
 	uint64_t unwound;       /* ALLOCs unwound past the agent */
 	uint64_t walked;        /* ALLOCs the agent walked itself (wire.h) */
-	uint64_t rules;         /* rules handed to put_rule */
 	uint64_t other_rate;    /* ALLOCs drawn at another rate than opts.rate */
 };
 

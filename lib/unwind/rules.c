@@ -72,13 +72,25 @@ static int frame_rule(Dwarf_Frame *frame, uint64_t *ret)
 	return 0;
 }
 
+/* The rule at @addr in @cfi (of bias @bias); -ENOENT where it has no FDE. */
+static int cfi_rule(Dwarf_CFI *cfi, Dwarf_Addr bias, uint64_t addr, uint64_t *ret_rule)
+{
+	Dwarf_Frame *frame;
+	int r;
+
+	if (!cfi || dwarf_cfi_addrframe(cfi, addr - bias, &frame) != 0)
+		return -ENOENT;
+	r = frame_rule(frame, ret_rule);
+	free(frame);
+	return r;
+}
+
 int unwind_rule(Dwfl *dwfl, uint64_t key, uint64_t *ret_rule)
 {
 	Dwfl_Module *mod;
-	Dwarf_Frame *frame;
+	Dwarf_Addr bias = 0;
 	Dwarf_CFI *cfi;
-	Dwarf_Addr bias;
-	int r = -ENOENT;
+	int r;
 
 	if (!dwfl || key < 2)
 		return -EINVAL;
@@ -88,15 +100,9 @@ int unwind_rule(Dwfl *dwfl, uint64_t key, uint64_t *ret_rule)
 		return -ENOENT;
 	/* .eh_frame first, then .debug_frame: libdw's own order. */
 	cfi = dwfl_module_eh_cfi(mod, &bias);
-	if (cfi && dwarf_cfi_addrframe(cfi, key - 1 - bias, &frame) == 0) {
-		r = frame_rule(frame, ret_rule);
-		free(frame);
+	r = cfi_rule(cfi, bias, key - 1, ret_rule);
+	if (r != -ENOENT)
 		return r;
-	}
 	cfi = dwfl_module_dwarf_cfi(mod, &bias);
-	if (cfi && dwarf_cfi_addrframe(cfi, key - 1 - bias, &frame) == 0) {
-		r = frame_rule(frame, ret_rule);
-		free(frame);
-	}
-	return r;
+	return cfi_rule(cfi, bias, key - 1, ret_rule);
 }
