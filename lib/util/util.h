@@ -11,6 +11,23 @@
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* a + b held at INT64_MAX or INT64_MIN instead of overflowing: sums of the
+ * values of a profile made elsewhere may reach any int64. */
+static inline int64_t add_saturated(int64_t a, int64_t b)
+{
+	int64_t r;
+
+	if (__builtin_add_overflow(a, b, &r))
+		return b > 0 ? INT64_MAX : INT64_MIN;
+	return r;
+}
+
+/* |v|, with INT64_MIN (whose negation overflows) held at INT64_MAX. */
+static inline int64_t abs_saturated(int64_t v)
+{
+	return v == INT64_MIN ? INT64_MAX : v < 0 ? -v : v;
+}
+
 /*
  * Make room for at least @need elements of @elem bytes in *@ptr, which has
  * room for *@alloc now. Grows geometrically. On failure *@ptr and *@alloc are

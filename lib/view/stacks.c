@@ -192,15 +192,6 @@ static bool same_stack(const struct view_stack *x, const struct view_stack *y)
 	return x->n == y->n && compare_stacks(x, y) == 0;
 }
 
-static int64_t add_saturated(int64_t a, int64_t b)
-{
-	int64_t r;
-
-	if (__builtin_add_overflow(a, b, &r))
-		return b > 0 ? INT64_MAX : INT64_MIN;
-	return r;
-}
-
 /* Sorts and merges equal stacks; offsets in frames become pointers. */
 static void merge_stacks(struct view_stacks *vs)
 {

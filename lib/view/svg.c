@@ -137,7 +137,7 @@ static int write_frames(const struct svg_writer *w)
 			if (r < 0)
 				goto out;
 			stack[n++] = (struct item){ c, x };
-			x += w->t->nodes[c].total;
+			x = add_saturated(x, w->t->nodes[c].total);
 		}
 	}
 out:

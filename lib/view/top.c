@@ -11,7 +11,8 @@
 static int compare_flat_name(const void *a, const void *b)
 {
 	const struct view_func *x = a, *y = b;
-	int64_t fx = llabs(x->flat), fy = llabs(y->flat), cx = llabs(x->cum), cy = llabs(y->cum);
+	int64_t fx = abs_saturated(x->flat), fy = abs_saturated(y->flat);
+	int64_t cx = abs_saturated(x->cum), cy = abs_saturated(y->cum);
 	int c;
 
 	if (fx != fy)
@@ -82,12 +83,12 @@ static int function_sums(const struct view_stacks *vs, struct view_func **ret, s
 				stamp[n++] = 0;
 			}
 			if (k == s->n - 1)
-				f[j].flat += s->value;
+				f[j].flat = add_saturated(f[j].flat, s->value);
 			/* cum once per sample: recursion must not count twice. */
 			if (stamp[j] == i + 1)
 				continue;
 			stamp[j] = i + 1;
-			f[j].cum += s->value;
+			f[j].cum = add_saturated(f[j].cum, s->value);
 		}
 	}
 	if (n > 1)
@@ -226,9 +227,9 @@ int view_write_top(const struct profile *p, size_t index, size_t max_rows, FILE 
 		goto out;
 	unit = vs.unit;
 	/* pprof -top drops nodes whose cum is below 0.5% of the total. */
-	cutoff = llabs((int64_t)((double)vs.total * VIEW_NODE_FRACTION));
+	cutoff = abs_saturated((int64_t)((double)vs.total * VIEW_NODE_FRACTION));
 	for (size_t i = 0; i < n; i++)
-		if (llabs(fn[i].cum) >= cutoff)
+		if (abs_saturated(fn[i].cum) >= cutoff)
 			fn[kept++] = fn[i];
 	rows = max_rows && max_rows < kept ? max_rows : kept;
 	r = mark_inline(&vs, fn, rows);
@@ -241,7 +242,7 @@ int view_write_top(const struct profile *p, size_t index, size_t max_rows, FILE 
 	}
 	for (size_t i = 0; i < rows; i++) {
 		mins[i] = fn[i].flat ? fn[i].flat : fn[i].cum;
-		shown += fn[i].flat;
+		shown = add_saturated(shown, fn[i].flat);
 	}
 	out_unit = view_output_unit(unit, mins, rows, vs.total, unit_buf, sizeof(unit_buf));
 	write_labels(p, index, vs.total, out_unit, f);
@@ -257,7 +258,7 @@ int view_write_top(const struct profile *p, size_t index, size_t max_rows, FILE 
 		fprintf(f, "Showing top %zu nodes out of %zu\n", rows, kept);
 	fprintf(f, "%10s %5s%% %5s%% %10s %5s%%\n", "flat", "flat", "sum", "cum", "cum");
 	for (size_t i = 0; i < rows; i++) {
-		sum += fn[i].flat;
+		sum = add_saturated(sum, fn[i].flat);
 		view_format_value(fn[i].flat, unit, out_unit, a, sizeof(a));
 		view_format_value(fn[i].cum, unit, out_unit, c, sizeof(c));
 		view_format_percent(fn[i].flat, vs.total, pa, sizeof(pa));

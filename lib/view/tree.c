@@ -52,7 +52,7 @@ int view_tree_build(const struct profile *p, size_t index, struct view_tree *ret
 		const struct view_stack *st = &s->stacks[i];
 		size_t at = 0;
 
-		t.nodes[0].total += st->value;
+		t.nodes[0].total = add_saturated(t.nodes[0].total, st->value);
 		for (size_t k = 0; k < st->n; k++) {
 			size_t last = t.nodes[at].last_child;
 
@@ -64,9 +64,9 @@ int view_tree_build(const struct profile *p, size_t index, struct view_tree *ret
 				if (r < 0)
 					goto out_fail;
 			}
-			t.nodes[at].total += st->value;
+			t.nodes[at].total = add_saturated(t.nodes[at].total, st->value);
 		}
-		t.nodes[at].self += st->value;
+		t.nodes[at].self = add_saturated(t.nodes[at].self, st->value);
 	}
 	*ret = t;
 	return 0;
@@ -123,9 +123,9 @@ static int write_node(const struct tree_writer *w, size_t id, unsigned indent)
 		return 0;
 	}
 	for (size_t c = n->first_child; c; c = w->t->nodes[c].next_sibling) {
-		if (llabs(w->t->nodes[c].total) < w->cutoff) {
+		if (abs_saturated(w->t->nodes[c].total) < w->cutoff) {
 			small++;
-			small_total += w->t->nodes[c].total;
+			small_total = add_saturated(small_total, w->t->nodes[c].total);
 			continue;
 		}
 		r = GROW(kids, nkids + 1, alloc);
@@ -169,7 +169,7 @@ int view_write_tree(const struct profile *p, size_t index, FILE *f)
 	for (size_t i = 0; i < t.n; i++)
 		values[i] = t.nodes[i].self ? t.nodes[i].self : t.nodes[i].total;
 	w = (struct tree_writer){ .t = &t, .unit = vs->unit, .total = vs->total, .f = f,
-				  .cutoff = llabs((int64_t)((double)vs->total * VIEW_NODE_FRACTION)) };
+				  .cutoff = abs_saturated((int64_t)((double)vs->total * VIEW_NODE_FRACTION)) };
 	w.out_unit = view_output_unit(vs->unit, values, t.n, vs->total, unit_buf,
 				      sizeof(unit_buf));
 	view_format_value(vs->total, vs->unit, w.out_unit, total, sizeof(total));

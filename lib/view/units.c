@@ -142,7 +142,7 @@ const char *view_output_unit(const char *unit, const int64_t *values, size_t n, 
 	if (n == 0)
 		return unit;
 	for (size_t i = 0; i < n; i++) {
-		int64_t v = llabs(values[i]);
+		int64_t v = abs_saturated(values[i]);
 
 		if (v > 0 && (min == 0 || v < min))
 			min = v;
