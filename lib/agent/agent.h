@@ -120,17 +120,28 @@ void liveset_clear(void) HIDDEN;
 /* Insert (event lock held). Returns false when the set is full. */
 bool liveset_insert(uint64_t addr, uint64_t size) HIDDEN;
 /*
- * The set's filter (liveset.c): two bits per live address, both in one 64-bit
- * word; a clear one means "not in the set". One word holds where the filter
- * is and how many bits it has (2^n, n in the low 6 bits of the page-aligned
- * address), so a reader gets both from one load; it is 0 while the set is
- * empty. Every free() on every thread loads it, and it changes only when the
- * set turns empty or not, or grows: alone on its cache line, so that the
- * counts a sample writes (liveset.c) do not cost every other core a miss on
- * its next free().
+ * What free() asks first (liveset.c), on a cache line of its own (it changes
+ * only when a sample is taken or freed, so the counts and slots a sample
+ * writes do not cost every other core a miss on its next free()).
+ *
+ * @state is 0 while the set is empty: free() then loads one word and no
+ * more. From empty up to LIVESET_FEW live blocks it is LIVESET_FEW_HELD and
+ * @few holds the blocks themselves (free slots: LIVESET_NO_BLOCK): a free()
+ * compares its address with them, on this line, and the answer is exact.
+ * Beyond, it is LIVESET_MANY until the set is empty again, and @filter is the
+ * current table's filter: two bits per live address, both in one 64-bit word;
+ * where it is and how many bits it has (2^n, n in the low 6 bits of the
+ * page-aligned address) in one word. A clear bit means "not in the set".
  */
+#define LIVESET_FEW 4
+#define LIVESET_FEW_HELD 1
+#define LIVESET_MANY 2
+#define LIVESET_NO_BLOCK UINT64_MAX
+
 struct liveset_ref {
+	uint64_t state;
 	uintptr_t filter;
+	uint64_t few[LIVESET_FEW];
 } __attribute__((aligned(64)));
 extern struct liveset_ref liveset_ref HIDDEN;
 
@@ -163,16 +174,30 @@ static inline uint64_t liveset_filter_mask(uint64_t hash, unsigned bits)
 	return 1ull << liveset_filter_bit(hash, bits, 0) | 1ull << liveset_filter_bit(hash, bits, 1);
 }
 
+/* Is @addr one of liveset_ref.few? Written out: a compare and a branch each,
+ * on the line already loaded (a loop here is not unrolled at -O2). */
+static inline bool liveset_few_holds(uint64_t addr)
+{
+	_Static_assert(LIVESET_FEW == 4, "liveset_few_holds() compares four slots");
+	return __atomic_load_n(&liveset_ref.few[0], __ATOMIC_RELAXED) == addr ||
+	       __atomic_load_n(&liveset_ref.few[1], __ATOMIC_RELAXED) == addr ||
+	       __atomic_load_n(&liveset_ref.few[2], __ATOMIC_RELAXED) == addr ||
+	       __atomic_load_n(&liveset_ref.few[3], __ATOMIC_RELAXED) == addr;
+}
+
 /* Inline, for free()'s fast path: false means surely not sampled. */
 static inline bool liveset_filter_hit(uint64_t addr)
 {
-	uintptr_t ref = __atomic_load_n(&liveset_ref.filter, __ATOMIC_ACQUIRE);
+	uint64_t state = __atomic_load_n(&liveset_ref.state, __ATOMIC_ACQUIRE), hash, mask;
 	const uint64_t *words;
+	uintptr_t ref;
 	unsigned bits;
-	uint64_t hash, mask;
 
-	if (!ref)
+	if (!state)
 		return false;
+	if (state == LIVESET_FEW_HELD)
+		return liveset_few_holds(addr);
+	ref = __atomic_load_n(&liveset_ref.filter, __ATOMIC_ACQUIRE);
 	words = (const uint64_t *)(ref & ~(uintptr_t)63);
 	bits = (unsigned)(ref & 63);
 	hash = liveset_filter_hash(addr);

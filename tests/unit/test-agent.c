@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <unwind.h>
 
+#include "agent/agent.h" /* LIVESET_FEW */
 #include "agent/wire.h"
 
 #define SKIP_CODE 77
@@ -780,6 +781,74 @@ Test(agent, liveset_filter_lets_few_frees_through)
 	 * counter that never moves would pass the bound below. */
 	cr_assert_gt(r.final.filter_false_hits, 0);
 	cr_assert_lt(share, 0.025, "%.2f%% of frees went to a lookup", 100 * share);
+	check_pairing(&r);
+	run_release(&r);
+}
+
+/* --- the few blocks free() compares itself with --------------------------- */
+
+/*
+ * While at most LIVESET_FEW sampled blocks are live, free() compares its
+ * address with them (agent.h); beyond, it asks the filter until the set is
+ * empty again. A block missed on either side of a switch would lose its
+ * FREE. Every allocation is sampled here, and the live count wanders between
+ * 0 and FEW_MAX_LIVE (across LIVESET_FEW both ways, and through empty) while
+ * blocks of other sizes come and go, freed in random order.
+ */
+#define FEW_SIZE 72
+#define FEW_MAX_LIVE 11
+#define FEW_STEPS 20000
+
+static int few_run(struct child_ctx *c)
+{
+	void *live[FEW_MAX_LIVE];
+	int n = 0, empties = 0, manys = 0, many = 0;
+	uint64_t x = 0x2545f4914f6cdd1dull;
+
+	(void)c;
+	for (int step = 0; step < FEW_STEPS; step++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		/* Drift towards empty half the time, towards full the other half. */
+		bool up = (step / 1000) % 2 ? (x & 3) != 0 : (x & 3) == 0;
+
+		if ((up && n < FEW_MAX_LIVE) || n == 0) {
+			live[n] = malloc(FEW_SIZE);
+			CHECK(live[n]);
+			escape(live[n++]);
+		} else {
+			int k = (int)((x >> 8) % (uint64_t)n);
+
+			free(live[k]);
+			live[k] = live[--n];
+		}
+		empties += n == 0;
+		if (n > LIVESET_FEW && !many)
+			manys++;
+		many = n > LIVESET_FEW ? 1 : n == 0 ? 0 : many;
+		/* Freed at once: asks whatever the set's state is. */
+		free(malloc(FEW_SIZE + 16 + (x >> 40) % 64));
+	}
+	while (n > 0)
+		free(live[--n]);
+	CHECK(empties > 10 && manys > 10);
+	return 0;
+}
+
+Test(agent, liveset_few_blocks_pair_every_free)
+{
+	struct scenario s = { .run = few_run, .rate = 1, .ring = 64u << 20 };
+	size_t allocs, frees;
+	struct run r;
+
+	run_scenario(&s, &r);
+	cr_assert_eq(r.result, 0, "child check failed at %d", r.result);
+	cr_assert_eq(r.final.lost, 0, "ring overflow");
+	allocs = count(&r, CPROF_REC_ALLOC, 0, FEW_SIZE);
+	frees = count(&r, CPROF_REC_FREE, 0, FEW_SIZE);
+	cr_log_info("%zu sampled blocks of %d bytes, %zu FREEs", allocs, FEW_SIZE, frees);
+	cr_assert_geq(allocs, FEW_STEPS / 3);
+	cr_assert_eq(frees, allocs, "%zu of %zu frees of sampled blocks missed", allocs - frees,
+		     allocs);
 	check_pairing(&r);
 	run_release(&r);
 }
