@@ -791,21 +791,23 @@ Test(agent, liveset_filter_lets_few_frees_through)
  * While at most LIVESET_FEW sampled blocks are live, free() compares its
  * address with them (agent.h); beyond, it asks the filter until the set is
  * empty again. A block missed on either side of a switch would lose its
- * FREE. Every allocation is sampled here, and the live count wanders between
- * 0 and FEW_MAX_LIVE (across LIVESET_FEW both ways, and through empty) while
- * blocks of other sizes come and go, freed in random order.
+ * FREE. Every allocation is sampled here, and each of two threads' live
+ * counts wanders between 0 and FEW_MAX_LIVE (across LIVESET_FEW both ways,
+ * and through empty) while blocks of other sizes come and go, freed in
+ * random order.
  */
 #define FEW_SIZE 72
-#define FEW_MAX_LIVE 11
-#define FEW_STEPS 20000
+#define FEW_MAX_LIVE 7
+#define FEW_STEPS 100000
+#define FEW_THREADS 2
 
-static int few_run(struct child_ctx *c)
+/* 0, or the line of a failed check. */
+static void *few_worker(void *arg)
 {
 	void *live[FEW_MAX_LIVE];
 	int n = 0, empties = 0, manys = 0, many = 0;
-	uint64_t x = 0x2545f4914f6cdd1dull;
+	uint64_t x = 0x2545f4914f6cdd1dull ^ (uintptr_t)arg;
 
-	(void)c;
 	for (int step = 0; step < FEW_STEPS; step++) {
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 		/* Drift towards empty half the time, towards full the other half. */
@@ -813,7 +815,8 @@ static int few_run(struct child_ctx *c)
 
 		if ((up && n < FEW_MAX_LIVE) || n == 0) {
 			live[n] = malloc(FEW_SIZE);
-			CHECK(live[n]);
+			if (!live[n])
+				return (void *)(uintptr_t)__LINE__;
 			escape(live[n++]);
 		} else {
 			int k = (int)((x >> 8) % (uint64_t)n);
@@ -830,8 +833,25 @@ static int few_run(struct child_ctx *c)
 	}
 	while (n > 0)
 		free(live[--n]);
-	CHECK(empties > 10 && manys > 10);
-	return 0;
+	return empties > 10 && manys > 10 ? NULL : (void *)(uintptr_t)__LINE__;
+}
+
+/* Two threads: the set's state also turns while the other one frees. */
+static int few_run(struct child_ctx *c)
+{
+	pthread_t t[FEW_THREADS];
+	void *ret;
+	int bad = 0;
+
+	(void)c;
+	for (int i = 0; i < FEW_THREADS; i++)
+		CHECK(pthread_create(&t[i], NULL, few_worker, (void *)(uintptr_t)(i + 1)) == 0);
+	for (int i = 0; i < FEW_THREADS; i++) {
+		CHECK(pthread_join(t[i], &ret) == 0);
+		if (ret)
+			bad = (int)(uintptr_t)ret;
+	}
+	return bad;
 }
 
 Test(agent, liveset_few_blocks_pair_every_free)
@@ -846,7 +866,7 @@ Test(agent, liveset_few_blocks_pair_every_free)
 	allocs = count(&r, CPROF_REC_ALLOC, 0, FEW_SIZE);
 	frees = count(&r, CPROF_REC_FREE, 0, FEW_SIZE);
 	cr_log_info("%zu sampled blocks of %d bytes, %zu FREEs", allocs, FEW_SIZE, frees);
-	cr_assert_geq(allocs, FEW_STEPS / 3);
+	cr_assert_geq(allocs, FEW_THREADS * FEW_STEPS / 3);
 	cr_assert_eq(frees, allocs, "%zu of %zu frees of sampled blocks missed", allocs - frees,
 		     allocs);
 	check_pairing(&r);
