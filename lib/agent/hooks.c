@@ -39,6 +39,7 @@ static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
 	bool direct;
 
 	agent_capture_regs(regs);
+	liveset_prefetch(addr);
 	/* How far the stack is known: all of it for a walk, a copy's worth
 	 * for a copy. */
 	limit = agent_stack_limit(regs[CPROF_REG_RSP], 64u << 20, &direct);

@@ -282,6 +282,20 @@ static bool grow(void)
 	return true;
 }
 
+void liveset_prefetch(uint64_t addr)
+{
+	const struct level *t = __atomic_load_n(&table, __ATOMIC_RELAXED);
+	uint64_t hash = liveset_filter_hash(addr), word;
+
+	if (!t)
+		return;
+	word = liveset_filter_word(hash, t->filter_bits);
+	__builtin_prefetch(&t->slot[slot_of(t, addr)], 1);
+	__builtin_prefetch(&t->filter[word], 1);
+	__builtin_prefetch(&t->count[word * 64 + liveset_filter_bit(hash, t->filter_bits, 0)], 1);
+	__builtin_prefetch(&t->count[word * 64 + liveset_filter_bit(hash, t->filter_bits, 1)], 1);
+}
+
 bool liveset_insert(uint64_t addr, uint64_t size)
 {
 	struct level *t = table;
