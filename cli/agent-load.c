@@ -127,6 +127,11 @@ static int inject_error(int r, const struct target *t, const struct agent_load *
 	return EXIT_FAIL;
 }
 
+int agent_put_rule(void *channel, uint64_t key, uint64_t rule)
+{
+	return channel_put_rule(channel, key, rule);
+}
+
 int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate,
 	       uint32_t ring_size)
 {

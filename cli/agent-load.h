@@ -22,6 +22,10 @@ struct agent_load {
 	struct inject_report rep;
 };
 
+/* heap_opts/contention_opts.put_rule: a rule to the agent through @channel
+ * (a struct channel), so that it walks those frames itself. */
+int agent_put_rule(void *channel, uint64_t key, uint64_t rule);
+
 /*
  * Loads the agent into @t, starts a session and opens its channel (@al->ch) recording @events
  * (CPROF_EVENTS_*) at @rate (its unit is the events') with a ring of

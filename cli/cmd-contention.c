@@ -169,8 +169,9 @@ static void summary(const struct args *a, const struct output *out,
 		report_note("wrote %s: %.0f threads created in a %s window", output_name(out),
 			    st->events, window);
 	else
-		report_note("wrote %s: %llu records, ~%.0f contentions, ~%.3f s of delay in a %s "
-			    "window", output_name(out), (unsigned long long)st->records,
+		report_note("wrote %s: %llu records (%llu stacks walked in the target), ~%.0f "
+			    "contentions, ~%.3f s of delay in a %s window", output_name(out),
+			    (unsigned long long)st->records, (unsigned long long)st->walked,
 			    st->events, st->delay_ns / 1e9, window);
 	if (!w->records)
 		report_note("no events in the window: no thread waited (or created a thread) "
@@ -218,6 +219,11 @@ static int run(int argc, char **argv, const struct kind *k)
 		goto out_abort;
 	ch = al.ch;
 	copts = (struct contention_opts){ .events = k->events, .sym = al.sym, .unw = al.unw };
+	/* Without rules every record carries its stack copy (cprof(1)). */
+	if (ch && !getenv("CPROF_HEAP_COPY_STACKS")) {
+		copts.put_rule = agent_put_rule;
+		copts.put_rule_arg = ch;
+	}
 	r = contention_new(&c, &copts);
 	if (r < 0)
 		goto out_fail;

@@ -381,12 +381,6 @@ static void keep_serve_on(struct channel *ch, const struct target *t,
 	keep_serve(ch, t, h, keep_render, k);
 }
 
-/* heap_opts.put_rule: rules go to the agent through its channel. */
-static int put_rule(void *arg, uint64_t key, uint64_t rule)
-{
-	return channel_put_rule(arg, key, rule);
-}
-
 int cmd_heap(int argc, char **argv)
 {
 	struct channel_handlers handlers = { .alloc = on_alloc, .free = on_free };
@@ -436,7 +430,7 @@ int cmd_heap(int argc, char **argv)
 	hopts = (struct heap_opts){ .sym = al.sym, .unw = al.unw, .rate = a.rate };
 	/* Without rules every sample carries its stack copy (cprof-heap(1)). */
 	if (ch && !getenv("CPROF_HEAP_COPY_STACKS")) {
-		hopts.put_rule = put_rule;
+		hopts.put_rule = agent_put_rule;
 		hopts.put_rule_arg = ch;
 	}
 	r = heap_new(&h, &hopts);

@@ -85,6 +85,15 @@ size_t agent_walk(const struct cprof_wire_rule *t, unsigned bits, const uint64_t
 		  uint64_t *pcs, size_t max) HIDDEN;
 /* Copies @limit bytes from @rsp as agent_stack_limit() allowed. */
 size_t agent_capture_stack(void *dst, uint64_t rsp, size_t limit, bool direct) HIDDEN;
+/*
+ * A sample's stack into @dst (room for CPROF_WIRE_STACK_MAX bytes, 8-aligned):
+ * the frames above @regs walked with cprof's rules (*@ret_walked), or failing
+ * that the stack from regs' rsp copied. @limit and @direct are
+ * agent_stack_limit()'s for the whole stack. Returns the bytes written (0: a
+ * copy failed). Event lock held (the ring's rules).
+ */
+size_t agent_sample_stack(void *dst, const uint64_t *regs, size_t limit, bool direct,
+			  bool *ret_walked) HIDDEN;
 /* This thread's kernel id, cached (gettid() is a system call). */
 uint32_t agent_tid(void) HIDDEN;
 /* A fork child forgets what it cached about its parent's thread. */

@@ -264,6 +264,22 @@ size_t agent_capture_stack(void *dst, uint64_t rsp, size_t limit, bool direct)
 	return limit;
 }
 
+size_t agent_sample_stack(void *dst, const uint64_t *regs, size_t limit, bool direct,
+			  bool *ret_walked)
+{
+	size_t frames = 0;
+
+	if (direct && agent_ring.rules)
+		frames = agent_walk(agent_ring.rules, agent_ring.rules_bits, regs,
+				    regs[CPROF_REG_RSP] + limit, dst, CPROF_RULES_MAX_FRAMES);
+	*ret_walked = frames > 0;
+	if (frames)
+		return frames * sizeof(uint64_t);
+	if (limit > CPROF_WIRE_STACK_MAX)
+		limit = CPROF_WIRE_STACK_MAX;
+	return agent_capture_stack(dst, regs[CPROF_REG_RSP], limit, direct);
+}
+
 static AGENT_TLS uint32_t cached_tid;
 
 uint32_t agent_tid(void)

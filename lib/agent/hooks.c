@@ -34,9 +34,9 @@ static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
 {
 	struct cprof_wire_alloc *r;
 	uint64_t regs[CPROF_REG_COUNT];
-	uint32_t tid = agent_tid(), bytes, flags = 0;
-	size_t stack, limit, frames = 0;
-	bool direct;
+	uint32_t tid = agent_tid(), bytes;
+	size_t stack, limit;
+	bool direct, walked;
 
 	agent_capture_regs(regs);
 	liveset_prefetch(addr);
@@ -49,23 +49,13 @@ static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
 		event_unlock();
 		return;
 	}
-	if (direct && agent_ring.rules)
-		frames = agent_walk(agent_ring.rules, agent_ring.rules_bits, regs,
-				    regs[CPROF_REG_RSP] + limit, (uint64_t *)(void *)r->stack,
-				    CPROF_RULES_MAX_FRAMES);
-	if (frames) {
-		stack = frames * sizeof(uint64_t);
-		flags = CPROF_ALLOC_WALKED;
-	} else {
-		if (limit > CPROF_WIRE_STACK_MAX)
-			limit = CPROF_WIRE_STACK_MAX;
-		stack = agent_capture_stack(r->stack, regs[CPROF_REG_RSP], limit, direct);
-		if (stack == 0)
-			AGENT_COUNT(errors, 1);
-	}
+	stack = agent_sample_stack(r->stack, regs, limit, direct, &walked);
+	if (stack == 0)
+		AGENT_COUNT(errors, 1);
 	r->time_ns = 0; /* not recorded (wire.h) */
 	r->tid = tid;
-	r->flags = flags | (liveset_insert(addr, size) ? 0 : CPROF_ALLOC_UNTRACKED);
+	r->flags = (walked ? CPROF_ALLOC_WALKED : 0) |
+		   (liveset_insert(addr, size) ? 0 : CPROF_ALLOC_UNTRACKED);
 	r->address = addr;
 	r->size = size;
 	r->rate = __atomic_load_n(&agent_rate, __ATOMIC_RELAXED);

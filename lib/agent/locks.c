@@ -185,18 +185,19 @@ static __attribute__((noinline)) void record_event(uint32_t kind, uint64_t objec
 	uint64_t regs[CPROF_REG_COUNT];
 	uint32_t bytes;
 	size_t limit, stack;
-	bool direct;
+	bool direct, walked;
 
 	if (agent_in_hook)
 		return;
 	agent_in_hook = 1;
 	agent_capture_regs(regs);
-	limit = agent_stack_limit(regs[CPROF_REG_RSP], CPROF_WIRE_STACK_MAX, &direct);
+	/* All of it: a walk reads up to the stack's top, a copy less. */
+	limit = agent_stack_limit(regs[CPROF_REG_RSP], 64u << 20, &direct);
 	event_lock();
 	r = ring_reserve(sizeof(*r) + CPROF_WIRE_STACK_MAX);
 	if (!r)
 		goto out_unlock;
-	stack = agent_capture_stack(r->stack, regs[CPROF_REG_RSP], limit, direct);
+	stack = agent_sample_stack(r->stack, regs, limit, direct, &walked);
 	if (stack == 0)
 		AGENT_COUNT(errors, 1);
 	r->time_ns = agent_now_ns();
@@ -207,7 +208,7 @@ static __attribute__((noinline)) void record_event(uint32_t kind, uint64_t objec
 	r->rate = rate;
 	memcpy(r->regs, regs, sizeof(regs));
 	r->stack_size = (uint32_t)stack;
-	r->pad = 0;
+	r->flags = walked ? CPROF_EVENT_WALKED : 0;
 	bytes = (uint32_t)((sizeof(*r) + stack + 7) & ~(size_t)7);
 	r->hdr.type = CPROF_REC_EVENT;
 	r->hdr.size = bytes;

@@ -205,7 +205,8 @@ enum cprof_wire_reg {
  * CFA must rise, the walk has at most CPROF_RULES_MAX_FRAMES frames; else it
  * falls back to the copy.
  *
- * An ALLOC with CPROF_ALLOC_WALKED: stack_size / 8 addresses, [0] the
+ * An ALLOC with CPROF_ALLOC_WALKED, or an EVENT with CPROF_EVENT_WALKED:
+ * stack_size / 8 addresses, [0] the
  * sampling function's PC (regs[CPROF_REG_RIP]), then each caller's return
  * address, the outermost frame's last.
  */
@@ -322,9 +323,11 @@ struct cprof_wire_event {
 	uint64_t rate;      /* the session's rate when this was recorded */
 	uint64_t regs[CPROF_REG_COUNT];
 	uint32_t stack_size;
-	uint32_t pad;
+	uint32_t flags;     /* CPROF_EVENT_*; 0 from agents before the walk */
 	uint8_t stack[];
 };
+
+#define CPROF_EVENT_WALKED 0x1u /* stack[] holds addresses, as an ALLOC's may */
 
 _Static_assert(sizeof(struct cprof_wire_event) == 192, "wire event layout");
 _Static_assert(__builtin_offsetof(struct cprof_wire_event, regs) ==

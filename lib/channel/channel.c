@@ -205,6 +205,14 @@ int channel_put_rule(struct channel *ch, uint64_t key, uint64_t rule)
 	return -ENOSPC;
 }
 
+/* An ALLOC or EVENT whose stack[] the agent walked (wire.h). */
+static bool walked(const struct cprof_wire_record *rec)
+{
+	if (rec->type == CPROF_REC_ALLOC)
+		return ((const struct cprof_wire_alloc *)rec)->flags & CPROF_ALLOC_WALKED;
+	return ((const struct cprof_wire_event *)rec)->flags & CPROF_EVENT_WALKED;
+}
+
 /* The record at @off (ring offset) of @size bytes, copied, checked by type. */
 static int take(struct channel *ch, uint32_t off, uint32_t size, const struct channel_handlers *h)
 {
@@ -223,10 +231,8 @@ static int take(struct channel *ch, uint32_t off, uint32_t size, const struct ch
 		    stack_size > size - sizeof(struct cprof_wire_alloc))
 			return -EPROTO;
 		/* Walked: whole addresses, no more than a walk makes. */
-		if (rec->type == CPROF_REC_ALLOC &&
-		    (((const struct cprof_wire_alloc *)rec)->flags & CPROF_ALLOC_WALKED) &&
-		    (stack_size % 8 || stack_size == 0 ||
-		     stack_size > CPROF_RULES_MAX_FRAMES * sizeof(uint64_t)))
+		if (walked(rec) && (stack_size % 8 || stack_size == 0 ||
+				 stack_size > CPROF_RULES_MAX_FRAMES * sizeof(uint64_t)))
 			return -EPROTO;
 		if (rec->type == CPROF_REC_ALLOC)
 			return h->alloc ? h->alloc((const void *)rec, h->arg) : 0;

@@ -23,6 +23,7 @@ struct contention {
 	struct bucket *buckets;
 	size_t nbuckets, alloc;
 	struct u64map index; /* stack hash -> bucket index + 1 (chains by probing hash + 1) */
+	struct record_stacks stacks;
 	uint64_t pcs[MAX_FRAMES];
 	uint64_t agent_start, agent_end; /* cprof-agent.so in the target */
 };
@@ -35,6 +36,8 @@ int contention_new(struct contention **ret, const struct contention_opts *o)
 		return -ENOMEM;
 	c->opts = *o;
 	u64map_init(&c->index);
+	record_stacks_init(&c->stacks, o->unw, symbolizer_dwfl(o->sym), o->put_rule,
+			   o->put_rule_arg);
 	symbolizer_module_range(o->sym, "cprof-agent", &c->agent_start, &c->agent_end);
 	*ret = c;
 	return 0;
@@ -48,6 +51,7 @@ void contention_free(struct contention *c)
 		free(c->buckets[i].pcs);
 	free(c->buckets);
 	u64map_release(&c->index);
+	record_stacks_release(&c->stacks);
 	free(c);
 }
 
@@ -136,7 +140,6 @@ static struct bucket *bucket_for(struct contention *c, const uint64_t *pcs, size
 
 int contention_add(struct contention *c, const struct cprof_wire_event *ev)
 {
-	struct unwind_input in;
 	struct bucket *b;
 	double events, delay;
 	size_t skip = 0;
@@ -147,11 +150,9 @@ int contention_add(struct contention *c, const struct cprof_wire_event *ev)
 		return 0;
 	}
 	c->stats.records++;
-	memcpy(in.regs, ev->regs, sizeof(in.regs));
-	in.stack = ev->stack;
-	in.stack_size = ev->stack_size;
-	in.stack_start = ev->regs[CPROF_REG_RSP];
-	n = unwinder_unwind(c->opts.unw, &in, c->pcs, MAX_FRAMES);
+	n = record_stacks_pcs(&c->stacks, ev->regs, ev->stack, ev->stack_size,
+			      ev->flags & CPROF_EVENT_WALKED, c->pcs, MAX_FRAMES);
+	c->stats.walked = c->stacks.walked;
 	if (n <= 0)
 		return 0;
 	/* The agent's own frames (record_event, the hook) lead: drop them. */

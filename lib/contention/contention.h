@@ -1,6 +1,7 @@
 /*
  * The block, mutex and threadcreate profiles of a process, from the agent's
- * EVENT records (lib/agent/wire.h): stacks unwound from each record's copy,
+ * EVENT records (lib/agent/wire.h): stacks as the agent walked them, or
+ * unwound from the record's copy (which teaches the agent that walk),
  * aggregated per stack, written as Go writes them (runtime/pprof):
  *
  *   block, mutex   sample types contentions/count, delay/nanoseconds;
@@ -27,12 +28,17 @@ struct contention_opts {
 	uint32_t events;        /* CPROF_EVENTS_BLOCK, _MUTEX or _THREADCREATE */
 	struct symbolizer *sym; /* the target's, the agent among its modules */
 	struct unwinder *unw;   /* on sym's Dwfl */
+	/* Optional: where the rules of the frames of copied stacks go, so that
+	 * the agent walks later records itself (channel_put_rule()). */
+	int (*put_rule)(void *arg, uint64_t key, uint64_t rule);
+	void *put_rule_arg;
 };
 
 struct contention_stats {
 	uint64_t records;  /* EVENT records taken */
 	uint64_t ignored;  /* of another kind than the profile's */
 	uint64_t unwound;  /* unwound past the agent into the program */
+	uint64_t walked;   /* records whose stack the agent walked itself */
 	double events;     /* estimated events (contentions, creations) */
 	double delay_ns;   /* estimated delay */
 };

@@ -24,7 +24,7 @@ struct heap {
 	size_t nbuckets, alloc;
 	struct u64map index; /* hash(stack, size) -> bucket + 1, probing hash + 1 */
 	struct u64map live;  /* block address -> bucket + 1; 0 once freed */
-	struct u64map ruled; /* return addresses whose rule was looked for */
+	struct record_stacks stacks;
 	uint64_t pcs[MAX_FRAMES];
 	uint64_t agent_start, agent_end;
 };
@@ -38,7 +38,8 @@ int heap_new(struct heap **ret, const struct heap_opts *o)
 	h->opts = *o;
 	u64map_init(&h->index);
 	u64map_init(&h->live);
-	u64map_init(&h->ruled);
+	record_stacks_init(&h->stacks, o->unw, symbolizer_dwfl(o->sym), o->put_rule,
+			   o->put_rule_arg);
 	symbolizer_module_range(o->sym, "cprof-agent", &h->agent_start, &h->agent_end);
 	*ret = h;
 	return 0;
@@ -53,7 +54,7 @@ void heap_free(struct heap *h)
 	free(h->buckets);
 	u64map_release(&h->index);
 	u64map_release(&h->live);
-	u64map_release(&h->ruled);
+	record_stacks_release(&h->stacks);
 	free(h);
 }
 
@@ -102,44 +103,8 @@ static int bucket_for(struct heap *h, const uint64_t *pcs, size_t n, uint64_t si
 	return 0;
 }
 
-/*
- * Hands the agent the rules of the frames of @n addresses just unwound
- * (unwinder_unwind()'s: [0] the PC, then return addresses - 1), each
- * address once. Best effort: an address without a rule only means samples
- * through it keep their stack copies.
- */
-static void teach_rules(struct heap *h, int n)
-{
-	Dwfl *dwfl = symbolizer_dwfl(h->opts.sym);
-	uint64_t rule;
-
-	for (int i = 0; i < n; i++) {
-		uint64_t key = i == 0 ? h->pcs[0] : h->pcs[i] + 1;
-
-		if (u64map_get(&h->ruled, key, &rule) || u64map_put(&h->ruled, key, 1) < 0)
-			continue;
-		if (unwind_rule(dwfl, key, &rule) == 0)
-			h->opts.put_rule(h->opts.put_rule_arg, key, rule);
-	}
-}
-
-/* A walked ALLOC's addresses as unwinder_unwind() would give them. */
-static int walked_pcs(struct heap *h, const struct cprof_wire_alloc *a)
-{
-	size_t n = a->stack_size / sizeof(uint64_t);
-
-	if (n == 0 || n > MAX_FRAMES)
-		return 0;
-	memcpy(h->pcs, a->stack, n * sizeof(uint64_t));
-	for (size_t i = 1; i < n; i++)
-		h->pcs[i]--;
-	h->stats.walked++;
-	return (int)n;
-}
-
 int heap_add_alloc(struct heap *h, const struct cprof_wire_alloc *a)
 {
-	struct unwind_input in;
 	struct bucket *b;
 	size_t skip = 0;
 	uint64_t id;
@@ -148,17 +113,9 @@ int heap_add_alloc(struct heap *h, const struct cprof_wire_alloc *a)
 	h->stats.allocs++;
 	if (a->rate != h->opts.rate)
 		h->stats.other_rate++;
-	if (a->flags & CPROF_ALLOC_WALKED) {
-		n = walked_pcs(h, a);
-	} else {
-		memcpy(in.regs, a->regs, sizeof(in.regs));
-		in.stack = a->stack;
-		in.stack_size = a->stack_size;
-		in.stack_start = a->regs[CPROF_REG_RSP];
-		n = unwinder_unwind(h->opts.unw, &in, h->pcs, MAX_FRAMES);
-		if (n > 0 && h->opts.put_rule)
-			teach_rules(h, n);
-	}
+	n = record_stacks_pcs(&h->stacks, a->regs, a->stack, a->stack_size,
+			      a->flags & CPROF_ALLOC_WALKED, h->pcs, MAX_FRAMES);
+	h->stats.walked = h->stacks.walked;
 	if (n <= 0) {
 		/* Not even a PC: count it at an unknown place rather than lose it. */
 		h->pcs[0] = 0;

@@ -9,8 +9,11 @@
 #define CPROF_UNWIND_H
 
 #include <elfutils/libdwfl.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "util/util.h"
 
 /* x86-64 DWARF register numbers: the order of unwind_input.regs. */
 enum unwind_reg {
@@ -60,5 +63,32 @@ int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t 
  * sampling function's PC, also right after a call).
  */
 int unwind_rule(Dwfl *dwfl, uint64_t key, uint64_t *ret_rule);
+
+/*
+ * record-stack.c: the stacks of the agent's records (lib/agent/wire.h),
+ * walked by the agent or copied, as addresses; copies teach the agent the
+ * rules of their frames through @put_rule (NULL: they do not).
+ */
+struct record_stacks {
+	struct unwinder *unw;
+	Dwfl *dwfl; /* @unw's */
+	int (*put_rule)(void *arg, uint64_t key, uint64_t rule);
+	void *put_rule_arg;
+	struct u64map taught; /* addresses whose rule was looked for */
+	uint64_t walked;      /* records whose stack the agent walked */
+};
+
+void record_stacks_init(struct record_stacks *s, struct unwinder *unw, Dwfl *dwfl,
+			int (*put_rule)(void *arg, uint64_t key, uint64_t rule), void *put_rule_arg);
+void record_stacks_release(struct record_stacks *s);
+
+/*
+ * A record's stack: @regs (UNWIND_NREGS, the wire's order), and @stack_size
+ * bytes at @stack, the agent's walk (@walked: return addresses) or a copy
+ * from regs' rsp up. Into at most @max addresses in @ret_pcs, as
+ * unwinder_unwind() gives them; returns their number or -errno.
+ */
+int record_stacks_pcs(struct record_stacks *s, const uint64_t *regs, const uint8_t *stack,
+		      size_t stack_size, bool walked, uint64_t *ret_pcs, size_t max);
 
 #endif

@@ -238,6 +238,109 @@ Test(locks, threadcreate_counts_every_creation)
 	th_kill(pid);
 }
 
+/* ---- the agent walks the frames itself, with cprof's rules --------------- */
+
+struct folded {
+	char stack[1024]; /* root first, ';' between frames */
+	long count;
+};
+
+/* `cprof view --folded --index contentions` of @path into @f. */
+static size_t folded_of(const char *path, struct folded *f, size_t max)
+{
+	char *save = NULL, *line;
+	struct th_run r;
+	size_t n = 0;
+
+	TH_CPROF(&r, 30000, "view", "--folded", "--index", "contentions", path);
+	cr_assert_eq(r.exit_code, 0);
+	for (line = strtok_r(r.out, "\n", &save); line && n < max; line = strtok_r(NULL, "\n", &save)) {
+		char *sp = strrchr(line, ' ');
+
+		if (!sp)
+			continue;
+		*sp = 0;
+		snprintf(f[n].stack, sizeof(f[n].stack), "%s", line);
+		f[n++].count = strtol(sp + 1, NULL, 10);
+	}
+	th_run_release(&r);
+	return n;
+}
+
+static bool has_folded(const struct folded *f, size_t n, const char *stack)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(f[i].stack, stack) == 0)
+			return true;
+	return false;
+}
+
+/* "N records (W stacks walked in the target)" of cprof's summary. */
+static void walked_of(const char *err, long *records, long *walked)
+{
+	const char *p = strstr(err, " records (");
+
+	*records = *walked = -1;
+	cr_assert_not_null(p, "no summary in: %s", err);
+	while (p > err && p[-1] >= '0' && p[-1] <= '9')
+		p--;
+	cr_assert_eq(sscanf(p, "%ld records (%ld stacks walked", records, walked), 2, "%s", p);
+}
+
+/*
+ * The same process's block profile twice: with rules (the agent walks
+ * nearly every record after the first ones) and with every stack copied
+ * (CPROF_HEAP_COPY_STACKS). Every stack either run saw at least 20 times
+ * must be in the other: a walk that lost, added or shifted a frame would
+ * make a stack the copies never give.
+ */
+Test(locks, block_walked_stacks_match_copied_stacks)
+{
+	static struct folded walked[256], copied[256];
+	const char *out_w = th_tmp_path("block-walked.pb.gz"), *out_c = th_tmp_path("block-copied.pb.gz");
+	long records[2], nwalked[2];
+	size_t nw, nc, checked = 0;
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("locks", "ab", "20", "500", th_tmp_path("locks-walk.report"));
+	TH_CPROF(&r, 30000, "block", "-p", th_pid_str(pid), "-d", "2s", "--rate", "1ms", "-o", out_w);
+	cr_assert_eq(r.exit_code, 0);
+	walked_of(r.err, &records[0], &nwalked[0]);
+	th_run_release(&r);
+	cr_assert_eq(setenv("CPROF_HEAP_COPY_STACKS", "1", 1), 0);
+	TH_CPROF(&r, 30000, "block", "-p", th_pid_str(pid), "-d", "2s", "--rate", "1ms", "-o", out_c);
+	unsetenv("CPROF_HEAP_COPY_STACKS");
+	cr_assert_eq(r.exit_code, 0);
+	walked_of(r.err, &records[1], &nwalked[1]);
+	th_run_release(&r);
+	th_kill(pid);
+
+	nw = folded_of(out_w, walked, 256);
+	nc = folded_of(out_c, copied, 256);
+	cr_log_info("with rules: %ld of %ld records walked, %zu stacks; copies: %ld of %ld, %zu stacks",
+		    nwalked[0], records[0], nw, nwalked[1], records[1], nc);
+	cr_assert_gt(records[0], 100);
+	cr_assert_geq(nwalked[0], records[0] * 9 / 10, "only %ld of %ld records walked", nwalked[0],
+		      records[0]);
+	cr_assert_eq(nwalked[1], 0);
+	for (size_t i = 0; i < nw; i++) {
+		if (walked[i].count < 20)
+			continue;
+		cr_assert(has_folded(copied, nc, walked[i].stack), "walked only: %s", walked[i].stack);
+		checked++;
+	}
+	for (size_t i = 0; i < nc; i++) {
+		if (copied[i].count < 20)
+			continue;
+		cr_assert(has_folded(walked, nw, copied[i].stack), "copied only: %s", copied[i].stack);
+		checked++;
+	}
+	/* site_a's and site_b's stacks, from both sides. */
+	cr_assert_geq(checked, 4, "only %zu stacks compared", checked);
+}
+
 Test(locks, debug1_headers)
 {
 	struct th_run r;

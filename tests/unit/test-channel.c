@@ -204,3 +204,36 @@ Test(channel, refuses_malformed_rings)
 	hdr->data_head = 16;
 	cr_assert_eq(drain(&c), -EPROTO);
 }
+
+/* A walked record's stack[] is addresses: whole ones, at least one, at most
+ * a walk's. The same rule for an ALLOC (its flags) and an EVENT (its own). */
+static void walked_case(uint32_t type, uint32_t stack, int want)
+{
+	struct counts c;
+	uint32_t n;
+
+	fresh();
+	n = put_alloc(0, stack, 1);
+	((struct cprof_wire_record *)ring)->type = type;
+	if (type == CPROF_REC_ALLOC)
+		((struct cprof_wire_alloc *)ring)->flags = CPROF_ALLOC_WALKED;
+	else
+		((struct cprof_wire_event *)ring)->flags = CPROF_EVENT_WALKED;
+	hdr->data_head = n;
+	cr_assert_eq(drain(&c), want, "type %u, %u bytes of addresses", type, stack);
+	if (want == 1)
+		cr_assert_eq(c.allocs + c.events, 1);
+}
+
+Test(channel, walked_stacks_are_whole_addresses)
+{
+	static const uint32_t types[] = { CPROF_REC_ALLOC, CPROF_REC_EVENT };
+
+	for (int i = 0; i < 2; i++) {
+		walked_case(types[i], 6 * 8, 1);
+		walked_case(types[i], CPROF_RULES_MAX_FRAMES * 8, 1);
+		walked_case(types[i], 0, -EPROTO);
+		walked_case(types[i], 6 * 8 + 4, -EPROTO);
+		walked_case(types[i], (CPROF_RULES_MAX_FRAMES + 1) * 8, -EPROTO);
+	}
+}
