@@ -284,7 +284,7 @@ static bool grow(void)
 
 void liveset_prefetch(uint64_t addr)
 {
-	const struct level *t = __atomic_load_n(&table, __ATOMIC_RELAXED);
+	const struct level *t = __atomic_load_n(&table, __ATOMIC_ACQUIRE);
 	uint64_t hash = liveset_filter_hash(addr), word;
 
 	if (!t)
