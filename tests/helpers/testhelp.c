@@ -1462,3 +1462,31 @@ void th_skip_accuracy_when_sanitized(void)
 	cr_skip_test("accuracy is judged in the plain build: ASan slows cprof itself");
 #endif
 }
+
+static bool stack_in(const struct th_stack *s, size_t n, const char *text)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(s[i].text, text) == 0)
+			return true;
+	return false;
+}
+
+size_t th_stacks_agree(const struct th_stack *a, size_t na, const char *a_name,
+		       const struct th_stack *b, size_t nb, const char *b_name, long min)
+{
+	size_t checked = 0;
+
+	for (size_t i = 0; i < na; i++) {
+		if (a[i].count < min)
+			continue;
+		cr_assert(stack_in(b, nb, a[i].text), "%s only: %s", a_name, a[i].text);
+		checked++;
+	}
+	for (size_t i = 0; i < nb; i++) {
+		if (b[i].count < min)
+			continue;
+		cr_assert(stack_in(a, na, b[i].text), "%s only: %s", b_name, b[i].text);
+		checked++;
+	}
+	return checked;
+}

@@ -158,6 +158,21 @@ void th_func_sums(const struct profile *p, size_t vi, struct th_func_sum **ret, 
 /* The sums of @name, or a zero entry. */
 struct th_func_sum th_func_get(const struct th_func_sum *s, size_t n, const char *name);
 
+/* A stack as text (its frames' names, in the order the caller chose) and how
+ * many samples it had. */
+struct th_stack {
+	char text[1024];
+	long count;
+};
+
+/*
+ * Two runs' stacks agree: every stack of @a seen at least @min times is in
+ * @b, and every such stack of @b in @a (failures name @a_name or @b_name as
+ * the only side). Returns how many stacks were compared.
+ */
+size_t th_stacks_agree(const struct th_stack *a, size_t na, const char *a_name,
+		       const struct th_stack *b, size_t nb, const char *b_name, long min);
+
 /* True if some line of the location @id names @func. */
 bool th_location_has(const struct profile *p, uint64_t id, const char *func);
 

@@ -235,13 +235,9 @@ Test(heap, debug1_text_and_index)
 
 /* ---- the agent walks the frames itself, with cprof's rules --------------- */
 
-struct text_bucket {
-	long count;      /* raw sampled allocations */
-	char stack[512]; /* function names, leaf first */
-};
-
-/* The buckets of a --debug 1 text, and its "# samples" and "# walked". */
-static size_t parse_text(char *out, struct text_bucket *b, size_t max, long *samples, long *walked)
+/* The buckets of a --debug 1 text (function names leaf first, raw sampled
+ * allocations), and its "# samples" and "# walked". */
+static size_t parse_text(char *out, struct th_stack *b, size_t max, long *samples, long *walked)
 {
 	char *save = NULL, *line;
 	size_t n = 0;
@@ -253,25 +249,17 @@ static size_t parse_text(char *out, struct text_bucket *b, size_t max, long *sam
 
 		if (sscanf(line, "%ld: %ld [%ld:", &inuse, &inuse_b, &alloc) == 3 && n < max) {
 			b[n].count = alloc;
-			b[n].stack[0] = 0;
+			b[n].text[0] = 0;
 			n++;
 		} else if (n && sscanf(line, "#\t0x%*x\t%255[^+\t]", func) == 1) {
-			size_t len = strlen(b[n - 1].stack);
+			size_t len = strlen(b[n - 1].text);
 
-			snprintf(b[n - 1].stack + len, sizeof(b[n - 1].stack) - len, " %s", func);
+			snprintf(b[n - 1].text + len, sizeof(b[n - 1].text) - len, " %s", func);
 		}
 		sscanf(line, "# samples = %ld", samples);
 		sscanf(line, "# walked = %ld", walked);
 	}
 	return n;
-}
-
-static bool has_stack(const struct text_bucket *b, size_t n, const char *stack)
-{
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(b[i].stack, stack) == 0)
-			return true;
-	return false;
 }
 
 /*
@@ -283,9 +271,9 @@ static bool has_stack(const struct text_bucket *b, size_t n, const char *stack)
  */
 Test(heap, walked_stacks_match_copied_stacks)
 {
-	static struct text_bucket walked[512], copied[512];
+	static struct th_stack walked[512], copied[512];
 	long samples[2], nwalked[2];
-	size_t nw, nc, checked = 0;
+	size_t nw, nc, checked;
 	struct th_run r;
 	pid_t pid;
 
@@ -309,18 +297,7 @@ Test(heap, walked_stacks_match_copied_stacks)
 	cr_assert_geq(nwalked[0], samples[0] * 9 / 10, "only %ld of %ld samples walked", nwalked[0],
 		      samples[0]);
 	cr_assert_eq(nwalked[1], 0);
-	for (size_t i = 0; i < nw; i++) {
-		if (walked[i].count < 20)
-			continue;
-		cr_assert(has_stack(copied, nc, walked[i].stack), "walked only:%s", walked[i].stack);
-		checked++;
-	}
-	for (size_t i = 0; i < nc; i++) {
-		if (copied[i].count < 20)
-			continue;
-		cr_assert(has_stack(walked, nw, copied[i].stack), "copied only:%s", copied[i].stack);
-		checked++;
-	}
+	checked = th_stacks_agree(walked, nw, "walked", copied, nc, "copied", 20);
 	/* heapsites' sites of 256 B and more (eight, at least 20 samples each
 	 * in 2 s at 64 KiB), counted from both sides. */
 	cr_assert_geq(checked, 16, "only %zu stacks compared", checked);

@@ -240,13 +240,9 @@ Test(locks, threadcreate_counts_every_creation)
 
 /* ---- the agent walks the frames itself, with cprof's rules --------------- */
 
-struct folded {
-	char stack[1024]; /* root first, ';' between frames */
-	long count;
-};
-
-/* `cprof view --folded --index contentions` of @path into @f. */
-static size_t folded_of(const char *path, struct folded *f, size_t max)
+/* `cprof view --folded --index contentions` of @path into @f (stacks root
+ * first, ';' between frames). */
+static size_t folded_of(const char *path, struct th_stack *f, size_t max)
 {
 	char *save = NULL, *line;
 	struct th_run r;
@@ -260,19 +256,11 @@ static size_t folded_of(const char *path, struct folded *f, size_t max)
 		if (!sp)
 			continue;
 		*sp = 0;
-		snprintf(f[n].stack, sizeof(f[n].stack), "%s", line);
+		snprintf(f[n].text, sizeof(f[n].text), "%s", line);
 		f[n++].count = strtol(sp + 1, NULL, 10);
 	}
 	th_run_release(&r);
 	return n;
-}
-
-static bool has_folded(const struct folded *f, size_t n, const char *stack)
-{
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(f[i].stack, stack) == 0)
-			return true;
-	return false;
 }
 
 /* "N records (W stacks walked in the target)" of cprof's summary. */
@@ -296,10 +284,10 @@ static void walked_of(const char *err, long *records, long *walked)
  */
 Test(locks, block_walked_stacks_match_copied_stacks)
 {
-	static struct folded walked[256], copied[256];
+	static struct th_stack walked[256], copied[256];
 	const char *out_w = th_tmp_path("block-walked.pb.gz"), *out_c = th_tmp_path("block-copied.pb.gz");
 	long records[2], nwalked[2];
-	size_t nw, nc, checked = 0;
+	size_t nw, nc, checked;
 	struct th_run r;
 	pid_t pid;
 
@@ -325,18 +313,7 @@ Test(locks, block_walked_stacks_match_copied_stacks)
 	cr_assert_geq(nwalked[0], records[0] * 9 / 10, "only %ld of %ld records walked", nwalked[0],
 		      records[0]);
 	cr_assert_eq(nwalked[1], 0);
-	for (size_t i = 0; i < nw; i++) {
-		if (walked[i].count < 20)
-			continue;
-		cr_assert(has_folded(copied, nc, walked[i].stack), "walked only: %s", walked[i].stack);
-		checked++;
-	}
-	for (size_t i = 0; i < nc; i++) {
-		if (copied[i].count < 20)
-			continue;
-		cr_assert(has_folded(walked, nw, copied[i].stack), "copied only: %s", copied[i].stack);
-		checked++;
-	}
+	checked = th_stacks_agree(walked, nw, "walked", copied, nc, "copied", 20);
 	/* site_a's and site_b's stacks, from both sides. */
 	cr_assert_geq(checked, 4, "only %zu stacks compared", checked);
 }
