@@ -132,6 +132,11 @@ int agent_put_rule(void *channel, uint64_t key, uint64_t rule)
 	return channel_put_rule(channel, key, rule);
 }
 
+struct channel *agent_rules_channel(const struct agent_load *al)
+{
+	return getenv("CPROF_HEAP_COPY_STACKS") ? NULL : al->ch;
+}
+
 int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate,
 	       uint32_t ring_size)
 {

@@ -26,6 +26,10 @@ struct agent_load {
  * (a struct channel), so that it walks those frames itself. */
 int agent_put_rule(void *channel, uint64_t key, uint64_t rule);
 
+/* The channel to pass as put_rule_arg, or NULL when the agent is to walk no
+ * frames: no channel, or CPROF_HEAP_COPY_STACKS set (cprof(1)). */
+struct channel *agent_rules_channel(const struct agent_load *al);
+
 /*
  * Loads the agent into @t, starts a session and opens its channel (@al->ch) recording @events
  * (CPROF_EVENTS_*) at @rate (its unit is the events') with a ring of

@@ -220,10 +220,8 @@ static int run(int argc, char **argv, const struct kind *k)
 	ch = al.ch;
 	copts = (struct contention_opts){ .events = k->events, .sym = al.sym, .unw = al.unw };
 	/* Without rules every record carries its stack copy (cprof(1)). */
-	if (ch && !getenv("CPROF_HEAP_COPY_STACKS")) {
-		copts.put_rule = agent_put_rule;
-		copts.put_rule_arg = ch;
-	}
+	copts.put_rule_arg = agent_rules_channel(&al);
+	copts.put_rule = copts.put_rule_arg ? agent_put_rule : NULL;
 	r = contention_new(&c, &copts);
 	if (r < 0)
 		goto out_fail;

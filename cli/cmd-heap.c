@@ -429,10 +429,8 @@ int cmd_heap(int argc, char **argv)
 	ch = al.ch;
 	hopts = (struct heap_opts){ .sym = al.sym, .unw = al.unw, .rate = a.rate };
 	/* Without rules every sample carries its stack copy (cprof-heap(1)). */
-	if (ch && !getenv("CPROF_HEAP_COPY_STACKS")) {
-		hopts.put_rule = agent_put_rule;
-		hopts.put_rule_arg = ch;
-	}
+	hopts.put_rule_arg = agent_rules_channel(&al);
+	hopts.put_rule = hopts.put_rule_arg ? agent_put_rule : NULL;
 	r = heap_new(&h, &hopts);
 	if (r < 0)
 		goto out_fail;
