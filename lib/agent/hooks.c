@@ -7,7 +7,7 @@
  *
  * Everything beyond the countdown runs in noinline functions with the
  * recursion guard set: what they call may allocate, and those allocations
- * must pass straight through.
+ * must pass straight through. They keep errno as the real call left it.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -101,12 +101,15 @@ void hooks_emit_free(uint64_t addr, uint64_t size)
 /* The countdown ran out (or was never drawn). */
 static __attribute__((noinline)) void alloc_slow(void *p, uint64_t size)
 {
+	int saved_errno = errno;
+
 	if (agent_in_hook)
 		return;
 	agent_in_hook = 1;
 	if (sampler_should_sample(size) && p && __atomic_load_n(&agent_sampling, __ATOMIC_RELAXED))
 		record_alloc((uint64_t)(uintptr_t)p, size);
 	agent_in_hook = 0;
+	errno = saved_errno;
 }
 
 /* True, and the countdown moved on, unless @size bytes run it out. */
@@ -157,6 +160,7 @@ static inline bool may_be_sampled(const void *p)
 static __attribute__((noinline)) void free_slow(void *p)
 {
 	uint64_t size;
+	int saved_errno = errno;
 
 	agent_in_hook = 1;
 	if (take_sampled((uint64_t)(uintptr_t)p, &size))
@@ -164,6 +168,7 @@ static __attribute__((noinline)) void free_slow(void *p)
 	else
 		AGENT_COUNT(filter_false_hits, 1);
 	agent_in_hook = 0;
+	errno = saved_errno;
 }
 
 static void hook_free(void *p)
@@ -219,6 +224,8 @@ static void *hook_calloc(size_t nmemb, size_t size)
  */
 static __attribute__((noinline)) void realloc_finish(void *old, uint64_t old_size, void *p, size_t size)
 {
+	int saved_errno = errno;
+
 	agent_in_hook = 1;
 	if (!p && size != 0) {
 		event_lock();
@@ -228,6 +235,7 @@ static __attribute__((noinline)) void realloc_finish(void *old, uint64_t old_siz
 		hooks_emit_free((uint64_t)(uintptr_t)old, old_size);
 	}
 	agent_in_hook = 0;
+	errno = saved_errno;
 }
 
 static __attribute__((noinline)) bool realloc_take(void *old, uint64_t *ret_size)
@@ -316,9 +324,12 @@ static void *hook_dlopen(const char *file, int flags)
 	void *h = agent_real.dlopen(file, flags);
 
 	if (h && !agent_in_hook) {
+		int saved_errno = errno;
+
 		agent_in_hook = 1;
 		agent_patch_new_objects();
 		agent_in_hook = 0;
+		errno = saved_errno;
 	}
 	return h;
 }

@@ -44,8 +44,15 @@ static int wait_stripe_locks[WAIT_STRIPES];
 /* Waiters anywhere: an unlock looks at the table only when this is not 0. */
 static uint64_t waiters_total;
 
+/*
+ * A stripe is held with the thread's recursion guard set: a signal handler
+ * that interrupts it and calls a hooked lock function then goes straight to
+ * the real one instead of spinning on the stripe its own thread holds.
+ * Every caller comes from a hook that found the guard clear.
+ */
 static void stripe_lock(unsigned s)
 {
+	agent_in_hook = 1;
 	while (__atomic_exchange_n(&wait_stripe_locks[s], 1, __ATOMIC_ACQUIRE))
 		while (__atomic_load_n(&wait_stripe_locks[s], __ATOMIC_RELAXED))
 			__builtin_ia32_pause();
@@ -54,6 +61,7 @@ static void stripe_lock(unsigned s)
 static void stripe_unlock(unsigned s)
 {
 	__atomic_store_n(&wait_stripe_locks[s], 0, __ATOMIC_RELEASE);
+	agent_in_hook = 0;
 }
 
 static unsigned slot_hash(uint64_t lock)
@@ -186,6 +194,7 @@ static __attribute__((noinline)) void record_event(uint32_t kind, uint64_t objec
 	uint32_t bytes;
 	size_t limit, stack;
 	bool direct, walked;
+	int saved_errno = errno;
 
 	if (agent_in_hook)
 		return;
@@ -217,6 +226,7 @@ static __attribute__((noinline)) void record_event(uint32_t kind, uint64_t objec
 out_unlock:
 	event_unlock();
 	agent_in_hook = 0;
+	errno = saved_errno;
 }
 
 /* A wait of @ns that ended now: block's sampling (see the top). */
@@ -253,12 +263,18 @@ static inline bool tracking_waits(void)
 
 /*
  * The common shape of a lock hook: try; if busy, time the real call, with
- * the waiter registered for the mutex profile meanwhile.
+ * the waiter registered for the mutex profile meanwhile. Whatever else the
+ * try answers is the caller's answer: a lock taken (0, or EOWNERDEAD from a
+ * robust mutex whose owner died) or an error the real call would give too
+ * (ENOTRECOVERABLE, EAGAIN, EINVAL).
  */
-#define TIMED_WAIT(kind, obj, call)                                                     \
+#define TRY_THEN_TIMED_WAIT(kind, obj, try_call, call)                                  \
 	do {                                                                            \
-		uint64_t t0_ = agent_now_ns(), t1_;                                     \
-		int r_;                                                                 \
+		uint64_t t0_, t1_;                                                      \
+		int r_ = (try_call);                                                    \
+		if (r_ != EBUSY)                                                        \
+			return r_;                                                      \
+		t0_ = agent_now_ns();                                                   \
 		wait_begin((uint64_t)(uintptr_t)(obj), t0_);                            \
 		r_ = (call);                                                            \
 		t1_ = agent_now_ns();                                                   \
@@ -267,22 +283,30 @@ static inline bool tracking_waits(void)
 		return r_;                                                              \
 	} while (0)
 
+/*
+ * glibc checks a deadline before it tries some locks (rwlocks, semaphores):
+ * a call with one it would refuse goes to the real function alone, which
+ * answers as it would unhooked (NULL included).
+ */
+static inline bool deadline_valid(const struct timespec *t)
+{
+	return t && t->tv_nsec >= 0 && t->tv_nsec < 1000000000L;
+}
+
 int hook_pthread_mutex_lock(pthread_mutex_t *m)
 {
 	if (likely(!tracking_waits()) || agent_in_hook)
 		return agent_real.pthread_mutex_lock(m);
-	if (agent_real.pthread_mutex_trylock(m) == 0)
-		return 0;
-	TIMED_WAIT(CPROF_EV_MUTEX_WAIT, m, agent_real.pthread_mutex_lock(m));
+	TRY_THEN_TIMED_WAIT(CPROF_EV_MUTEX_WAIT, m, agent_real.pthread_mutex_trylock(m),
+			    agent_real.pthread_mutex_lock(m));
 }
 
 int hook_pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
 {
-	if (likely(!tracking_waits()) || agent_in_hook)
+	if (likely(!tracking_waits()) || agent_in_hook || !deadline_valid(t))
 		return agent_real.pthread_mutex_timedlock(m, t);
-	if (agent_real.pthread_mutex_trylock(m) == 0)
-		return 0;
-	TIMED_WAIT(CPROF_EV_MUTEX_WAIT, m, agent_real.pthread_mutex_timedlock(m, t));
+	TRY_THEN_TIMED_WAIT(CPROF_EV_MUTEX_WAIT, m, agent_real.pthread_mutex_trylock(m),
+			    agent_real.pthread_mutex_timedlock(m, t));
 }
 
 int hook_pthread_mutex_unlock(pthread_mutex_t *m)
@@ -297,36 +321,32 @@ int hook_pthread_rwlock_rdlock(pthread_rwlock_t *l)
 {
 	if (likely(!tracking_waits()) || agent_in_hook)
 		return agent_real.pthread_rwlock_rdlock(l);
-	if (agent_real.pthread_rwlock_tryrdlock(l) == 0)
-		return 0;
-	TIMED_WAIT(CPROF_EV_RWLOCK_RD_WAIT, l, agent_real.pthread_rwlock_rdlock(l));
+	TRY_THEN_TIMED_WAIT(CPROF_EV_RWLOCK_RD_WAIT, l, agent_real.pthread_rwlock_tryrdlock(l),
+			    agent_real.pthread_rwlock_rdlock(l));
 }
 
 int hook_pthread_rwlock_timedrdlock(pthread_rwlock_t *l, const struct timespec *t)
 {
-	if (likely(!tracking_waits()) || agent_in_hook)
+	if (likely(!tracking_waits()) || agent_in_hook || !deadline_valid(t))
 		return agent_real.pthread_rwlock_timedrdlock(l, t);
-	if (agent_real.pthread_rwlock_tryrdlock(l) == 0)
-		return 0;
-	TIMED_WAIT(CPROF_EV_RWLOCK_RD_WAIT, l, agent_real.pthread_rwlock_timedrdlock(l, t));
+	TRY_THEN_TIMED_WAIT(CPROF_EV_RWLOCK_RD_WAIT, l, agent_real.pthread_rwlock_tryrdlock(l),
+			    agent_real.pthread_rwlock_timedrdlock(l, t));
 }
 
 int hook_pthread_rwlock_wrlock(pthread_rwlock_t *l)
 {
 	if (likely(!tracking_waits()) || agent_in_hook)
 		return agent_real.pthread_rwlock_wrlock(l);
-	if (agent_real.pthread_rwlock_trywrlock(l) == 0)
-		return 0;
-	TIMED_WAIT(CPROF_EV_RWLOCK_WR_WAIT, l, agent_real.pthread_rwlock_wrlock(l));
+	TRY_THEN_TIMED_WAIT(CPROF_EV_RWLOCK_WR_WAIT, l, agent_real.pthread_rwlock_trywrlock(l),
+			    agent_real.pthread_rwlock_wrlock(l));
 }
 
 int hook_pthread_rwlock_timedwrlock(pthread_rwlock_t *l, const struct timespec *t)
 {
-	if (likely(!tracking_waits()) || agent_in_hook)
+	if (likely(!tracking_waits()) || agent_in_hook || !deadline_valid(t))
 		return agent_real.pthread_rwlock_timedwrlock(l, t);
-	if (agent_real.pthread_rwlock_trywrlock(l) == 0)
-		return 0;
-	TIMED_WAIT(CPROF_EV_RWLOCK_WR_WAIT, l, agent_real.pthread_rwlock_timedwrlock(l, t));
+	TRY_THEN_TIMED_WAIT(CPROF_EV_RWLOCK_WR_WAIT, l, agent_real.pthread_rwlock_trywrlock(l),
+			    agent_real.pthread_rwlock_timedwrlock(l, t));
 }
 
 int hook_pthread_rwlock_unlock(pthread_rwlock_t *l)
@@ -338,7 +358,9 @@ int hook_pthread_rwlock_unlock(pthread_rwlock_t *l)
 }
 
 /* A condition wait always blocks (Go's block profile counts Cond.Wait);
- * it is no contention of the condition itself: no waiter registered. */
+ * it is no contention of the condition itself: no waiter registered. It
+ * is a cancellation point: nothing is held across the real call, so a
+ * cancellation unwinding through this frame leaves nothing behind. */
 int hook_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
 {
 	uint64_t t0;
@@ -365,6 +387,28 @@ int hook_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const str
 	return r;
 }
 
+/*
+ * Semaphores answer through errno: a busy try leaves EAGAIN there, which
+ * the caller of a wait that then succeeds must not see. A try that fails
+ * otherwise (EINVAL) hands the call to the real wait, untimed.
+ */
+static inline bool sem_busy(sem_t *s, int *ret)
+{
+	int saved_errno = errno;
+
+	if (agent_real.sem_trywait(s) == 0) {
+		*ret = 0;
+		return false;
+	}
+	if (errno != EAGAIN) {
+		errno = saved_errno;
+		*ret = -1;
+		return false;
+	}
+	errno = saved_errno;
+	return true;
+}
+
 int hook_sem_wait(sem_t *s)
 {
 	uint64_t t0;
@@ -372,8 +416,8 @@ int hook_sem_wait(sem_t *s)
 
 	if (likely(!session_wants(CPROF_EVENTS_BLOCK)) || agent_in_hook)
 		return agent_real.sem_wait(s);
-	if (agent_real.sem_trywait(s) == 0)
-		return 0;
+	if (!sem_busy(s, &r))
+		return r == 0 ? 0 : agent_real.sem_wait(s);
 	t0 = agent_now_ns();
 	r = agent_real.sem_wait(s);
 	blocked(CPROF_EV_SEM_WAIT, s, agent_now_ns() - t0);
@@ -385,10 +429,10 @@ int hook_sem_timedwait(sem_t *s, const struct timespec *t)
 	uint64_t t0;
 	int r;
 
-	if (likely(!session_wants(CPROF_EVENTS_BLOCK)) || agent_in_hook)
+	if (likely(!session_wants(CPROF_EVENTS_BLOCK)) || agent_in_hook || !deadline_valid(t))
 		return agent_real.sem_timedwait(s, t);
-	if (agent_real.sem_trywait(s) == 0)
-		return 0;
+	if (!sem_busy(s, &r))
+		return r == 0 ? 0 : agent_real.sem_timedwait(s, t);
 	t0 = agent_now_ns();
 	r = agent_real.sem_timedwait(s, t);
 	blocked(CPROF_EV_SEM_WAIT, s, agent_now_ns() - t0);

@@ -366,8 +366,10 @@ Test(badinput, process_32bit)
 	pid_t target;
 
 	cr_assert(f);
-	fputs("#include <stdio.h>\n#include <unistd.h>\n"
-	      "int main(void) { puts(\"ready\"); fflush(stdout);"
+	fputs("#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\n"
+	      "int main(int argc, char **argv) {"
+	      " if (argc > 1 && !strcmp(argv[1], \"probe\")) return 42;"
+	      " puts(\"ready\"); fflush(stdout);"
 	      " for (int i = 0; i < 60; i++) sleep(1); return 0; }\n", f);
 	fclose(f);
 	th_run_cmd_ex(&r, 60000, 0, 0,
@@ -375,6 +377,14 @@ Test(badinput, process_32bit)
 	if (r.exit_code != 0) {
 		th_run_release(&r);
 		cr_skip_test("gcc -m32 cannot build here (gcc-multilib missing?)");
+	}
+	th_run_release(&r);
+	/* Kernels built without CONFIG_IA32_EMULATION (or booted with
+	 * ia32_emulation=0) refuse to exec it: the premise is missing. */
+	th_run_cmd_ex(&r, 10000, 0, 0, (const char *const[]){ bin, "probe", NULL });
+	if (r.exit_code != 42) {
+		th_run_release(&r);
+		cr_skip_test("this kernel does not run i386 binaries (no IA32 emulation)");
 	}
 	th_run_release(&r);
 	target = th_spawn_path(bin, EXTRA("x"));
