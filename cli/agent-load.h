@@ -45,9 +45,12 @@ void agent_load_release(struct agent_load *al);
 /*
  * The absolute path of the agent cprof would load, in @buf: $CPROF_AGENT,
  * else cprof-agent.so beside the cprof binary (a build tree), else where
- * `cmake --install` puts it relative to the binary (CPROF_AGENT_REL). 0 or
- * -ENOENT.
+ * `cmake --install` puts it relative to the binary (CPROF_AGENT_REL). 0,
+ * -ENOENT, or -EPERM when cprof runs as root and $CPROF_AGENT is a file
+ * that someone else than root could have put or could change (not owned by
+ * root, or it or a directory above it writable by others), with the reason
+ * in @why (may be NULL).
  */
-int agent_find(char *buf, size_t size);
+int agent_find(char *buf, size_t size, char *why, size_t whylen);
 
 #endif

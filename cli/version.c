@@ -3,6 +3,7 @@
  * use, so that a bug report says it all in one paste.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <elfutils/libdwfl.h>
 #include <limits.h>
 #include <protobuf-c/protobuf-c.h>
@@ -36,15 +37,19 @@ static const char *debuginfod_state(void)
 
 void print_version(void)
 {
-	char agent[PATH_MAX];
+	char agent[PATH_MAX], why[PATH_MAX + 128];
+	int r;
 
 	printf("cprof %s\n", CPROF_VERSION);
 	printf("libdw: %s\n", dwfl_version(NULL));
 	printf("debuginfod: %s\n", debuginfod_state());
 	printf("protobuf-c: %s\n", protobuf_c_version());
 	printf("zlib: %s\n", zlibVersion());
-	if (agent_find(agent, sizeof(agent)) == 0)
+	r = agent_find(agent, sizeof(agent), why, sizeof(why));
+	if (r == 0)
 		printf("agent: %s\n", agent);
+	else if (r == -EPERM)
+		printf("agent: refused (CPROF_AGENT, as root: %s)\n", why);
 	else
 		printf("agent: not found (set CPROF_AGENT; heap, block, mutex and threadcreate "
 		       "need it)\n");

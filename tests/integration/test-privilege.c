@@ -278,6 +278,141 @@ Test(privilege, symlink_to_device_not_followed)
 	th_kill(target);
 }
 
+/* ---- the agent named by CPROF_AGENT --------------------------------------- */
+
+/* Copies the agent built beside cprof to @dir/cprof-agent.so, mode @mode,
+ * owner @uid; returns the copy's path (static). */
+static const char *agent_copy(const char *dir, mode_t mode, uid_t uid)
+{
+	static char path[4200];
+	uint8_t *buf;
+	size_t len;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/cprof-agent.so", dir);
+	cr_assert_eq(th_read_file(CPROF_AGENT_PATH, &buf, &len), 0);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+	free(buf);
+	cr_assert(chown(path, uid, uid) == 0 && chmod(path, mode) == 0);
+	return path;
+}
+
+/* Whether @pid maps a file whose path contains @what. */
+static bool maps_contain(pid_t pid, const char *what)
+{
+	char path[64];
+	uint8_t *maps;
+	size_t len;
+	bool found;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	cr_assert_eq(th_read_file(path, &maps, &len), 0);
+	found = memmem(maps, len, what, strlen(what)) != NULL;
+	free(maps);
+	return found;
+}
+
+/* Every directory from "/" down to @dir owned by root and writable by root
+ * alone: where root's cprof may take CPROF_AGENT from. */
+static bool root_only_dirs(const char *dir)
+{
+	char path[4200], *slash;
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s", dir);
+	for (;;) {
+		if (lstat(path[0] ? path : "/", &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+		    (st.st_mode & (S_IWGRP | S_IWOTH)))
+			return false;
+		if (!path[0])
+			return true;
+		slash = strrchr(path, '/');
+		*slash = '\0';
+	}
+}
+
+/* Runs `cprof heap` on @target with CPROF_AGENT=@agent; expects the refusal
+ * (exit 64, the cause @why, the path, the hint) and an untouched target. */
+static void expect_agent_refused(pid_t target, const char *agent, const char *why)
+{
+	struct th_run r;
+
+	setenv("CPROF_AGENT", agent, 1);
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "heap", "-p", th_pid_str(target), "-d", "300ms", "-o",
+		 th_tmp_path("agent-env.pb.gz"));
+	unsetenv("CPROF_AGENT");
+	cr_expect_eq(r.exit_code, 64, "%s: exit %d, want 64:\n%s", agent, r.exit_code, r.err);
+	cr_expect(strstr(r.err, "cprof: error: not loading the agent named by CPROF_AGENT") &&
+			  strstr(r.err, agent) && strstr(r.err, why),
+		  "the refusal of %s does not say '%s':\n%s", agent, why, r.err);
+	cr_expect(strstr(r.err, "cprof: hint: ") && strstr(r.err, "unset CPROF_AGENT"),
+		  "no hint:\n%s", r.err);
+	th_run_release(&r);
+	cr_expect(!maps_contain(target, "cprof-agent"), "%s was loaded into the target", agent);
+	cr_expect_null(th_agent_header(target), "the target has an agent channel");
+	th_assert_let_go(target, false, "after a refused CPROF_AGENT");
+}
+
+/*
+ * sudo -E passes the user's environment on: root's cprof must not load code
+ * that another user could have put or could still change at the path the
+ * target will dlopen. Refused before the target is touched (exit 64): a
+ * world-writable directory, a group-writable file, a file of another user;
+ * taken when root alone owns and can write the file and its directories.
+ * An ordinary user's CPROF_AGENT is its own business, as before.
+ */
+Test(privilege, agent_env_only_from_root_only_paths)
+{
+	const char *open_dir = th_tmp_dir("agent-0777");
+	const char *root_dir = th_tmp_dir("agent-0755");
+	const char *agent;
+	char maps_entry[4300];
+	struct th_run r;
+	pid_t target;
+
+	require_root();
+	cr_assert(chmod(open_dir, 0777) == 0);
+	target = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+
+	agent = agent_copy(open_dir, 0644, 0);
+	expect_agent_refused(target, agent, "is writable by others (mode 0777)");
+	/* Not root: taken as it is. */
+	setenv("CPROF_AGENT", agent, 1);
+	th_run_as(NOBODY, NOBODY);
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "--version");
+	th_run_as((uid_t)-1, (gid_t)-1);
+	unsetenv("CPROF_AGENT");
+	cr_expect(strstr(r.out, agent), "nobody's CPROF_AGENT was not taken:\n%s", r.out);
+	th_run_release(&r);
+	cr_assert(chmod(open_dir, 0755) == 0);
+
+	if (!root_only_dirs(root_dir))
+		cr_skip_test("a directory above %s is not root's alone: no place to test the "
+			     "accepted case", root_dir);
+	agent = agent_copy(root_dir, 0664, 0);
+	expect_agent_refused(target, agent, "is writable by its group (mode 0664)");
+	agent = agent_copy(root_dir, 0644, NOBODY);
+	expect_agent_refused(target, agent, "is owned by uid 65534, not root");
+	agent = agent_copy(root_dir, 0666, 0);
+	expect_agent_refused(target, agent, "is writable by others (mode 0666)");
+
+	/* root's own copy, 0644 in a root-only 0755 directory: loaded from there. */
+	agent = agent_copy(root_dir, 0644, 0);
+	setenv("CPROF_AGENT", agent, 1);
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "heap", "-p", th_pid_str(target), "-d", "300ms", "-o",
+		 th_tmp_path("agent-env.pb.gz"));
+	unsetenv("CPROF_AGENT");
+	cr_expect_eq(r.exit_code, 0, "root's own agent: exit %d:\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+	snprintf(maps_entry, sizeof(maps_entry), " %s\n", agent);
+	cr_expect(maps_contain(target, maps_entry), "the target did not load %s", agent);
+	th_assert_let_go(target, false, "after heap with root's CPROF_AGENT");
+	th_kill(target);
+}
+
 /* ---- the agent's channel ------------------------------------------------- */
 
 /* Opens @path for reading and for writing as nobody; returns the errnos
