@@ -291,18 +291,26 @@ Test(cli, bash_completion_offers_commands_and_options)
 	th_run_release(&r);
 }
 
+/*
+ * Each row: the arguments (NULL-ended: the last slot must stay NULL, or the
+ * run would read on into the next row and pass on its flags) and what the
+ * error must name, so that a row fails when the flag it is about is taken.
+ */
 Test(cli, usage_errors)
 {
-	static const char *const cases[][4] = {
-		{ "frobnicate", NULL },
-		{ "--frobnicate", NULL },
-		{ "cpu", NULL },
-		{ "cpu", "-p", NULL },
-		{ "cpu", "-p", "abc", NULL },
-		{ "cpu", "-p", "0", NULL },
-		{ "cpu", "-p", "1", "--bogus" },
-		{ "threads", "-p", "1", "--debug=7" },
-		{ "threads", NULL },
+	static const struct {
+		const char *args[6];
+		const char *error;
+	} cases[] = {
+		{ { "frobnicate", NULL }, "unknown command 'frobnicate'" },
+		{ { "--frobnicate", NULL }, "unknown option '--frobnicate'" },
+		{ { "cpu", NULL }, "missing -p PID" },
+		{ { "cpu", "-p", NULL }, "option '-p' needs a value" },
+		{ { "cpu", "-p", "abc", NULL }, "invalid pid 'abc'" },
+		{ { "cpu", "-p", "0", NULL }, "invalid pid '0'" },
+		{ { "cpu", "-p", "1", "--bogus", NULL }, "unknown option '--bogus'" },
+		{ { "threads", "-p", "1", "--debug=7", NULL }, "invalid debug level '7'" },
+		{ { "threads", NULL }, "missing -p PID" },
 	};
 	struct th_run r;
 
@@ -310,11 +318,17 @@ Test(cli, usage_errors)
 	cr_expect_eq(r.exit_code, 64, "no arguments: exit %d", r.exit_code);
 	th_run_release(&r);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		th_run_cprof_ex(&r, 10000, 0, 0, cases[i]);
-		cr_expect_eq(r.exit_code, 64, "cprof %s %s %s %s: exit %d", cases[i][0],
-			     cases[i][1] ? cases[i][1] : "", cases[i][2] ? cases[i][2] : "",
-			     cases[i][3] ? cases[i][3] : "", r.exit_code);
-		cr_expect(strstr(r.err, "cprof: error: "), "no error message: %s", r.err);
+		const char *const *args = cases[i].args;
+		char line[256] = "cprof";
+
+		cr_assert_null(args[sizeof(cases[i].args) / sizeof(args[0]) - 1],
+			       "row %zu of the table fills every slot: it has no NULL end", i);
+		for (size_t j = 0; args[j]; j++)
+			snprintf(line + strlen(line), sizeof(line) - strlen(line), " %s", args[j]);
+		th_run_cprof_ex(&r, 10000, 0, 0, args);
+		cr_expect_eq(r.exit_code, 64, "%s: exit %d", line, r.exit_code);
+		cr_expect(strstr(r.err, "cprof: error: ") && strstr(r.err, cases[i].error),
+			  "%s: the error does not say '%s': %s", line, cases[i].error, r.err);
 		th_run_release(&r);
 	}
 }
