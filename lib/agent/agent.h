@@ -8,7 +8,8 @@
  *   liveset.c   the set of sampled live blocks
  *   ring.c      records into the memfd's ring
  *   capture.c   registers and stack bytes of the sampling thread
- *   watchdog.c  the "cprof-agent" thread: peer death, heartbeat, commands
+ *   watchdog.c  the "cprof-agent" task: peer death, heartbeat, commands
+ *               (no thread of glibc's: what it runs follows raw.h's rules)
  *   locks.c     the pthread/semaphore hooks: block, mutex, threadcreate
  *
  * Rules for code reachable from a hook: no printing, no exit, no sleeping,
@@ -280,9 +281,8 @@ extern const size_t agent_nr_hooks HIDDEN;
 
 /* Resolve agent_real (dlsym). Returns 0 or -ENOENT. Not from a hook. */
 int hooks_resolve(void) HIDDEN;
-/* The hook_entry for symbol @name, or NULL; only those of the running
- * session's events unless @any (restoring undoes every kind). */
-const struct hook_entry *hooks_find(const char *name, bool any) HIDDEN;
+/* The hook_entry for symbol @name among the running session's events, or NULL. */
+const struct hook_entry *hooks_find(const char *name) HIDDEN;
 /* Is @value one of our hook functions? */
 bool hooks_is_hook(uint64_t value) HIDDEN;
 /* Emit FREE for a sampled block being freed (event lock taken inside). */
@@ -325,6 +325,7 @@ uint64_t got_nr_patched(void) HIDDEN;
 
 /* Serializes attach, detach, GOT patching (also from the dlopen hook). */
 void agent_lock(void) HIDDEN;
+bool agent_trylock(void) HIDDEN;
 void agent_unlock(void) HIDDEN;
 /* Is sampling on? (state RUNNING) */
 extern int agent_sampling HIDDEN;
@@ -341,7 +342,10 @@ void agent_patch_new_objects(void) HIDDEN;
 /* Session counter; the watchdog of an older session exits. */
 extern uint64_t agent_session HIDDEN;
 
+/* Start the session's watchdog task (after the last one is gone). 0 or -errno. */
 int watchdog_start(pid_t cprof_pid, uint64_t session) HIDDEN;
+/* A fork child has no watchdog task. */
+void watchdog_forget(void) HIDDEN;
 
 /* A counter of the header, if a session runs. */
 #define AGENT_COUNT(field, n)                                                  \

@@ -17,8 +17,11 @@
 
 #include "cprof-agent.h"
 #include "agent.h"
+#include "raw.h"
 
-static pthread_mutex_t agent_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* The session's lock. Not a pthread mutex: the watchdog task takes it too,
+ * and it has no thread of glibc's own (watchdog.c). */
+static int agent_spin;
 int agent_sampling;
 uint64_t agent_session;
 
@@ -32,12 +35,19 @@ static bool atfork_registered;
 
 void agent_lock(void)
 {
-	pthread_mutex_lock(&agent_mutex);
+	while (!agent_trylock())
+		while (__atomic_load_n(&agent_spin, __ATOMIC_RELAXED))
+			RAW0(SYS_sched_yield);
+}
+
+bool agent_trylock(void)
+{
+	return !__atomic_exchange_n(&agent_spin, 1, __ATOMIC_ACQUIRE);
 }
 
 void agent_unlock(void)
 {
-	pthread_mutex_unlock(&agent_mutex);
+	__atomic_store_n(&agent_spin, 0, __ATOMIC_RELEASE);
 }
 
 static struct cprof_wire_header *header(void)
@@ -130,7 +140,7 @@ void agent_patch_new_objects(void)
 {
 	/* trylock: never wait in a hook; an attach or detach running now walks
 	 * the objects itself. */
-	if (pthread_mutex_trylock(&agent_mutex) != 0)
+	if (!agent_trylock())
 		return;
 	if (header()) {
 		got_patch_all();
@@ -146,10 +156,9 @@ void agent_patch_new_objects(void)
  */
 static void atfork_child(void)
 {
-	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-
-	memcpy(&agent_mutex, &fresh, sizeof(fresh));
+	agent_unlock();
 	event_unlock();
+	watchdog_forget();
 	agent_pid = getpid();
 	capture_forget_thread();
 	if (!agent_ring.hdr)

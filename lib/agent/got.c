@@ -23,10 +23,13 @@
  * DT_VERSYM and DT_VERNEED) is left alone: it gets no hook, and its program
  * keeps working.
  *
- * The original values are kept in a table of our own mapping. Restoring walks
- * the objects loaded NOW and writes back only slots that still hold a hook:
- * an object dlclose'd meanwhile is not touched (its slots are gone), and one
- * mapped at the same place since is recognized by its contents.
+ * The original values are kept in a table of our own mapping, with whether
+ * the slot is in RELRO. Restoring goes through that table alone, since the
+ * watchdog task does it (raw.h: no loader lock, so no dl_iterate_phdr), and
+ * reads and writes each slot through the kernel (process_vm_readv/writev on
+ * ourselves): a slot of an object dlclose'd meanwhile answers EFAULT instead
+ * of faulting, and only a slot that still holds a hook is written, so an
+ * object mapped at the same place since is recognized by its contents.
  */
 #include <elf.h>
 #include <errno.h>
@@ -34,23 +37,25 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "agent.h"
+#include "raw.h"
+
+#define PAGE_SIZE_X86 4096ul
 
 struct saved_slot {
 	uint64_t *slot;
 	uint64_t orig;
+	bool relro;
 };
 
 static struct saved_slot *saved;
 static size_t nr_saved, saved_alloc;
 static uint64_t nr_patched;
 
-enum got_op { GOT_PATCH, GOT_RESTORE };
-
 struct walk {
-	enum got_op op;
 	uintptr_t skip[3]; /* addresses inside objects to skip */
 };
 
@@ -59,11 +64,12 @@ uint64_t got_nr_patched(void)
 	return nr_patched;
 }
 
-static int saved_put(uint64_t *slot, uint64_t orig)
+static int saved_put(uint64_t *slot, uint64_t orig, bool relro)
 {
 	for (size_t i = 0; i < nr_saved; i++) {
 		if (saved[i].slot == slot) {
 			saved[i].orig = orig;
+			saved[i].relro = relro;
 			return 0;
 		}
 	}
@@ -85,19 +91,9 @@ static int saved_put(uint64_t *slot, uint64_t orig)
 	}
 	saved[nr_saved].slot = slot;
 	saved[nr_saved].orig = orig;
+	saved[nr_saved].relro = relro;
 	nr_saved++;
 	return 0;
-}
-
-static bool saved_get(uint64_t *slot, uint64_t *ret_orig)
-{
-	for (size_t i = 0; i < nr_saved; i++) {
-		if (saved[i].slot == slot) {
-			*ret_orig = saved[i].orig;
-			return true;
-		}
-	}
-	return false;
 }
 
 static bool object_contains(const struct dl_phdr_info *info, uintptr_t addr)
@@ -112,18 +108,48 @@ static bool object_contains(const struct dl_phdr_info *info, uintptr_t addr)
 	return false;
 }
 
-/* Store @value into @slot; @relro_start/@relro_end bound the read-only pages. */
-static int slot_store(uint64_t *slot, uint64_t value, uintptr_t relro_start, uintptr_t relro_end)
+/* Store @value into @slot, whose page ld.so made read-only if @relro. */
+static int slot_store(uint64_t *slot, uint64_t value, bool relro)
 {
-	uintptr_t a = (uintptr_t)slot;
-	uintptr_t page = a & ~((uintptr_t)getpagesize() - 1);
-	bool ro = a >= relro_start && a < relro_end;
+	uintptr_t page = (uintptr_t)slot & ~(PAGE_SIZE_X86 - 1);
+	long ret;
 
-	if (ro && mprotect((void *)page, (size_t)getpagesize(), PROT_READ | PROT_WRITE) != 0)
-		return -errno;
+	if (relro) {
+		ret = RAW3(SYS_mprotect, page, PAGE_SIZE_X86, PROT_READ | PROT_WRITE);
+		if (ret < 0)
+			return (int)ret;
+	}
 	__atomic_store_n(slot, value, __ATOMIC_RELEASE);
-	if (ro)
-		mprotect((void *)page, (size_t)getpagesize(), PROT_READ);
+	if (relro)
+		RAW3(SYS_mprotect, page, PAGE_SIZE_X86, PROT_READ);
+	return 0;
+}
+
+/* The same for a slot that may be gone (see the top): 0 when restored,
+ * 1 when it no longer holds a hook, else -errno. */
+static int slot_restore(const struct saved_slot *s)
+{
+	uintptr_t page = (uintptr_t)s->slot & ~(PAGE_SIZE_X86 - 1);
+	uint64_t cur = 0;
+	struct iovec local = { &cur, sizeof(cur) }, remote = { s->slot, sizeof(cur) };
+	long ret;
+
+	ret = RAW6(SYS_process_vm_readv, agent_pid, &local, 1, &remote, 1, 0);
+	if (ret != (long)sizeof(cur))
+		return ret < 0 ? (int)ret : -EFAULT;
+	if (!hooks_is_hook(cur))
+		return 1;
+	if (s->relro) {
+		ret = RAW3(SYS_mprotect, page, PAGE_SIZE_X86, PROT_READ | PROT_WRITE);
+		if (ret < 0)
+			return (int)ret;
+	}
+	local.iov_base = (void *)&s->orig;
+	ret = RAW6(SYS_process_vm_writev, agent_pid, &local, 1, &remote, 1, 0);
+	if (s->relro)
+		RAW3(SYS_mprotect, page, PAGE_SIZE_X86, PROT_READ);
+	if (ret != (long)sizeof(cur))
+		return ret < 0 ? (int)ret : -EFAULT;
 	return 0;
 }
 
@@ -185,32 +211,18 @@ static bool read_dynamic(const struct dl_phdr_info *info, struct dyninfo *d)
 	return d->symtab && d->strtab;
 }
 
-static void do_slot(const struct walk *w, const struct dyninfo *d, uint64_t *slot,
-		    const struct hook_entry *h)
+static void do_slot(const struct dyninfo *d, uint64_t *slot, const struct hook_entry *h)
 {
-	uint64_t cur = __atomic_load_n(slot, __ATOMIC_RELAXED), orig;
+	uint64_t cur = __atomic_load_n(slot, __ATOMIC_RELAXED);
+	bool relro = (uintptr_t)slot >= d->relro_start && (uintptr_t)slot < d->relro_end;
 
-	if (w->op == GOT_PATCH) {
-		if (hooks_is_hook(cur))
-			return;
-		if (saved_put(slot, cur) != 0 ||
-		    slot_store(slot, (uint64_t)(uintptr_t)h->hook, d->relro_start, d->relro_end) != 0) {
-			AGENT_COUNT(errors, 1);
-			return;
-		}
-		nr_patched++;
-	} else {
-		if (!hooks_is_hook(cur))
-			return;
-		if (!saved_get(slot, &orig))
-			orig = (uint64_t)(uintptr_t)*h->real;
-		if (slot_store(slot, orig, d->relro_start, d->relro_end) != 0) {
-			AGENT_COUNT(errors, 1);
-			return;
-		}
-		if (nr_patched)
-			nr_patched--;
+	if (hooks_is_hook(cur))
+		return;
+	if (saved_put(slot, cur, relro) != 0 || slot_store(slot, (uint64_t)(uintptr_t)h->hook, relro) != 0) {
+		AGENT_COUNT(errors, 1);
+		return;
 	}
+	nr_patched++;
 }
 
 /* The version symbol @symidx of the object is bound to ("GLIBC_2.2.5"), or
@@ -243,8 +255,8 @@ static const char *needed_version(const struct dyninfo *d, size_t symidx)
 	return NULL;
 }
 
-static void do_relocs(const struct walk *w, const struct dl_phdr_info *info,
-		      const struct dyninfo *d, const ElfW(Rela) *rel, size_t bytes)
+static void do_relocs(const struct dl_phdr_info *info, const struct dyninfo *d,
+		      const ElfW(Rela) *rel, size_t bytes)
 {
 	if (!rel)
 		return;
@@ -258,15 +270,15 @@ static void do_relocs(const struct walk *w, const struct dl_phdr_info *info,
 		sym = &d->symtab[ELF64_R_SYM(rel[i].r_info)];
 		if (sym->st_name == 0 || (d->strsz && sym->st_name >= d->strsz))
 			continue;
-		h = hooks_find(d->strtab + sym->st_name, w->op == GOT_RESTORE);
-		if (h && w->op == GOT_PATCH && h->compat_version) {
+		h = hooks_find(d->strtab + sym->st_name);
+		if (h && h->compat_version) {
 			const char *v = needed_version(d, ELF64_R_SYM(rel[i].r_info));
 
 			if (v && strcmp(v, h->compat_version) == 0)
 				continue;
 		}
 		if (h)
-			do_slot(w, d, (uint64_t *)(info->dlpi_addr + rel[i].r_offset), h);
+			do_slot(d, (uint64_t *)(info->dlpi_addr + rel[i].r_offset), h);
 	}
 }
 
@@ -281,15 +293,14 @@ static int walk_object(struct dl_phdr_info *info, size_t size, void *data)
 			return 0;
 	if (!read_dynamic(info, &d))
 		return 0;
-	do_relocs(w, info, &d, d.jmprel, d.jmprel_size);
-	do_relocs(w, info, &d, d.rela, d.rela_size);
+	do_relocs(info, &d, d.jmprel, d.jmprel_size);
+	do_relocs(info, &d, d.rela, d.rela_size);
 	return 0;
 }
 
-static void walk_all(enum got_op op)
+void got_patch_all(void)
 {
 	struct walk w = {
-		.op = op,
 		.skip = {
 			(uintptr_t)&got_nr_patched,
 			(uintptr_t)getauxval(AT_BASE),
@@ -300,14 +311,11 @@ static void walk_all(enum got_op op)
 	dl_iterate_phdr(walk_object, &w);
 }
 
-void got_patch_all(void)
-{
-	walk_all(GOT_PATCH);
-}
-
 void got_restore_all(void)
 {
-	walk_all(GOT_RESTORE);
+	for (size_t i = 0; i < nr_saved; i++)
+		if (slot_restore(&saved[i]) < 0)
+			AGENT_COUNT(errors, 1);
 	/* Whatever was not restored belonged to objects gone since. */
 	nr_patched = 0;
 	nr_saved = 0;

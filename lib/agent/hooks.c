@@ -384,7 +384,7 @@ int hooks_resolve(void)
 	return locks_resolve();
 }
 
-const struct hook_entry *hooks_find(const char *name, bool any)
+const struct hook_entry *hooks_find(const char *name)
 {
 	uint32_t events = __atomic_load_n(&agent_events, __ATOMIC_RELAXED);
 
@@ -396,7 +396,7 @@ const struct hook_entry *hooks_find(const char *name, bool any)
 		return NULL;
 	}
 	for (size_t i = 0; i < agent_nr_hooks; i++)
-		if (*agent_hooks[i].real && (any || (agent_hooks[i].events & events)) &&
+		if (*agent_hooks[i].real && (agent_hooks[i].events & events) &&
 		    strcmp(name, agent_hooks[i].name) == 0)
 			return &agent_hooks[i];
 	return NULL;

@@ -56,6 +56,7 @@
 #include <sys/mman.h>
 
 #include "agent.h"
+#include "raw.h"
 
 #define LEVEL_BITS(k) (10 + 2 * (k)) /* 2^10 .. 2^18 slots */
 #define LEVELS 5
@@ -249,7 +250,7 @@ void liveset_clear(void)
 	/* Every level: grows left their filters and counts behind. */
 	for (int k = 0; k < LEVELS; k++)
 		if (levels[k].map)
-			madvise(levels[k].map, levels[k].map_size, MADV_DONTNEED);
+			RAW3(SYS_madvise, levels[k].map, levels[k].map_size, MADV_DONTNEED);
 	seq_end();
 }
 

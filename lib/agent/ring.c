@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "raw.h"
 
 struct ring agent_ring;
 
@@ -27,7 +28,7 @@ void event_lock(void)
 			/* The holder may be preempted (it copies 8 KiB of stack
 			 * at most): let it run rather than burn the slice. */
 			if (++spins % 128 == 0)
-				sched_yield();
+				RAW0(SYS_sched_yield);
 		}
 	}
 }

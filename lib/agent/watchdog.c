@@ -1,62 +1,92 @@
 /*
- * The "cprof-agent" thread: the target must never stay hooked to a cprof
- * that is gone. It wakes every 100 ms and detaches when
+ * The "cprof-agent" task: the target must never stay hooked to a cprof that
+ * is gone. It wakes every 100 ms and detaches when
  *   - cprof's process exited, even by SIGKILL: a pidfd becomes readable
  *     (fallback without pidfd_open, Linux < 5.3: kill(pid, 0) says ESRCH);
  *   - cprof's heartbeat did not change for CPROF_WIRE_HEARTBEAT_TIMEOUT_MS
  *     (cprof stopped, hung, or in another PID namespace we cannot watch);
  * and it applies cprof's commands (start, stop, detach, rate). It exits when
  * its session is over, whoever ended it.
+ *
+ * It is a task glibc never sees: clone() without CLONE_SETTLS, on a stack of
+ * our own. pthread_create() would switch a single-threaded process off
+ * glibc's single-thread paths (malloc without locks, among them) for good,
+ * a lasting slowdown after cprof has left. So everything it runs keeps to
+ * raw.h's rules: no thread-local state, no errno, no libc lock, no loader
+ * lock. It blocks every signal (the program's handlers must never run on a
+ * thread without a TLS of its own), and the kernel clears watchdog_tid when
+ * it is gone, which is when its stack may serve the next one.
  */
 #include <errno.h>
+#include <linux/futex.h>
 #include <poll.h>
-#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
+#include "raw.h"
 
 #define WATCHDOG_TICK_MS 100
+#define WATCHDOG_STACK (64u << 10)
 
-static bool peer_gone(int pidfd, pid_t pid)
+/* The task's kernel id while it lives (CLONE_PARENT_SETTID, _CHILD_CLEARTID). */
+static pid_t watchdog_tid;
+static uint8_t watchdog_stack[WATCHDOG_STACK] __attribute__((aligned(64)));
+
+struct watch {
+	pid_t pid;
+	int pidfd;
+	uint64_t session;
+};
+static struct watch watch;
+
+static uint64_t raw_now_ns(void)
+{
+	struct timespec ts = { 0, 0 };
+
+	RAW2(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void raw_sleep_tick(void)
+{
+	struct timespec ts = { 0, WATCHDOG_TICK_MS * 1000000L };
+
+	RAW2(SYS_nanosleep, &ts, NULL);
+}
+
+static bool peer_gone(const struct watch *w)
 {
 	/* Pid 0: cprof is in a PID namespace we cannot see (we are in a
 	 * container): the heartbeat alone tells. */
-	if (pid == 0) {
-		struct timespec ts = { 0, WATCHDOG_TICK_MS * 1000000L };
-
-		nanosleep(&ts, NULL);
+	if (w->pid == 0) {
+		raw_sleep_tick();
 		return false;
 	}
-	if (pidfd >= 0) {
-		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+	if (w->pidfd >= 0) {
+		struct pollfd p = { .fd = w->pidfd, .events = POLLIN };
 
-		return poll(&p, 1, WATCHDOG_TICK_MS) > 0;
+		return RAW3(SYS_poll, &p, 1, WATCHDOG_TICK_MS) > 0;
 	}
-	struct timespec ts = { 0, WATCHDOG_TICK_MS * 1000000L };
-
-	nanosleep(&ts, NULL);
-	return kill(pid, 0) != 0 && errno == ESRCH;
+	raw_sleep_tick();
+	return RAW2(SYS_kill, w->pid, 0) == -ESRCH;
 }
 
-static void *watchdog_main(void *arg)
+static int watchdog_main(void *arg)
 {
-	uint64_t packed = (uint64_t)(uintptr_t)arg;
-	pid_t pid = (pid_t)(packed >> 32);
-	uint64_t session = packed & 0xffffffffu;
-	uint64_t last_beat = 0, last_change = agent_now_ns();
-	int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	const struct watch *w = arg;
+	uint64_t last_beat = 0, last_change = raw_now_ns();
 
-	prctl(PR_SET_NAME, "cprof-agent", 0, 0, 0);
+	RAW2(SYS_prctl, PR_SET_NAME, "cprof-agent");
 	for (;;) {
-		bool gone = peer_gone(pidfd, pid);
-		uint64_t now = agent_now_ns(), beat;
+		bool gone = peer_gone(w);
+		uint64_t now = raw_now_ns(), beat;
 
 		agent_lock();
-		if (!agent_session_running(session)) {
+		if (!agent_session_running(w->session)) {
 			agent_unlock();
 			break;
 		}
@@ -77,28 +107,64 @@ static void *watchdog_main(void *arg)
 		agent_poll_commands_locked();
 		agent_unlock();
 	}
-	if (pidfd >= 0)
-		close(pidfd);
-	return NULL;
+	if (w->pidfd >= 0)
+		RAW1(SYS_close, w->pidfd);
+	return 0;
+}
+
+/* Waits up to @ms for the last session's task to be gone. */
+static bool watchdog_wait_gone(int ms)
+{
+	uint64_t until = raw_now_ns() + (uint64_t)ms * 1000000ull;
+
+	for (;;) {
+		pid_t tid = __atomic_load_n(&watchdog_tid, __ATOMIC_ACQUIRE);
+		uint64_t now = raw_now_ns();
+		struct timespec left;
+
+		if (tid == 0)
+			return true;
+		if (now >= until)
+			return false;
+		left.tv_sec = (time_t)((until - now) / 1000000000ull);
+		left.tv_nsec = (long)((until - now) % 1000000000ull);
+		RAW4(SYS_futex, &watchdog_tid, FUTEX_WAIT, tid, &left);
+	}
 }
 
 int watchdog_start(pid_t cprof_pid, uint64_t session)
 {
-	uint64_t packed = ((uint64_t)(uint32_t)cprof_pid << 32) | (session & 0xffffffffu);
-	pthread_attr_t attr;
+	const int flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
+			  CLONE_SYSVSEM | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID;
 	sigset_t all, old;
-	pthread_t t;
-	int err;
+	long tid;
 
-	if (pthread_attr_init(&attr) != 0)
-		return -ENOMEM;
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 64 << 10);
-	/* The program's signals are not for us: the thread blocks them all. */
+	/* The last one leaves within a tick once its session is over. */
+	if (!watchdog_wait_gone(5 * WATCHDOG_TICK_MS))
+		return -EBUSY;
+	watch.pid = cprof_pid;
+	watch.session = session & 0xffffffffu;
+	watch.pidfd = cprof_pid > 0 ? (int)RAW2(SYS_pidfd_open, cprof_pid, 0) : -1;
+	if (watch.pidfd < 0)
+		watch.pidfd = -1;
+	/* Born with every signal blocked: it inherits this thread's mask. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	err = pthread_create(&t, &attr, watchdog_main, (void *)(uintptr_t)packed);
+	__atomic_store_n(&watchdog_tid, -1, __ATOMIC_RELAXED);
+	tid = clone(watchdog_main, watchdog_stack + sizeof(watchdog_stack), flags, &watch,
+		    &watchdog_tid, NULL, &watchdog_tid);
+	if (tid < 0) {
+		tid = -errno;
+		__atomic_store_n(&watchdog_tid, 0, __ATOMIC_RELEASE);
+	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
-	return -err;
+	if (tid < 0 && watch.pidfd >= 0)
+		close(watch.pidfd);
+	return tid < 0 ? (int)tid : 0;
+}
+
+void watchdog_forget(void)
+{
+	/* A fork child has no such task: only the thread that forked is. */
+	watchdog_tid = 0;
 }
