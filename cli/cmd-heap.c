@@ -306,6 +306,25 @@ static int from_background(const struct heap_args *a, const struct target *t)
 	return code;
 }
 
+/* keep_bind() failed with @r: nothing was touched yet. An exit code. */
+static int keep_bind_error(const struct target *t, int r)
+{
+	char name[128];
+
+	keep_socket_label(t, name, sizeof(name));
+	if (r == -EADDRINUSE) {
+		report_error("cannot start background heap sampling of pid %d (%s): its socket "
+			     "name '%s' is taken", t->pid, t->comm, name);
+		report_hint("another 'cprof heap -p %d --keep' may be writing its first profile: "
+			    "try again once it has; else another process holds that abstract unix "
+			    "socket ('ss -xa' lists it)", t->pid);
+		return EXIT_TARGET;
+	}
+	report_error("cannot start background heap sampling of pid %d (%s): socket '%s': %s",
+		     t->pid, t->comm, name, strerror(-r));
+	return EXIT_FAIL;
+}
+
 static volatile sig_atomic_t keep_child;
 
 static void forward_signal(int sig)
@@ -315,23 +334,30 @@ static void forward_signal(int sig)
 }
 
 /*
- * --keep: the work goes on in a child that stays as the agent's peer. This
- * process waits for the child's word that the first profile is written (a
- * byte: its exit code) and exits with it; Ctrl-C is passed on. Returns -1
- * in the child (go on, tell *@ret_fd when done), an exit code here.
+ * --keep: the work goes on in a child that stays as the agent's peer; it
+ * inherits @lfd (keep_bind()), closed here. This process waits for the
+ * child's word that the first profile is written and the socket listens
+ * (a byte: its exit code) and exits with it; Ctrl-C is passed on. Returns
+ * -1 in the child (go on, tell *@ret_fd when done), an exit code here.
  */
-static int keep_fork(int *ret_fd)
+static int keep_fork(int lfd, int *ret_fd)
 {
 	struct sigaction sa;
 	unsigned char code;
 	int fds[2];
 	pid_t pid;
 
-	if (pipe2(fds, O_CLOEXEC) < 0)
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		report_error("cannot start the background sampler: %s", strerror(errno));
+		close(lfd);
 		return EXIT_FAIL;
+	}
 	pid = fork();
 	if (pid < 0) {
 		report_error("cannot fork the background sampler: %s", strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
+		close(lfd);
 		return EXIT_FAIL;
 	}
 	if (pid == 0) {
@@ -341,6 +367,7 @@ static int keep_fork(int *ret_fd)
 		return -1;
 	}
 	close(fds[1]);
+	close(lfd);
 	keep_child = pid;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = forward_signal;
@@ -356,10 +383,15 @@ static int keep_fork(int *ret_fd)
 	}
 }
 
-/* In the child, once the first profile is written: say so, go quiet, serve. */
-static void keep_serve_on(struct channel *ch, const struct target *t,
-			  const struct channel_handlers *h, struct keep_ctx *k, int code_fd,
-			  int code)
+/*
+ * In the child, once the first profile is written and @lfd listens: say
+ * so, go quiet, serve. 0 when the session ran; -EPIPE when the foreground
+ * was gone before it could be told (nobody knows we run: the caller ends
+ * the session instead).
+ */
+static int keep_serve_on(int lfd, struct channel *ch, const struct target *t,
+			 const struct channel_handlers *h, struct keep_ctx *k, int code_fd,
+			 int code)
 {
 	unsigned char c = (unsigned char)code;
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -374,11 +406,14 @@ static void keep_serve_on(struct channel *ch, const struct target *t,
 		close(null);
 	}
 	if (write(code_fd, &c, 1) != 1) {
-		/* The foreground is gone: nobody knows we run. Stop. */
+		close(code_fd);
+		close(lfd);
+		return -EPIPE;
 	}
 	close(code_fd);
 	interrupt_reset();
-	keep_serve(ch, t, h, keep_render, k);
+	keep_serve(lfd, ch, t, h, keep_render, k);
+	return 0;
 }
 
 int cmd_heap(int argc, char **argv)
@@ -395,7 +430,7 @@ int cmd_heap(int argc, char **argv)
 	struct target t;
 	char why[1024], cmdline[1024], title[256], *text = NULL;
 	size_t text_len = 0;
-	int r, code, keep_fd = -1;
+	int r, code, keep_fd = -1, keep_lfd = -1;
 	struct keep_ctx keep = { 0 };
 
 	code = parse_args(argc, argv, &a);
@@ -418,9 +453,20 @@ int cmd_heap(int argc, char **argv)
 		return EXIT_OUTPUT;
 	}
 	if (a.keep) {
-		code = keep_fork(&keep_fd);
-		if (code >= 0)
-			return code; /* the foreground: the child wrote the profile */
+		/* The name is taken now, or never: not after the hooks went in
+		 * and the foreground said all is well. */
+		keep_lfd = keep_bind(&t);
+		if (keep_lfd < 0) {
+			output_abort(&out);
+			return keep_bind_error(&t, keep_lfd);
+		}
+		code = keep_fork(keep_lfd, &keep_fd);
+		if (code >= 0) {
+			/* The foreground: the child wrote the profile, or failed
+			 * or died (then a named temporary may be left). */
+			output_abort(&out);
+			return code;
+		}
 	}
 	interrupt_install();
 	code = agent_load(&al, &t, CPROF_EVENTS_HEAP, a.rate, RING_SIZE);
@@ -468,13 +514,26 @@ out_write:
 	code = runbook_end_agent(CMD, &a.common, &w, &al, heap_stats(h)->allocs, profile);
 	/* No channel: interrupted before the agent was loaded, nothing to keep. */
 	if (a.keep && ch && !w.target_exited) {
+		r = keep_listen(keep_lfd);
+		if (r < 0) {
+			char name[128];
+
+			keep_socket_label(&t, name, sizeof(name));
+			report_error("cannot start background heap sampling of pid %d (%s): listen "
+				     "on '%s': %s", t.pid, t.comm, name, strerror(-r));
+			report_hint("%s was written; the hooks are removed", output_name(&out));
+			code = EXIT_FAIL;
+			goto out_free;
+		}
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		keep.heap = h;
 		keep.ch = ch;
 		keep.start_realtime_ns = w.start_realtime_ns;
 		keep.command_line = cmdline;
-		keep_serve_on(ch, &t, &handlers, &keep, keep_fd, code);
+		if (keep_serve_on(keep_lfd, ch, &t, &handlers, &keep, keep_fd, code) < 0)
+			keep_end(ch);
 		keep_fd = -1;
+		keep_lfd = -1;
 	}
 	goto out_free;
 out_fail:
@@ -486,11 +545,18 @@ out_free:
 	if (keep_fd >= 0) {
 		unsigned char c = (unsigned char)code;
 
+		/* A --keep child that will not serve: on a failure the hooks go
+		 * before the foreground exits with it (not a second later, when
+		 * the agent's watchdog sees us gone). */
+		if (code != EXIT_OK && ch)
+			keep_end(ch);
 		if (write(keep_fd, &c, 1) != 1) {
 			/* The foreground is gone; nothing to tell. */
 		}
 		close(keep_fd);
 	}
+	if (keep_lfd >= 0)
+		close(keep_lfd);
 	free(text);
 	profile_free(profile);
 	heap_free(h);

@@ -38,6 +38,42 @@ static socklen_t socket_name(const struct target *t, struct sockaddr_un *sun)
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
+void keep_socket_label(const struct target *t, char *buf, size_t size)
+{
+	struct sockaddr_un sun;
+	socklen_t len = socket_name(t, &sun);
+
+	snprintf(buf, size, "@%.*s", (int)(len - offsetof(struct sockaddr_un, sun_path) - 1),
+		 sun.sun_path + 1);
+}
+
+int keep_bind(const struct target *t)
+{
+	struct sockaddr_un sun;
+	socklen_t len = socket_name(t, &sun);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sun, len) < 0) {
+		int r = -errno;
+
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+int keep_listen(int fd)
+{
+	return listen(fd, 8) < 0 ? -errno : 0;
+}
+
+int keep_end(struct channel *ch)
+{
+	return channel_command(ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED, 2000);
+}
+
 int keep_connect(const struct target *t)
 {
 	struct sockaddr_un sun;
@@ -175,23 +211,12 @@ static int serve_client(int fd, keep_render_fn render, void *ctx)
 	return 0;
 }
 
-int keep_serve(struct channel *ch, const struct target *t, const struct channel_handlers *h,
-	       keep_render_fn render, void *ctx)
+void keep_serve(int lfd, struct channel *ch, const struct target *t,
+		const struct channel_handlers *h, keep_render_fn render, void *ctx)
 {
-	struct sockaddr_un sun;
-	socklen_t len = socket_name(t, &sun);
-	int lfd, stop_fd = -1;
+	int stop_fd = -1;
 	bool broken = false;
 
-	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (lfd < 0)
-		return -errno;
-	if (bind(lfd, (struct sockaddr *)&sun, len) < 0 || listen(lfd, 8) < 0) {
-		int r = -errno;
-
-		close(lfd);
-		return r;
-	}
 	while (!interrupt_requested() && target_alive(t->pid)) {
 		struct pollfd pfd = { .fd = lfd, .events = POLLIN };
 
@@ -211,10 +236,9 @@ int keep_serve(struct channel *ch, const struct target *t, const struct channel_
 		}
 	}
 	close(lfd);
-	channel_command(ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED, 2000);
+	keep_end(ch);
 	if (stop_fd >= 0) {
 		write_all(stop_fd, "ok stopped\n", 11);
 		close(stop_fd);
 	}
-	return 0;
 }

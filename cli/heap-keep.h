@@ -30,12 +30,32 @@ int keep_request(int fd, const char *request, char **ret, size_t *ret_len);
 typedef int (*keep_render_fn)(void *ctx, const char *index, int debug, char **ret,
 			      size_t *ret_len);
 
+/* "@cprof-heap/PID/STARTTIME", @t's socket name as ss(8) shows it, for
+ * messages. */
+void keep_socket_label(const struct target *t, char *buf, size_t size);
+
 /*
- * Daemon: serves @t's session on @ch (draining into @h) until "stop", the
- * target's exit, or SIGINT/SIGTERM; then ends the session (the hooks go).
- * Returns 0, or -errno when the socket cannot be made.
+ * Daemon, first step, before the target is touched: a socket bound to @t's
+ * name, not listening yet (a client's connect is refused, as when no
+ * session runs, until keep_listen()). Holding the name early is what lets
+ * a name already taken (-EADDRINUSE: another --keep starting, or another
+ * program) be refused before any hook goes in. The socket, or -errno.
  */
-int keep_serve(struct channel *ch, const struct target *t, const struct channel_handlers *h,
-	       keep_render_fn render, void *ctx);
+int keep_bind(const struct target *t);
+
+/* Daemon: @fd (keep_bind()) starts accepting. 0 or -errno. */
+int keep_listen(int fd);
+
+/* Ends the agent's session on @ch: the hooks go (the agent confirms within
+ * 2 s). 0 or -errno. */
+int keep_end(struct channel *ch);
+
+/*
+ * Daemon: serves @t's session on @ch (draining into @h) through @fd (a
+ * keep_listen()ed socket, closed here) until "stop", the target's exit, or
+ * SIGINT/SIGTERM; then ends the session (the hooks go).
+ */
+void keep_serve(int fd, struct channel *ch, const struct target *t,
+		const struct channel_handlers *h, keep_render_fn render, void *ctx);
 
 #endif

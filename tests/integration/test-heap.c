@@ -13,6 +13,7 @@
  *   - the agent's own walks (wire.h's rules) give the stacks the copies do.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <regex.h>
@@ -21,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "agent/wire.h"
@@ -514,5 +517,86 @@ Test(heap, keep_then_cumulative_then_stop)
 	munmap(h, CPROF_WIRE_HEADER_SIZE);
 	profile_free(p1);
 	profile_free(p2);
+	th_kill(pid);
+}
+
+/* Binds the abstract name "\0cprof-heap/PID/STARTTIME" of @pid's background
+ * session (cli/heap-keep.c) as another program could. The socket. */
+static int take_keep_name(pid_t pid, char *ret_name, size_t size)
+{
+	char path[64], *stat, *p;
+	unsigned long long start = 0;
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	size_t len;
+	int fd, n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	cr_assert_eq(th_read_file(path, (uint8_t **)&stat, &len), 0);
+	p = memrchr(stat, ')', len);
+	cr_assert_not_null(p);
+	/* Field 22, starttime: the 20th after the ')'. */
+	cr_assert_eq(sscanf(p + 2, "%*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
+				   "%*s %*s %*s %*s %llu", &start), 1);
+	free(stat);
+	n = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1, "cprof-heap/%d/%llu", (int)pid,
+		     start);
+	snprintf(ret_name, size, "@%s", sun.sun_path + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sun,
+			  (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)), 0,
+		     "bind %s: %s", ret_name, strerror(errno));
+	return fd;
+}
+
+/*
+ * --keep whose socket name is taken (another program, or another --keep
+ * still in its first window): refused before the agent goes in, with the
+ * name, not "sampling goes on in the background" and exit 0 while the
+ * background part fails to bind and leaves quietly. With the name free
+ * again, --keep works.
+ */
+Test(heap, keep_refused_when_socket_name_taken)
+{
+	const char *out = th_tmp_path("keep-taken.pb.gz");
+	struct cprof_wire_header *h;
+	char name[128];
+	struct th_run r;
+	pid_t pid;
+	int fd;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("heapsites", "30", th_tmp_path("keep-taken.report"), "64", "1000");
+	fd = take_keep_name(pid, name, sizeof(name));
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "300ms", "--keep", "-o", out);
+	th_run_log(&r, "cprof heap --keep, its socket name taken");
+	cr_expect_eq(r.exit_code, 2, "exit %d, want 2", r.exit_code);
+	cr_expect(strstr(r.err, "cprof: error: cannot start background heap sampling") &&
+			  strstr(r.err, name) && strstr(r.err, "is taken"),
+		  "the error does not name the taken socket %s:\n%s", name, r.err);
+	cr_expect_null(strstr(r.err, "goes on in the background"), "%s", r.err);
+	th_run_release(&r);
+	cr_expect_neq(access(out, F_OK), 0, "a profile was written");
+	h = th_agent_header(pid);
+	cr_expect(h == NULL || (h->state == CPROF_STATE_DETACHED && h->hooked == 0),
+		  "the target was left hooked");
+	if (h)
+		munmap(h, CPROF_WIRE_HEADER_SIZE);
+	th_assert_let_go(pid, false, "after --keep with its name taken");
+	close(fd);
+
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "300ms", "--keep", "-o", out);
+	th_run_log(&r, "cprof heap --keep, its name free");
+	cr_assert_eq(r.exit_code, 0);
+	cr_expect(strstr(r.err, "goes on in the background"), "%s", r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "--stop");
+	cr_expect_eq(r.exit_code, 0, "--stop: exit %d:\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+	h = th_agent_header(pid);
+	cr_assert_not_null(h);
+	cr_expect_eq(h->hooked, 0);
+	munmap(h, CPROF_WIRE_HEADER_SIZE);
+	th_assert_let_go(pid, false, "after --keep and --stop");
 	th_kill(pid);
 }
