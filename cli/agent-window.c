@@ -1,6 +1,7 @@
 #include "agent-window.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -14,6 +15,12 @@
 /* Drain often: a busy target fills the ring fast (ALLOCs carry stacks). */
 #define TICK_NS (10ULL * 1000 * 1000)
 #define DETACH_TIMEOUT_MS 2000
+/* The agent answers within a watchdog tick (100 ms). */
+#define LIVE_TIMEOUT_MS 1000
+/* inuse is the mean of snapshots over the window's last second: each one
+ * of a churning heap is a new draw of the sampling, so their mean errs less. */
+#define LIVE_SPAN_NS (1000ULL * 1000 * 1000)
+#define LIVE_EVERY_NS (100ULL * 1000 * 1000)
 
 static uint64_t realtime_ns(void)
 {
@@ -40,11 +47,58 @@ static int drain(struct channel *ch, const struct channel_handlers *h, struct wi
 	return 0;
 }
 
+/* During the window's last LIVE_SPAN_NS, a snapshot each LIVE_EVERY_NS
+ * (the drains hand them over). */
+static void ask_live(struct channel *ch, struct window_result *res, uint64_t left_ns,
+		     uint64_t now, uint64_t *next)
+{
+	if (left_ns > LIVE_SPAN_NS || now < *next || res->live_error ||
+	    channel_live_pending(ch))
+		return;
+	if (channel_live_ask(ch) < 0)
+		res->live_error = -ENOTSUP;
+	*next = now + LIVE_EVERY_NS;
+}
+
+int agent_window_live(struct channel *ch, const struct channel_handlers *h,
+		      struct window_result *res, pid_t pid)
+{
+	const struct timespec nap = { 0, 5 * 1000 * 1000 };
+	int r = 0;
+
+	/* The last one asked for, else a first one. */
+	if (!channel_live_pending(ch)) {
+		if (channel_live_taken(ch) || res->live_error)
+			return 0;
+		if (channel_live_ask(ch) < 0) {
+			res->live_error = -ENOTSUP;
+			return 0;
+		}
+	}
+	for (unsigned waited = 0; channel_live_pending(ch); waited += 5) {
+		if (waited >= LIVE_TIMEOUT_MS || res->malformed) {
+			res->live_error = res->malformed ? -EPROTO : -ETIMEDOUT;
+			break;
+		}
+		if (!target_alive(pid)) {
+			res->target_exited = true;
+			break;
+		}
+		channel_heartbeat(ch);
+		nanosleep(&nap, NULL);
+		r = drain(ch, h, res);
+		if (r < 0)
+			return r;
+	}
+	res->live_snapshots = channel_live_taken(ch);
+	return 0;
+}
+
 static int window(struct channel *ch, const struct target *t, uint64_t duration_ns,
 		  const struct channel_handlers *h, const char *what, bool detach,
 		  struct window_result *res)
 {
-	uint64_t start = now_monotonic_ns(), next_progress = start;
+	uint64_t start = now_monotonic_ns(), next_progress = start, next_live = start;
 	char total[32], done[32];
 	int r;
 
@@ -74,6 +128,8 @@ static int window(struct channel *ch, const struct target *t, uint64_t duration_
 		}
 		if (now - start >= duration_ns)
 			break;
+		if (h->live)
+			ask_live(ch, res, duration_ns - (now - start), now, &next_live);
 		if (now >= next_progress) {
 			format_duration((now - start) / 1000000000ULL * 1000000000ULL, done,
 					sizeof(done));
@@ -87,6 +143,11 @@ static int window(struct channel *ch, const struct target *t, uint64_t duration_
 	}
 	res->window_ns = now_monotonic_ns() - start;
 	report_progress_done();
+	if (h->live && !res->target_exited) {
+		r = agent_window_live(ch, h, res, t->pid);
+		if (r < 0)
+			return r;
+	}
 	if (detach && !res->target_exited) {
 		r = channel_command(ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED, DETACH_TIMEOUT_MS);
 		res->detached = r == 0;

@@ -23,6 +23,8 @@ struct window_result {
 	bool interrupted;
 	bool detached;     /* the agent confirmed its hooks are gone */
 	bool malformed;    /* the ring held garbage: reading stopped there */
+	int live_error;    /* -errno: the live set's snapshot was asked for, not had */
+	unsigned live_snapshots; /* handed to the live handler */
 	struct channel_counters counters; /* at the end */
 };
 
@@ -33,6 +35,16 @@ struct window_result {
  */
 int agent_window(struct channel *ch, const struct target *t, uint64_t duration_ns,
 		 const struct channel_handlers *h, const char *what, struct window_result *res);
+
+/*
+ * Waits for the live set's snapshot asked for last (or asks for one if none
+ * was taken yet), draining meanwhile: the drain hands it to @h->live. With
+ * @h->live set, the window asks every 100 ms in its last second and calls
+ * this at its end. A snapshot the agent did not give goes to
+ * @res->live_error; a handler's error is returned.
+ */
+int agent_window_live(struct channel *ch, const struct channel_handlers *h,
+		      struct window_result *res, pid_t pid);
 
 /* Says how the window ended when it was not simply the duration. */
 void agent_window_report(const struct window_result *w, const struct target *t);

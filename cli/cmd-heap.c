@@ -154,6 +154,11 @@ static int on_free(const struct cprof_wire_free *r, void *arg)
 	return heap_add_free(arg, r);
 }
 
+static int on_live(const struct cprof_wire_live *e, size_t n, void *arg)
+{
+	return heap_add_live(arg, e, n);
+}
+
 static int render_text(struct heap *h, char **ret, size_t *ret_len)
 {
 	FILE *f = open_memstream(ret, ret_len);
@@ -168,17 +173,27 @@ static int render_text(struct heap *h, char **ret, size_t *ret_len)
 }
 
 static void summary(const struct heap_args *a, const struct output *out,
-		    const struct window_result *w, const struct heap_stats *st)
+		    const struct window_result *w, const struct heap *h)
 {
+	const struct heap_stats *st = heap_stats(h);
 	char window[32];
 
 	format_duration(w->window_ns, window, sizeof(window));
 	report_note("wrote %s: %llu samples (%llu freed) at rate %llu bytes in a %s window",
 		    output_name(out), (unsigned long long)st->allocs, (unsigned long long)st->frees,
 		    (unsigned long long)a->rate, window);
-	if (w->counters.lost)
-		report_warning("%llu samples lost: the agent's ring was full; try a larger --rate",
+	if (w->counters.lost_allocs)
+		report_warning("%llu sampled allocations not recorded (the agent's ring was full): "
+			       "alloc figures are the recorded %llu scaled by %.3f; a larger --rate "
+			       "records them all", (unsigned long long)w->counters.lost_allocs,
+			       (unsigned long long)st->allocs, heap_alloc_factor(h));
+	if (w->live_error && heap_inuse_factor(h) == 0.0)
+		report_warning("inuse not measured: the agent's live set could not be read (%s) and "
+			       "%llu records were lost", strerror(-w->live_error),
 			       (unsigned long long)w->counters.lost);
+	else if (w->live_error)
+		report_note("inuse from the records, the agent's live set could not be read (%s)",
+			    strerror(-w->live_error));
 	if (st->untracked)
 		report_warning("%llu sampled blocks could not be followed to their free (the "
 			       "agent's table was full): they count as in use",
@@ -418,7 +433,7 @@ static int keep_serve_on(int lfd, struct channel *ch, const struct target *t,
 
 int cmd_heap(int argc, char **argv)
 {
-	struct channel_handlers handlers = { .alloc = on_alloc, .free = on_free };
+	struct channel_handlers handlers = { .alloc = on_alloc, .free = on_free, .live = on_live };
 	struct agent_load al = { .fd = -1 };
 	struct profile *profile = NULL;
 	struct channel *ch = NULL;
@@ -487,6 +502,7 @@ int cmd_heap(int argc, char **argv)
 	if (r < 0)
 		goto out_fail;
 	agent_window_report(&w, &t);
+	heap_set_lost(h, w.counters.lost_allocs, w.counters.lost);
 	/* --top and --json read the profile, also beside the text view. */
 	if (a.debug == 0 || a.common.top || a.common.json) {
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
@@ -510,7 +526,7 @@ out_write:
 		code = output_report_failure(&out, r);
 		goto out_abort;
 	}
-	summary(&a, &out, &w, heap_stats(h));
+	summary(&a, &out, &w, h);
 	code = runbook_end_agent(CMD, &a.common, &w, &al, heap_stats(h)->allocs, profile);
 	/* No channel: interrupted before the agent was loaded, nothing to keep. */
 	if (a.keep && ch && !w.target_exited) {

@@ -110,6 +110,7 @@ struct ring {
 	uint32_t size;
 	const struct cprof_wire_rule *rules; /* cprof's (wire.h), after the ring */
 	unsigned rules_bits;
+	struct cprof_wire_live *live; /* the snapshot's room, after the rules */
 };
 
 extern struct ring agent_ring HIDDEN;
@@ -119,12 +120,20 @@ void event_unlock(void) HIDDEN;
 /* Reserve @bytes (8-aligned) at data_head, writing a PAD first if needed.
  * Returns NULL when full (lost is counted). Event lock held. */
 void *ring_reserve(uint32_t bytes) HIDDEN;
+/* The same, but a full ring is no loss (the caller tries again later). */
+void *ring_try_reserve(uint32_t bytes) HIDDEN;
 /* Publish what ring_reserve() returned. Event lock held. */
 void ring_commit(uint32_t bytes) HIDDEN;
 
 /* --- liveset.c ------------------------------------------------------------ */
 
+/* Sampled blocks the set holds at most (beyond: untracked). */
+#define LIVESET_CAPACITY (1u << 17)
+
 int liveset_init(void) HIDDEN;
+/* Every block in the set (sizes may carry CPROF_LIVE_UNRECORDED) into
+ * @dst, at most @max; how many. Event lock held. */
+size_t liveset_snapshot(struct cprof_wire_live *dst, size_t max) HIDDEN;
 /* Empty the set (event lock held). */
 void liveset_clear(void) HIDDEN;
 /* Insert (event lock held). Returns false when the set is full. */

@@ -31,6 +31,7 @@ static size_t memfd_map_size;
 static pid_t peer_pid;
 pid_t agent_pid;
 static uint32_t last_command;
+static uint64_t live_answered; /* the last live_request answered */
 static bool atfork_registered;
 
 void agent_lock(void)
@@ -102,6 +103,31 @@ static uint64_t clamp_rate(uint64_t rate)
 	return rate > CPROF_WIRE_RATE_MAX ? CPROF_WIRE_RATE_MAX : rate;
 }
 
+/*
+ * cprof asked for the live set (wire.h): the watchdog writes it, and a LIVE
+ * record where it stands in the stream. A full ring: next tick.
+ */
+static void live_snapshot(struct cprof_wire_header *h)
+{
+	uint64_t req = __atomic_load_n(&h->live_request, __ATOMIC_ACQUIRE);
+	struct cprof_wire_live_mark *m;
+
+	if (req == live_answered)
+		return;
+	event_lock();
+	m = ring_try_reserve(sizeof(*m));
+	if (m) {
+		/* Where to: the agent's own pointer, not the header's (cprof's to write). */
+		m->count = liveset_snapshot(agent_ring.live, LIVESET_CAPACITY);
+		m->request = req;
+		m->hdr.type = CPROF_REC_LIVE;
+		m->hdr.size = sizeof(*m);
+		ring_commit(sizeof(*m));
+		live_answered = req;
+	}
+	event_unlock();
+}
+
 void agent_poll_commands_locked(void)
 {
 	struct cprof_wire_header *h = header();
@@ -115,6 +141,7 @@ void agent_poll_commands_locked(void)
 		__atomic_store_n(&agent_rate, clamp_rate(rate), __ATOMIC_RELAXED);
 		__atomic_store_n(&h->rate_in_use, agent_rate, __ATOMIC_RELAXED);
 	}
+	live_snapshot(h);
 	cmd = __atomic_load_n(&h->command, __ATOMIC_ACQUIRE);
 	if (cmd == last_command)
 		return;
@@ -177,12 +204,13 @@ static void atfork_child(void)
 }
 
 #define RULES_SIZE (sizeof(struct cprof_wire_rule) << CPROF_RULES_BITS_DEFAULT)
+#define LIVE_SIZE (sizeof(struct cprof_wire_live) * LIVESET_CAPACITY)
 
 /* A memfd of @ring_size bytes of ring and the rules, mapped; reuses the last
  * one if it fits. */
 static int memfd_setup(uint32_t ring_size)
 {
-	size_t size = CPROF_WIRE_HEADER_SIZE + (size_t)ring_size + RULES_SIZE;
+	size_t size = CPROF_WIRE_HEADER_SIZE + (size_t)ring_size + RULES_SIZE + LIVE_SIZE;
 	void *map;
 	int fd, ret;
 
@@ -290,17 +318,20 @@ CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint
 	if (ret < 0)
 		goto out_unlock;
 
-	agent_session++;
+	__atomic_store_n(&agent_session, agent_session + 1, __ATOMIC_RELAXED);
 	h = memfd_map;
 	event_lock();
 	header_init(h, cprof_pid, rate, ring_size);
 	h->events = events;
 	h->rules_offset = CPROF_WIRE_HEADER_SIZE + ring_size;
 	h->rules_bits = CPROF_RULES_BITS_DEFAULT;
+	h->live_offset = (uint32_t)(h->rules_offset + RULES_SIZE);
+	h->live_max = LIVESET_CAPACITY;
 	agent_ring.data = (uint8_t *)memfd_map + CPROF_WIRE_HEADER_SIZE;
 	agent_ring.size = ring_size;
 	agent_ring.rules = (const struct cprof_wire_rule *)((uint8_t *)memfd_map + h->rules_offset);
 	agent_ring.rules_bits = CPROF_RULES_BITS_DEFAULT;
+	agent_ring.live = (struct cprof_wire_live *)((uint8_t *)memfd_map + h->live_offset);
 	event_unlock();
 
 	ret = watchdog_start(cprof_pid, agent_session);
@@ -308,6 +339,7 @@ CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint
 		goto out_unlock;
 	peer_pid = cprof_pid;
 	last_command = CPROF_CMD_NONE;
+	live_answered = 0;
 	__atomic_store_n(&agent_rate, rate, __ATOMIC_RELAXED);
 	locks_reset();
 	__atomic_store_n(&agent_events, events, __ATOMIC_RELAXED);

@@ -46,6 +46,11 @@ static __attribute__((noinline)) void record_alloc(uint64_t addr, uint64_t size)
 	event_lock();
 	r = ring_reserve(sizeof(*r) + CPROF_WIRE_STACK_MAX);
 	if (!r) {
+		/* Live all the same: what is in use comes from the set. */
+		AGENT_COUNT_LOCKED(lost_allocs, 1);
+		AGENT_COUNT_LOCKED(lost_alloc_bytes, size);
+		if (!liveset_insert(addr, size | CPROF_LIVE_UNRECORDED))
+			AGENT_COUNT_LOCKED(untracked, 1);
 		event_unlock();
 		return;
 	}
@@ -93,6 +98,9 @@ static void record_free_locked(uint64_t addr, uint64_t size)
 
 void hooks_emit_free(uint64_t addr, uint64_t size)
 {
+	/* cprof never heard of an unrecorded block: nothing to tell. */
+	if (size & CPROF_LIVE_UNRECORDED)
+		return;
 	event_lock();
 	record_free_locked(addr, size);
 	event_unlock();

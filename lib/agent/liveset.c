@@ -63,6 +63,7 @@
 #define FILTER_EXTRA_BITS 2          /* four filter bits per slot */
 /* Half full at most: probe sequences stay short. */
 #define LIVESET_MAX ((1u << LEVEL_BITS(LEVELS - 1)) / 2)
+_Static_assert(LIVESET_MAX == LIVESET_CAPACITY, "agent.h's LIVESET_CAPACITY");
 
 struct live_slot {
 	uint64_t addr; /* 0 = empty */
@@ -379,4 +380,21 @@ bool liveset_remove(uint64_t addr, uint64_t *ret_size)
 	few_sub(addr);
 	seq_end();
 	return true;
+}
+
+size_t liveset_snapshot(struct cprof_wire_live *dst, size_t max)
+{
+	const struct level *t = table;
+	size_t n = 0;
+
+	if (!t)
+		return 0;
+	for (uint32_t i = 0; i < 1u << t->bits && n < max; i++) {
+		if (!t->slot[i].addr)
+			continue;
+		dst[n].address = t->slot[i].addr;
+		dst[n].size = t->slot[i].size;
+		n++;
+	}
+	return n;
 }

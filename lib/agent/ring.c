@@ -40,6 +40,15 @@ void event_unlock(void)
 
 void *ring_reserve(uint32_t bytes)
 {
+	void *r = ring_try_reserve(bytes);
+
+	if (!r && agent_ring.hdr)
+		__atomic_fetch_add(&agent_ring.hdr->lost, 1, __ATOMIC_RELAXED);
+	return r;
+}
+
+void *ring_try_reserve(uint32_t bytes)
+{
 	struct cprof_wire_header *h = agent_ring.hdr;
 	uint64_t head, tail, off, pad;
 
@@ -51,10 +60,8 @@ void *ring_reserve(uint32_t bytes)
 	pad = off + bytes > agent_ring.size ? agent_ring.size - off : 0;
 	/* A data_tail ahead of data_head or too far behind is cprof's bug; it
 	 * only means "full" here. */
-	if (tail > head || head - tail + pad + bytes > agent_ring.size) {
-		__atomic_fetch_add(&h->lost, 1, __ATOMIC_RELAXED);
+	if (tail > head || head - tail + pad + bytes > agent_ring.size)
 		return NULL;
-	}
 	if (pad) {
 		struct cprof_wire_record *r = (void *)(agent_ring.data + off);
 

@@ -85,7 +85,12 @@ static int watchdog_main(void *arg)
 		bool gone = peer_gone(w);
 		uint64_t now = raw_now_ns(), beat;
 
-		agent_lock();
+		/* A new session's attach holds the lock while it waits for us
+		 * to be gone: its session number tells us without the lock. */
+		if ((__atomic_load_n(&agent_session, __ATOMIC_RELAXED) & 0xffffffffu) != w->session)
+			break;
+		if (!agent_trylock())
+			continue;
 		if (!agent_session_running(w->session)) {
 			agent_unlock();
 			break;

@@ -1,5 +1,5 @@
 /*
- * The wire format between cprof and cprof-agent.so (lib/agent/), version 1.
+ * The wire format between cprof and cprof-agent.so (lib/agent/), version 2.
  *
  * The agent creates a memfd ("cprof-agent", MFD_CLOEXEC) when cprof calls
  * cprof_agent_attach() in the target, and returns its fd number; cprof opens
@@ -7,6 +7,8 @@
  *
  *   [0, header_size)                       struct cprof_wire_header
  *   [header_size, header_size + ring_size) the ring of records
+ *   [rules_offset, ...)                    unwinding rules (struct cprof_wire_rule)
+ *   [live_offset, ...)                     the live set's snapshot (struct cprof_wire_live)
  *
  * Ownership: every field says who writes it ("agent" or "cprof"); the other
  * side only reads it. For cprof, every byte of this file is UNTRUSTED input
@@ -32,7 +34,10 @@
  *     the rest of the ring and starts the record at offset 0. So a reader can
  *     use each record in place.
  *   - When there is no room, the record is dropped and `lost` is incremented.
- *     A dropped ALLOC is not tracked either (no FREE will follow it).
+ *     A dropped ALLOC is still tracked as live, marked unrecorded (its FREE
+ *     is not written either), and counted in lost_allocs: what is in use is
+ *     read from the live set's snapshot, never summed from a stream that
+ *     may have dropped FREEs.
  */
 #ifndef CPROF_AGENT_WIRE_H
 #define CPROF_AGENT_WIRE_H
@@ -40,7 +45,7 @@
 #include <stdint.h>
 
 #define CPROF_WIRE_MAGIC 0x3146524f52504343ull /* "CCPROFR1", little-endian */
-#define CPROF_WIRE_VERSION 1u
+#define CPROF_WIRE_VERSION 2u
 #define CPROF_WIRE_HEADER_SIZE 4096u
 
 /* ring_size limits; attach with ring_size 0 picks the default. */
@@ -131,7 +136,21 @@ struct cprof_wire_header {
 	uint32_t rules_offset; /* in the file, after the ring */
 	uint32_t rules_bits;   /* the table has 2^rules_bits slots */
 
-	uint8_t pad1[256 - 160];
+	/* Counters, written by the agent: ALLOCs the ring had no room for
+	 * (their blocks are in the live set, marked unrecorded), and bytes. */
+	uint64_t lost_allocs;
+	uint64_t lost_alloc_bytes;
+
+	/* The live set's snapshot: cprof increments live_request; the agent,
+	 * within a watchdog tick, writes every sampled block live at that
+	 * moment at live_offset (struct cprof_wire_live, at most live_max),
+	 * then a LIVE record (struct cprof_wire_live_mark) into the ring: every
+	 * ALLOC of those blocks lies before it, every later FREE after it. */
+	uint32_t live_offset; /* agent, once: in the file, after the rules */
+	uint32_t live_max;    /* agent, once */
+	uint64_t live_request; /* cprof */
+
+	uint8_t pad1[256 - 192];
 
 	/* Ring positions, one cache line each (see the comment on top). */
 	uint64_t data_head; /* agent */
@@ -162,6 +181,7 @@ enum cprof_wire_record_type {
 	CPROF_REC_ALLOC = 1, /* struct cprof_wire_alloc */
 	CPROF_REC_FREE = 2,  /* struct cprof_wire_free */
 	CPROF_REC_EVENT = 3, /* struct cprof_wire_event */
+	CPROF_REC_LIVE = 4,  /* struct cprof_wire_live_mark */
 };
 
 /* Every record starts with this; size is a multiple of 8, >= 8. */
@@ -286,6 +306,31 @@ struct cprof_wire_free {
 };
 
 _Static_assert(sizeof(struct cprof_wire_free) == 40, "wire free layout");
+
+/*
+ * One sampled block live when the snapshot was taken. An unrecorded one is a
+ * sample whose ALLOC the ring had no room for: its stack is unknown, but it
+ * is live and counts towards what is in use (cprof spreads it over the
+ * recorded ones).
+ */
+struct cprof_wire_live {
+	uint64_t address;
+	uint64_t size; /* bytes; CPROF_LIVE_UNRECORDED set: no ALLOC record */
+};
+
+#define CPROF_LIVE_UNRECORDED (1ull << 63)
+
+/* The live set's snapshot at live_offset answers this request; it holds
+ * `count` entries (at most live_max) until cprof asks again. */
+struct cprof_wire_live_mark {
+	struct cprof_wire_record hdr; /* type CPROF_REC_LIVE, size 24 */
+	uint64_t request; /* the live_request answered */
+	uint64_t count;
+};
+
+_Static_assert(sizeof(struct cprof_wire_live_mark) == 24, "wire live mark layout");
+/* The most entries a snapshot room may have (cprof's bound). */
+#define CPROF_WIRE_LIVE_MAX (1u << 20)
 
 /* event.kind */
 enum cprof_wire_event_kind {

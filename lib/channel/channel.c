@@ -1,6 +1,7 @@
 #include "channel/channel.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,11 @@ struct channel {
 	bool mapped;   /* map is ours to unmap */
 	struct cprof_wire_rule *rules; /* NULL: the agent has no table */
 	unsigned rules_bits;
+	const struct cprof_wire_live *live; /* NULL: no snapshot room */
+	uint32_t live_max;
+	uint64_t live_request; /* ours: the target could rewrite the header's */
+	uint64_t live_seen;    /* the last request a LIVE record answered */
+	unsigned live_taken;   /* snapshots handed over */
 };
 
 static uint64_t load(const uint64_t *p)
@@ -55,11 +61,23 @@ static size_t rules_size(const struct cprof_wire_header *h, uint64_t file_size)
 	return sizeof(struct cprof_wire_rule) << h->rules_bits;
 }
 
+/* Room for live_max snapshot entries right after the rules, inside
+ * @file_size, or 0. */
+static size_t live_size(const struct cprof_wire_header *h, uint64_t rules_end, uint64_t file_size)
+{
+	uint64_t bytes = (uint64_t)h->live_max * sizeof(struct cprof_wire_live);
+
+	if (h->live_max == 0 || h->live_max > CPROF_WIRE_LIVE_MAX || h->live_offset != rules_end ||
+	    file_size < rules_end + bytes)
+		return 0;
+	return (size_t)bytes;
+}
+
 int channel_from_memory(struct channel **ret, void *map, size_t size)
 {
 	struct cprof_wire_header h;
 	struct channel *ch;
-	size_t rules;
+	size_t rules, live;
 
 	if (size < CPROF_WIRE_HEADER_SIZE)
 		return -EPROTO;
@@ -84,7 +102,14 @@ int channel_from_memory(struct channel **ret, void *map, size_t size)
 		ch->rules = (struct cprof_wire_rule *)(ch->map + ch->map_size);
 		ch->rules_bits = h.rules_bits;
 		ch->map_size += rules;
+		live = live_size(&h, ch->map_size, size);
+		if (live) {
+			ch->live = (const struct cprof_wire_live *)(ch->map + ch->map_size);
+			ch->live_max = h.live_max;
+			ch->map_size += live;
+		}
 	}
+	ch->live_request = ch->live_seen = h.live_request;
 	ch->tail = load(&ch->hdr->data_tail);
 	*ret = ch;
 	return 0;
@@ -112,6 +137,8 @@ int channel_open(struct channel **ret, pid_t pid, int fd)
 	}
 	/* The sizes we checked are the ones we map, whatever the agent writes later. */
 	size = (size_t)h.header_size + h.ring_size + rules_size(&h, (uint64_t)st.st_size);
+	if (size > (size_t)h.header_size + h.ring_size)
+		size += live_size(&h, size, (uint64_t)st.st_size);
 	map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
 	if (map == MAP_FAILED) {
 		r = -errno;
@@ -162,6 +189,49 @@ int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned t
 	return -ETIMEDOUT;
 }
 
+int channel_live_ask(struct channel *ch)
+{
+	if (!ch->live)
+		return -ENOTSUP;
+	__atomic_store_n(&ch->hdr->live_request, ++ch->live_request, __ATOMIC_RELEASE);
+	return 0;
+}
+
+bool channel_live_pending(const struct channel *ch)
+{
+	return ch->live_seen != ch->live_request;
+}
+
+unsigned channel_live_taken(const struct channel *ch)
+{
+	return ch->live_taken;
+}
+
+/* A LIVE record: the snapshot it answers, copied out, to the handler. An
+ * answer to an older request (the room holds a newer one now) is skipped. */
+static int take_live(struct channel *ch, const struct cprof_wire_live_mark *m,
+		     const struct channel_handlers *h)
+{
+	struct cprof_wire_live *copy;
+	int r;
+
+	if (!ch->live || m->request != ch->live_request || m->request == ch->live_seen)
+		return 0;
+	if (m->count > ch->live_max)
+		return -EPROTO;
+	ch->live_seen = m->request;
+	if (!h->live)
+		return 0;
+	copy = malloc((size_t)(m->count ? m->count : 1) * sizeof(*copy));
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, ch->live, (size_t)m->count * sizeof(*copy));
+	r = h->live(copy, (size_t)m->count, h->arg);
+	free(copy);
+	ch->live_taken++;
+	return r;
+}
+
 void channel_counters(const struct channel *ch, struct channel_counters *ret)
 {
 	const struct cprof_wire_header *h = ch->hdr;
@@ -174,6 +244,8 @@ void channel_counters(const struct channel *ch, struct channel_counters *ret)
 	ret->frees = __atomic_load_n(&h->frees, __ATOMIC_RELAXED);
 	ret->lost = __atomic_load_n(&h->lost, __ATOMIC_RELAXED);
 	ret->untracked = __atomic_load_n(&h->untracked, __ATOMIC_RELAXED);
+	ret->lost_allocs = __atomic_load_n(&h->lost_allocs, __ATOMIC_RELAXED);
+	ret->lost_alloc_bytes = __atomic_load_n(&h->lost_alloc_bytes, __ATOMIC_RELAXED);
 	ret->hooked = __atomic_load_n(&h->hooked, __ATOMIC_RELAXED);
 	ret->errors = __atomic_load_n(&h->errors, __ATOMIC_RELAXED);
 	ret->rate_in_use = __atomic_load_n(&h->rate_in_use, __ATOMIC_RELAXED);
@@ -241,6 +313,10 @@ static int take(struct channel *ch, uint32_t off, uint32_t size, const struct ch
 		if (size < sizeof(struct cprof_wire_free))
 			return -EPROTO;
 		return h->free ? h->free((const void *)rec, h->arg) : 0;
+	case CPROF_REC_LIVE:
+		if (size < sizeof(struct cprof_wire_live_mark))
+			return -EPROTO;
+		return take_live(ch, (const void *)rec, h);
 	}
 	return -EPROTO;
 }

@@ -9,6 +9,8 @@
 #ifndef CPROF_CHANNEL_H
 #define CPROF_CHANNEL_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -20,6 +22,7 @@ struct channel;
 struct channel_counters {
 	uint32_t state, detach_reason, events;
 	uint64_t samples, sampled_bytes, frees, lost, untracked, hooked, errors, rate_in_use;
+	uint64_t lost_allocs, lost_alloc_bytes;
 };
 
 /* What a drain hands over: copies, checked for size and bounds. */
@@ -27,6 +30,9 @@ struct channel_handlers {
 	int (*alloc)(const struct cprof_wire_alloc *r, void *arg);
 	int (*free)(const struct cprof_wire_free *r, void *arg);
 	int (*event)(const struct cprof_wire_event *r, void *arg);
+	/* Optional: the live set's snapshot (channel_live_ask()), handed over
+	 * once the records published before it have been. */
+	int (*live)(const struct cprof_wire_live *e, size_t n, void *arg);
 	void *arg;
 };
 
@@ -52,6 +58,18 @@ void channel_heartbeat(struct channel *ch);
  * state to become @state. 0, -ETIMEDOUT, or -ESRCH when the target is gone.
  */
 int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned timeout_ms);
+
+/*
+ * Asks the agent for the sampled blocks live now (wire.h): it answers
+ * within a watchdog tick with a LIVE record, which a later drain hands to
+ * the live handler at its place in the stream (every ALLOC of those blocks
+ * before it). 0, or -ENOTSUP when this agent keeps no snapshot room. Ask
+ * again only once no answer is pending: the room holds one snapshot.
+ */
+int channel_live_ask(struct channel *ch);
+bool channel_live_pending(const struct channel *ch);
+/* Snapshots handed to a live handler so far. */
+unsigned channel_live_taken(const struct channel *ch);
 
 void channel_counters(const struct channel *ch, struct channel_counters *ret);
 

@@ -15,6 +15,7 @@ struct bucket {
 	uint64_t size; /* bytes per block */
 	uint64_t alloc_objects, alloc_bytes;
 	uint64_t free_objects, free_bytes;
+	uint64_t live_objects; /* summed over the live set's snapshots (heap_add_live) */
 };
 
 struct heap {
@@ -27,6 +28,11 @@ struct heap {
 	struct record_stacks stacks;
 	uint64_t pcs[MAX_FRAMES];
 	uint64_t agent_start, agent_end;
+	uint64_t live_snapshots; /* > 0: inuse from them, not from the stream */
+	uint64_t live_recorded;  /* snapshot entries whose ALLOC we have, summed */
+	uint64_t live_unknown;   /* the others: unrecorded, or never reached us */
+	uint64_t lost_allocs;    /* ALLOCs the agent could not publish */
+	uint64_t lost_records;   /* any record it could not publish */
 };
 
 int heap_new(struct heap **ret, const struct heap_opts *o)
@@ -156,6 +162,56 @@ int heap_add_free(struct heap *h, const struct cprof_wire_free *f)
 	return u64map_put(&h->live, f->address, 0);
 }
 
+int heap_add_live(struct heap *h, const struct cprof_wire_live *live, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t id;
+
+		if ((live[i].size & CPROF_LIVE_UNRECORDED) ||
+		    !u64map_get(&h->live, live[i].address, &id) || id == 0 || id > h->nbuckets) {
+			h->live_unknown++;
+			continue;
+		}
+		h->buckets[id - 1].live_objects++;
+		h->live_recorded++;
+	}
+	h->live_snapshots++;
+	h->stats.live_snapshots = h->live_snapshots;
+	h->stats.live = n;
+	return 0;
+}
+
+void heap_set_lost(struct heap *h, uint64_t lost_allocs, uint64_t lost_records)
+{
+	h->lost_allocs = lost_allocs;
+	h->lost_records = lost_records;
+}
+
+/*
+ * What stands for the samples cprof never saw: every recorded one stands
+ * for (seen + unseen) / seen, the unseen being a random share of the same
+ * draws (a full ring drops whatever comes, whatever its stack). 1 when
+ * nothing was lost; 0 when nothing was seen.
+ */
+static double unseen_factor(uint64_t seen, uint64_t unseen)
+{
+	if (!unseen)
+		return 1.0;
+	return seen ? (double)(seen + unseen) / (double)seen : 0.0;
+}
+
+double heap_alloc_factor(const struct heap *h)
+{
+	return unseen_factor(h->stats.allocs, h->lost_allocs);
+}
+
+double heap_inuse_factor(const struct heap *h)
+{
+	if (!h->live_snapshots)
+		return h->lost_records ? 0.0 : 1.0;
+	return unseen_factor(h->live_recorded, h->live_unknown);
+}
+
 double heap_scale(double count, double bytes, uint64_t rate)
 {
 	double avg;
@@ -171,14 +227,49 @@ static int64_t to_i64(double v)
 	return v >= 9.2e18 ? INT64_MAX : (int64_t)v;
 }
 
-static uint64_t inuse_objects(const struct bucket *b)
+/* Sampled blocks in use: the snapshot's when there is one, else what the
+ * stream of ALLOCs and FREEs says (right only if it lost nothing). */
+static double inuse_objects(const struct heap *h, const struct bucket *b)
 {
-	return b->alloc_objects - b->free_objects;
+	if (h->live_snapshots)
+		return (double)b->live_objects / (double)h->live_snapshots;
+	return (double)(b->alloc_objects - b->free_objects);
 }
 
-static uint64_t inuse_bytes(const struct bucket *b)
+static double inuse_bytes(const struct heap *h, const struct bucket *b)
 {
-	return b->alloc_bytes - b->free_bytes;
+	return inuse_objects(h, b) * (double)b->size;
+}
+
+/* The profile says where its figures are estimates or absent. */
+static int note_estimates(const struct heap *h, struct profile *p, double alloc_factor,
+			  double inuse_factor)
+{
+	char text[256];
+	int r = 0;
+
+	if (alloc_factor != 1.0) {
+		snprintf(text, sizeof(text),
+			 "alloc_objects and alloc_space scaled by %.4f: %llu sampled allocations "
+			 "were not recorded (the agent's ring was full) beside %llu recorded",
+			 alloc_factor, (unsigned long long)h->lost_allocs,
+			 (unsigned long long)h->stats.allocs);
+		r = profile_add_comment(p, text);
+	}
+	if (r == 0 && h->live_snapshots) {
+		snprintf(text, sizeof(text),
+			 "inuse from the agent's live set, the mean of %llu snapshots in the window's "
+			 "last second: %.1f sampled blocks, %.1f of them without a recorded stack%s",
+			 (unsigned long long)h->live_snapshots,
+			 (double)(h->live_recorded + h->live_unknown) / (double)h->live_snapshots,
+			 (double)h->live_unknown / (double)h->live_snapshots,
+			 h->live_unknown ? " (their share spread over the others)" : "");
+		r = profile_add_comment(p, text);
+	} else if (r == 0 && inuse_factor == 0.0) {
+		r = profile_add_comment(p, "inuse_objects and inuse_space not measured (0): "
+					   "records were lost and the live set could not be read");
+	}
+	return r;
 }
 
 int heap_build(struct heap *h, const char *default_type, const char *command_line,
@@ -190,6 +281,7 @@ int heap_build(struct heap *h, const char *default_type, const char *command_lin
 		{ "inuse_objects", "count" },
 		{ "inuse_space", "bytes" },
 	};
+	double alloc_factor = heap_alloc_factor(h), inuse_factor = heap_inuse_factor(h);
 	uint64_t *locs = NULL;
 	size_t locs_alloc = 0;
 	struct profile *p;
@@ -207,11 +299,14 @@ int heap_build(struct heap *h, const char *default_type, const char *command_lin
 		r = profile_set_drop_frames(p, "^cprof_agent|^hook_|^record_alloc$|^alloc_slow$");
 	if (r == 0 && command_line)
 		r = profile_add_comment(p, command_line);
+	if (r == 0)
+		r = note_estimates(h, p, alloc_factor, inuse_factor);
 	for (size_t i = 0; r == 0 && i < h->nbuckets; i++) {
 		const struct bucket *b = &h->buckets[i];
 		double ac = (double)b->alloc_objects, ab = (double)b->alloc_bytes;
-		double ic = (double)inuse_objects(b), ib = (double)inuse_bytes(b);
-		double as = heap_scale(ac, ab, h->opts.rate), is = heap_scale(ic, ib, h->opts.rate);
+		double ic = inuse_objects(h, b), ib = inuse_bytes(h, b);
+		double as = heap_scale(ac, ab, h->opts.rate) * alloc_factor;
+		double is = heap_scale(ic, ib, h->opts.rate) * inuse_factor;
 		int64_t values[4] = { to_i64(ac * as), to_i64(ab * as), to_i64(ic * is),
 				      to_i64(ib * is) };
 		struct profile_label label = { .key = "bytes", .num = (int64_t)b->size,
@@ -234,11 +329,13 @@ int heap_build(struct heap *h, const char *default_type, const char *command_lin
 	return 0;
 }
 
+static const struct heap *sorting; /* qsort has no argument */
+
 static int by_inuse_bytes(const void *a, const void *b)
 {
 	const struct bucket *x = *(const struct bucket *const *)a;
 	const struct bucket *y = *(const struct bucket *const *)b;
-	uint64_t ix = inuse_bytes(x), iy = inuse_bytes(y);
+	double ix = inuse_bytes(sorting, x), iy = inuse_bytes(sorting, y);
 
 	if (ix != iy)
 		return ix < iy ? 1 : -1;
@@ -254,11 +351,12 @@ int heap_write_text(struct heap *h, FILE *f)
 		return -ENOMEM;
 	for (size_t i = 0; i < h->nbuckets; i++) {
 		order[i] = &h->buckets[i];
-		io += inuse_objects(order[i]);
-		ib += inuse_bytes(order[i]);
+		io += (uint64_t)llround(inuse_objects(h, order[i]));
+		ib += (uint64_t)llround(inuse_bytes(h, order[i]));
 		ao += order[i]->alloc_objects;
 		ab += order[i]->alloc_bytes;
 	}
+	sorting = h;
 	qsort(order, h->nbuckets, sizeof(*order), by_inuse_bytes);
 	fprintf(f, "heap profile: %llu: %llu [%llu: %llu] @ heap/%llu\n", (unsigned long long)io,
 		(unsigned long long)ib, (unsigned long long)ao, (unsigned long long)ab,
@@ -266,8 +364,8 @@ int heap_write_text(struct heap *h, FILE *f)
 	for (size_t i = 0; i < h->nbuckets; i++) {
 		const struct bucket *b = order[i];
 
-		fprintf(f, "%llu: %llu [%llu: %llu] @", (unsigned long long)inuse_objects(b),
-			(unsigned long long)inuse_bytes(b), (unsigned long long)b->alloc_objects,
+		fprintf(f, "%llu: %llu [%llu: %llu] @", (unsigned long long)llround(inuse_objects(h, b)),
+			(unsigned long long)llround(inuse_bytes(h, b)), (unsigned long long)b->alloc_objects,
 			(unsigned long long)b->alloc_bytes);
 		for (size_t j = 0; j < b->npcs; j++)
 			fprintf(f, " %#llx", (unsigned long long)b->pcs[j]);

@@ -46,6 +46,8 @@ struct heap_stats {
 	uint64_t unwound;       /* ALLOCs unwound past the agent */
 	uint64_t walked;        /* ALLOCs the agent walked itself (wire.h) */
 	uint64_t other_rate;    /* ALLOCs drawn at another rate than opts.rate */
+	uint64_t live_snapshots; /* of the live set, taken */
+	uint64_t live;           /* sampled blocks in the last one */
 };
 
 struct heap;
@@ -58,6 +60,23 @@ int heap_add_alloc(struct heap *h, const struct cprof_wire_alloc *r);
 int heap_add_free(struct heap *h, const struct cprof_wire_free *r);
 
 const struct heap_stats *heap_stats(const struct heap *h);
+
+/*
+ * A snapshot of the agent's live set (channel_live()), added once every
+ * ALLOC published before it was: inuse is then the mean of the snapshots'
+ * blocks, not ALLOCs minus FREEs (a stream that lost a FREE would keep a
+ * block in use for good). Blocks without a recorded ALLOC count in
+ * proportion. Each snapshot of a churning heap is a new draw of Go's
+ * sampling: their mean has a smaller error than one.
+ */
+int heap_add_live(struct heap *h, const struct cprof_wire_live *live, size_t n);
+/* The agent's counts of ALLOCs, and of records of any kind, it dropped. */
+void heap_set_lost(struct heap *h, uint64_t lost_allocs, uint64_t lost_records);
+/* What each recorded sample's alloc figures are multiplied by (>= 1). */
+double heap_alloc_factor(const struct heap *h);
+/* The same for inuse; 0 when inuse cannot be known (lost records, no
+ * snapshot). */
+double heap_inuse_factor(const struct heap *h);
 
 /* The scale of seed 000: 1 / (1 - exp(-avg / rate)); 1 when rate <= 1. */
 double heap_scale(double count, double bytes, uint64_t rate);
