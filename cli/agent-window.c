@@ -60,21 +60,13 @@ static void ask_live(struct channel *ch, struct window_result *res, uint64_t lef
 	*next = now + LIVE_EVERY_NS;
 }
 
-int agent_window_live(struct channel *ch, const struct channel_handlers *h,
-		      struct window_result *res, pid_t pid)
+/* Drains until the snapshot asked for last has been handed over. */
+static int live_wait(struct channel *ch, const struct channel_handlers *h,
+		     struct window_result *res, pid_t pid)
 {
 	const struct timespec nap = { 0, 5 * 1000 * 1000 };
-	int r = 0;
+	int r;
 
-	/* The last one asked for, else a first one. */
-	if (!channel_live_pending(ch)) {
-		if (channel_live_taken(ch) || res->live_error)
-			return 0;
-		if (channel_live_ask(ch) < 0) {
-			res->live_error = -ENOTSUP;
-			return 0;
-		}
-	}
 	for (unsigned waited = 0; channel_live_pending(ch); waited += 5) {
 		if (waited >= LIVE_TIMEOUT_MS || res->malformed) {
 			res->live_error = res->malformed ? -EPROTO : -ETIMEDOUT;
@@ -92,6 +84,16 @@ int agent_window_live(struct channel *ch, const struct channel_handlers *h,
 	}
 	res->live_snapshots = channel_live_taken(ch);
 	return 0;
+}
+
+int agent_window_live(struct channel *ch, const struct channel_handlers *h,
+		      struct window_result *res, pid_t pid)
+{
+	if (!channel_live_pending(ch) && channel_live_ask(ch) < 0) {
+		res->live_error = -ENOTSUP;
+		return 0;
+	}
+	return live_wait(ch, h, res, pid);
 }
 
 static int window(struct channel *ch, const struct target *t, uint64_t duration_ns,
@@ -143,8 +145,12 @@ static int window(struct channel *ch, const struct target *t, uint64_t duration_
 	}
 	res->window_ns = now_monotonic_ns() - start;
 	report_progress_done();
+	/* The last snapshot asked for, else a first one. */
 	if (h->live && !res->target_exited) {
-		r = agent_window_live(ch, h, res, t->pid);
+		if (channel_live_pending(ch) || res->live_error || channel_live_taken(ch))
+			r = live_wait(ch, h, res, t->pid);
+		else
+			r = agent_window_live(ch, h, res, t->pid);
 		if (r < 0)
 			return r;
 	}

@@ -37,11 +37,11 @@ int agent_window(struct channel *ch, const struct target *t, uint64_t duration_n
 		 const struct channel_handlers *h, const char *what, struct window_result *res);
 
 /*
- * Waits for the live set's snapshot asked for last (or asks for one if none
- * was taken yet), draining meanwhile: the drain hands it to @h->live. With
- * @h->live set, the window asks every 100 ms in its last second and calls
- * this at its end. A snapshot the agent did not give goes to
- * @res->live_error; a handler's error is returned.
+ * Asks for the live set's snapshot (unless one is pending) and drains until
+ * it was handed to @h->live. With @h->live set, the window itself asks
+ * every 100 ms in its last second and waits for the last one. A snapshot
+ * the agent did not give goes to @res->live_error; a handler's error is
+ * returned.
  */
 int agent_window_live(struct channel *ch, const struct channel_handlers *h,
 		      struct window_result *res, pid_t pid);

@@ -207,9 +207,25 @@ static void summary(const struct heap_args *a, const struct output *out,
 struct keep_ctx {
 	struct heap *heap;
 	struct channel *ch; /* its counters say what the ring lost since sampling began */
+	const struct channel_handlers *handlers;
+	pid_t pid;
 	uint64_t start_realtime_ns, start_ns;
 	const char *command_line;
 };
+
+/* What is in use now: one fresh snapshot of the live set. */
+static int keep_take_live(struct keep_ctx *k)
+{
+	struct window_result w = { 0 };
+	struct channel_counters c;
+	int r;
+
+	heap_reset_live(k->heap);
+	r = agent_window_live(k->ch, k->handlers, &w, k->pid);
+	channel_counters(k->ch, &c);
+	heap_set_lost(k->heap, c.lost_allocs, c.lost);
+	return r;
+}
 
 static int keep_render(void *arg, const char *index, int debug, char **ret, size_t *ret_len)
 {
@@ -218,6 +234,9 @@ static int keep_render(void *arg, const char *index, int debug, char **ret, size
 	uint8_t *buf;
 	int r;
 
+	r = keep_take_live(k);
+	if (r < 0)
+		return r;
 	if (debug == 1)
 		return render_text(k->heap, ret, ret_len);
 	for (size_t i = 0; i < ARRAY_SIZE(indexes); i++)
@@ -544,6 +563,8 @@ out_write:
 		command_line_join(argc, argv, cmdline, sizeof(cmdline));
 		keep.heap = h;
 		keep.ch = ch;
+		keep.handlers = &handlers;
+		keep.pid = t.pid;
 		keep.start_realtime_ns = w.start_realtime_ns;
 		keep.command_line = cmdline;
 		if (keep_serve_on(keep_lfd, ch, &t, &handlers, &keep, keep_fd, code) < 0)

@@ -181,6 +181,13 @@ int heap_add_live(struct heap *h, const struct cprof_wire_live *live, size_t n)
 	return 0;
 }
 
+void heap_reset_live(struct heap *h)
+{
+	for (size_t i = 0; i < h->nbuckets; i++)
+		h->buckets[i].live_objects = 0;
+	h->live_snapshots = h->live_recorded = h->live_unknown = 0;
+}
+
 void heap_set_lost(struct heap *h, uint64_t lost_allocs, uint64_t lost_records)
 {
 	h->lost_allocs = lost_allocs;

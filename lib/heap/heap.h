@@ -70,6 +70,8 @@ const struct heap_stats *heap_stats(const struct heap *h);
  * sampling: their mean has a smaller error than one.
  */
 int heap_add_live(struct heap *h, const struct cprof_wire_live *live, size_t n);
+/* Forget the snapshots added so far (a later profile takes new ones). */
+void heap_reset_live(struct heap *h);
 /* The agent's counts of ALLOCs, and of records of any kind, it dropped. */
 void heap_set_lost(struct heap *h, uint64_t lost_allocs, uint64_t lost_records);
 /* What each recorded sample's alloc figures are multiplied by (>= 1). */
