@@ -1,0 +1,215 @@
+/*
+ * cprof heap where it used to lie or harm (tests/targets/ring: a heap of a
+ * fixed size churned as fast as the allocator goes, 62.5 MiB live):
+ *   - at the default rate the agent's ring overflows, yet every figure is
+ *     right: inuse from the agent's live set, alloc scaled for what was not
+ *     recorded, against the truth the target counts over the hooked window;
+ *   - a single-threaded target keeps glibc's single-thread paths, and its
+ *     speed, after any session.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testhelp.h"
+
+TestSuite(heap_truth, .init = th_init, .fini = th_cleanup, .timeout = 240);
+
+static void skip_without_ptrace(void)
+{
+	if (geteuid() != 0)
+		cr_skip_test("cprof heap needs ptrace of the target: run as root");
+}
+
+struct ring_report {
+	uint64_t ops, cpu_ns, hooked_ops, live_objects, live_bytes;
+	int single;
+};
+
+/* Asks the ring program for its report and reads it (it writes within a
+ * few hundred allocations). */
+static void ring_report(pid_t pid, const char *path, struct ring_report *r)
+{
+	char line[128];
+	FILE *f;
+
+	unlink(path);
+	cr_assert_eq(kill(pid, SIGUSR2), 0);
+	for (int i = 0; i < 500 && access(path, R_OK) != 0; i++)
+		th_sleep_ms(2);
+	f = fopen(path, "re");
+	cr_assert_not_null(f, "ring wrote no report to %s", path);
+	memset(r, 0, sizeof(*r));
+	r->single = -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long v;
+		char key[32];
+
+		if (sscanf(line, "%31s %llu", key, &v) != 2)
+			continue;
+		if (!strcmp(key, "ops"))
+			r->ops = v;
+		else if (!strcmp(key, "cpu_ns"))
+			r->cpu_ns = v;
+		else if (!strcmp(key, "hooked_ops"))
+			r->hooked_ops = v;
+		else if (!strcmp(key, "live_objects"))
+			r->live_objects = v;
+		else if (!strcmp(key, "live_bytes"))
+			r->live_bytes = v;
+		else if (!strcmp(key, "single"))
+			r->single = (int)v;
+	}
+	fclose(f);
+}
+
+static double sum_of(const struct profile *p, const char *type, const char *unit)
+{
+	int vi = th_sample_type(p, type, unit);
+	double sum = 0;
+
+	cr_assert_geq(vi, 0, "no sample type %s/%s", type, unit);
+	for (size_t i = 0; i < p->nsamples; i++)
+		sum += (double)p->samples[i].values[vi];
+	return sum;
+}
+
+static void assert_near(double got, double want, double tolerance, const char *what,
+			unsigned threads)
+{
+	double err = want ? (got - want) / want : 1.0;
+
+	cr_log_info("%u thread(s): %-13s %.0f, truth %.0f (%+.2f%%)", threads, what, got, want,
+		    100 * err);
+	cr_expect(err <= tolerance && err >= -tolerance,
+		  "%u thread(s): %s is %.0f, truth %.0f (%+.1f%%, allowed %.0f%%)", threads, what,
+		  got, want, 100 * err, 100 * tolerance);
+}
+
+/* The ring program with @threads threads, profiled 3 s at the default rate. */
+static void ring_figures(unsigned threads)
+{
+	const char *report = th_tmp_path("ring-truth.report");
+	const char *out = th_tmp_path("ring-truth.pb.gz");
+	char nthreads[16];
+	struct ring_report truth;
+	struct profile *p;
+	struct th_run r;
+	pid_t pid;
+
+	snprintf(nthreads, sizeof(nthreads), "%u", threads);
+	pid = TH_SPAWN("ring", "60", report, nthreads);
+	th_sleep_ms(300);
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "3s", "-o", out);
+	th_run_log(&r, "cprof heap");
+	cr_assert_eq(r.exit_code, 0);
+	ring_report(pid, report, &truth);
+	th_kill(pid);
+	cr_assert_gt(truth.hooked_ops, 0, "the target never saw its malloc hooked");
+	p = th_load_profile(out);
+	cr_assert_not_null(p);
+	/* Each figure is the truth's within 10%: inuse from ~118 sampled blocks
+	 * per snapshot, ten of them (8.7% / sqrt(10) per snapshot's draw). */
+	assert_near(sum_of(p, "inuse_space", "bytes"), (double)truth.live_bytes, 0.10, "inuse_space",
+		    threads);
+	assert_near(sum_of(p, "inuse_objects", "count"), (double)truth.live_objects, 0.10,
+		    "inuse_objects", threads);
+	assert_near(sum_of(p, "alloc_objects", "count"), (double)truth.hooked_ops, 0.10,
+		    "alloc_objects", threads);
+	assert_near(sum_of(p, "alloc_space", "bytes"), (double)truth.hooked_ops * 65536, 0.10,
+		    "alloc_space", threads);
+	cr_log_info("%u thread(s): %s", threads, strstr(r.err, "not recorded") ? "records were lost"
+									      : "nothing lost");
+	profile_free(p);
+	th_run_release(&r);
+}
+
+Test(heap_truth, ring_figures_one_thread)
+{
+	skip_without_ptrace();
+	th_skip_accuracy_when_sanitized();
+	ring_figures(1);
+}
+
+Test(heap_truth, ring_figures_two_threads)
+{
+	skip_without_ptrace();
+	th_skip_accuracy_when_sanitized();
+	ring_figures(2);
+}
+
+Test(heap_truth, ring_figures_four_threads)
+{
+	skip_without_ptrace();
+	th_skip_accuracy_when_sanitized();
+	ring_figures(4);
+}
+
+/* Allocations per CPU second of the target over @ms: the best of three
+ * windows (the machine is shared; what the program can do is the best). */
+static double ring_speed(pid_t pid, const char *report, int ms)
+{
+	double best = 0;
+
+	for (int k = 0; k < 3; k++) {
+		struct ring_report a, b;
+		double v;
+
+		ring_report(pid, report, &a);
+		th_sleep_ms(ms);
+		ring_report(pid, report, &b);
+		v = (double)(b.ops - a.ops) / ((double)(b.cpu_ns - a.cpu_ns) / 1e9);
+		if (v > best)
+			best = v;
+	}
+	return best;
+}
+
+Test(heap_truth, single_threaded_target_keeps_its_speed)
+{
+	static const char *const sessions[][4] = {
+		{ "heap", "--rate", "512KiB", "1s" },
+		{ "block", "--rate", "1ns", "1s" },
+		{ "mutex", "--rate", "1", "1s" },
+		{ "threadcreate", NULL, NULL, "1s" },
+	};
+	const char *report = th_tmp_path("ring-speed.report");
+	struct ring_report rep;
+	double before, after;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("ring", "120", report, "1");
+	th_sleep_ms(200);
+	ring_report(pid, report, &rep);
+	cr_assert_eq(rep.single, 1, "glibc's single-thread flag is off before any session");
+	before = ring_speed(pid, report, 400);
+	for (size_t i = 0; i < sizeof(sessions) / sizeof(sessions[0]); i++) {
+		struct th_run r;
+
+		if (sessions[i][1])
+			TH_CPROF(&r, 60000, sessions[i][0], "-p", th_pid_str(pid), "-d", sessions[i][3],
+				 sessions[i][1], sessions[i][2], "-o",
+				 th_tmp_path("ring-speed.pb.gz"));
+		else
+			TH_CPROF(&r, 60000, sessions[i][0], "-p", th_pid_str(pid), "-d", sessions[i][3],
+				 "-o", th_tmp_path("ring-speed.pb.gz"));
+		th_run_log(&r, sessions[i][0]);
+		cr_assert_eq(r.exit_code, 0, "cprof %s failed", sessions[i][0]);
+		th_run_release(&r);
+		ring_report(pid, report, &rep);
+		cr_assert_eq(rep.single, 1,
+			     "after cprof %s, glibc takes the process for multi-threaded for good",
+			     sessions[i][0]);
+		th_assert_let_go(pid, false, sessions[i][0]);
+	}
+	after = ring_speed(pid, report, 400);
+	cr_log_info("single-threaded malloc loop: %.1f M/cpu-s before, %.1f after four sessions "
+		    "(%.3fx)", before / 1e6, after / 1e6, after / before);
+	cr_expect_geq(after / before, 0.97, "after detach the target runs at %.3fx its speed",
+		      after / before);
+	th_kill(pid);
+}
