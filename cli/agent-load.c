@@ -14,6 +14,8 @@
 
 #define PICK_TIMEOUT_MS 5000
 #define CALL_TIMEOUT_MS 10000
+/* ~10,000 heap records between two drains. */
+#define AGENT_RING_SIZE (16u << 20)
 
 #ifndef CPROF_AGENT_REL
 #define CPROF_AGENT_REL "../lib/cprof/cprof-agent.so"
@@ -250,8 +252,7 @@ struct channel *agent_rules_channel(const struct agent_load *al)
 	return getenv("CPROF_HEAP_COPY_STACKS") ? NULL : al->ch;
 }
 
-int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate,
-	       uint32_t ring_size)
+int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate)
 {
 	char agent[PATH_MAX], why[PATH_MAX + 128];
 	struct inject_opts o;
@@ -295,7 +296,7 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 		 * agent's watchdog to go by the heartbeat alone. */
 		.cprof_pid = target_other_pidns(t->pid) ? 0 : getpid(),
 		.rate = rate,
-		.ring_size = ring_size,
+		.ring_size = AGENT_RING_SIZE,
 		.events = events,
 		.pick_timeout_ms = PICK_TIMEOUT_MS,
 		.call_timeout_ms = CALL_TIMEOUT_MS,

@@ -32,14 +32,14 @@ struct channel *agent_rules_channel(const struct agent_load *al);
 
 /*
  * Loads the agent into @t, starts a session and opens its channel (@al->ch) recording @events
- * (CPROF_EVENTS_*) at @rate (its unit is the events') with a ring of
- * @ring_size bytes (0: default). Returns 0, or an exit code (enum cprof_exit)
+ * (CPROF_EVENTS_*) at @rate (its unit is the events'). Every kind asks for
+ * the same ring, so that the agent keeps one memfd for them all. Returns 0,
+ * or an exit code (enum cprof_exit)
  * after reporting the error. A SIGINT/SIGTERM (interrupt.h) before the agent
  * was loaded also returns 0, with @al->ch NULL: agent_window() then makes an
  * empty window, and the command writes its empty profile.
  */
-int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate,
-	       uint32_t ring_size);
+int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate);
 void agent_load_release(struct agent_load *al);
 
 /*

@@ -163,6 +163,8 @@ static int window(struct channel *ch, const struct target *t, uint64_t duration_
 	/* Whatever was published before the hooks went. */
 	r = drain(ch, h, res);
 	channel_counters(ch, &res->counters);
+	if (detach && res->detached)
+		channel_give_back(ch);
 	return r;
 }
 

@@ -214,7 +214,7 @@ static int run(int argc, char **argv, const struct kind *k)
 		return EXIT_OUTPUT;
 	}
 	interrupt_install();
-	code = agent_load(&al, &t, k->events, a.rate, 0);
+	code = agent_load(&al, &t, k->events, a.rate);
 	if (code)
 		goto out_abort;
 	ch = al.ch;

@@ -28,7 +28,6 @@
 
 #define CMD "heap"
 #define DEFAULT_RATE (512u << 10) /* Go's MemProfileRate */
-#define RING_SIZE (16u << 20)     /* ~10,000 records between two drains */
 
 static const char *const indexes[] = { "inuse_space", "inuse_objects", "alloc_space",
 				       "alloc_objects" };
@@ -503,7 +502,7 @@ int cmd_heap(int argc, char **argv)
 		}
 	}
 	interrupt_install();
-	code = agent_load(&al, &t, CPROF_EVENTS_HEAP, a.rate, RING_SIZE);
+	code = agent_load(&al, &t, CPROF_EVENTS_HEAP, a.rate);
 	if (code)
 		goto out_abort;
 	ch = al.ch;

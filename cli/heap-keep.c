@@ -71,7 +71,11 @@ int keep_listen(int fd)
 
 int keep_end(struct channel *ch)
 {
-	return channel_command(ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED, 2000);
+	int r = channel_command(ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED, 2000);
+
+	if (r == 0)
+		channel_give_back(ch);
+	return r;
 }
 
 int keep_connect(const struct target *t)

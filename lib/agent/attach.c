@@ -206,15 +206,16 @@ static void atfork_child(void)
 #define RULES_SIZE (sizeof(struct cprof_wire_rule) << CPROF_RULES_BITS_DEFAULT)
 #define LIVE_SIZE (sizeof(struct cprof_wire_live) * LIVESET_CAPACITY)
 
-/* A memfd of @ring_size bytes of ring and the rules, mapped; reuses the last
- * one if it fits. */
+/* A memfd of @ring_size bytes of ring, the rules and the snapshot's room,
+ * mapped; reuses the last one if it is large enough (cprof asks every kind
+ * for the same size: one memfd per process). */
 static int memfd_setup(uint32_t ring_size)
 {
 	size_t size = CPROF_WIRE_HEADER_SIZE + (size_t)ring_size + RULES_SIZE + LIVE_SIZE;
 	void *map;
 	int fd, ret;
 
-	if (memfd >= 0 && memfd_map && memfd_map_size == size) {
+	if (memfd >= 0 && memfd_map && memfd_map_size >= size) {
 		/* Fresh contents for the new reader (pages back to zero). */
 		if (fallocate(memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)size) != 0)
 			memset(memfd_map, 0, CPROF_WIRE_HEADER_SIZE);

@@ -191,6 +191,13 @@ static bool contains(uint64_t lo, uint64_t hi, const char *line, void *arg)
 
 void capture_init(void)
 {
+	static bool done;
+
+	/* Once: the main stack stays, and a later attach may run on a thread
+	 * stopped inside malloc, where dlsym has no business. */
+	if (done)
+		return;
+	done = true;
 	maps_each(is_main_stack, NULL);
 	/* ld.so's; dlsym is fine here (attach, not a hook). */
 	void **end = dlsym(RTLD_DEFAULT, "__libc_stack_end");

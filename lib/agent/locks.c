@@ -167,6 +167,11 @@ void locks_reset(void)
 
 int locks_resolve(void)
 {
+	/* Once: a later attach may run on a thread stopped inside malloc
+	 * (inject.c), where dlsym has no business. */
+	if (agent_real.pthread_mutex_trylock && agent_real.pthread_rwlock_tryrdlock &&
+	    agent_real.pthread_rwlock_trywrlock && agent_real.sem_trywait)
+		return 0;
 	agent_real.pthread_mutex_trylock = dlsym(RTLD_DEFAULT, "pthread_mutex_trylock");
 	agent_real.pthread_rwlock_tryrdlock = dlsym(RTLD_DEFAULT, "pthread_rwlock_tryrdlock");
 	agent_real.pthread_rwlock_trywrlock = dlsym(RTLD_DEFAULT, "pthread_rwlock_trywrlock");

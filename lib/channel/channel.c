@@ -158,6 +158,15 @@ out_close:
 	return r;
 }
 
+void channel_give_back(struct channel *ch)
+{
+	size_t header = CPROF_WIRE_HEADER_SIZE;
+
+	/* Shared memory of the target: MADV_REMOVE frees the file's pages. */
+	if (ch->mapped && ch->map_size > header)
+		madvise(ch->map + header, ch->map_size - header, MADV_REMOVE);
+}
+
 void channel_close(struct channel *ch)
 {
 	if (!ch)

@@ -42,6 +42,12 @@ struct channel_handlers {
  */
 int channel_open(struct channel **ret, pid_t pid, int fd);
 void channel_close(struct channel *ch);
+/*
+ * Once the session is over and drained: the ring's, the rules' and the
+ * snapshot's pages are freed in the target (the memfd stays, for the next
+ * session, holding nothing but its header).
+ */
+void channel_give_back(struct channel *ch);
 
 /*
  * The same over @size bytes at @map that the caller owns (tests, fuzzing):

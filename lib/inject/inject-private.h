@@ -1,6 +1,7 @@
 #ifndef CPROF_INJECT_PRIVATE_H
 #define CPROF_INJECT_PRIVATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 #include <sys/user.h>
@@ -9,11 +10,13 @@
 
 /*
  * Is the stopped thread @tid, with registers @r, safe to send on the detour?
- * Unwinds a copy of its stack and looks at every frame. Returns 0 when safe,
- * -EAGAIN when not (@why, @len says why), -ESRCH when it is gone.
+ * Unwinds a copy of its stack and looks at every frame; with @in_alloc_ok
+ * (a resident agent's attach alone) frames of the allocator are fine.
+ * Returns 0 when safe, -EAGAIN when not (@why, @len says why), -ESRCH when
+ * it is gone.
  */
 int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct user_regs_struct *r,
-			char *why, size_t len);
+			bool in_alloc_ok, char *why, size_t len);
 
 /* Loads what judging needs (symbol tables, CFI) before anything stops. */
 void inject_warm_up(const struct inject_opts *o);

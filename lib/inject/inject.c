@@ -15,6 +15,7 @@
  */
 #include "inject/inject.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <dlfcn.h>
 #include <elf.h>
@@ -53,6 +54,9 @@ struct call {
 	const struct inject_opts *o;
 	struct inject_report *rep;
 	uint64_t dlopen, dlsym, dlerror, syscall_fn;
+	/* The resident agent's attach function, when it ran a session before
+	 * (warm_agent()): called alone, by any thread not in the loader. */
+	uint64_t attach_fn;
 	uint64_t page; /* the trampoline page in the target; 0: none yet */
 	pid_t tid;     /* the thread sent on the detour */
 	int pending[MAX_PENDING]; /* signals to hand back to it */
@@ -154,6 +158,40 @@ out_close_root:
 }
 
 /*
+ * Has the resident agent held a session? Its memfd is among the target's
+ * files from its first attach on, which got done all that attach does once
+ * (resolving functions with dlsym, pthread_atfork): what is left of an
+ * attach then allocates nothing and takes no lock of the loader's but
+ * dl_iterate_phdr's (reentrant), so a thread stopped inside malloc may run
+ * it. A thread inside the loader, a signal handler or the agent still may
+ * not (judge.c).
+ */
+static bool warm_agent(pid_t pid)
+{
+	char dir[64], path[320], link[128];
+	struct dirent *d;
+	bool warm = false;
+	DIR *fds;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+	fds = opendir(dir);
+	if (!fds)
+		return false;
+	while (!warm && (d = readdir(fds))) {
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		warm = strncmp(link, "/memfd:cprof-agent", 18) == 0;
+	}
+	closedir(fds);
+	return warm;
+}
+
+/*
  * A resident agent is used again, by the path it was loaded from (dlopen of
  * the same path returns it, never a second copy that would hook the first).
  * Otherwise ours, if the target sees the very same file at that path, else
@@ -171,6 +209,10 @@ static int choose_agent_path(struct call *c)
 				return -EXDEV;
 			snprintf(c->rep->agent_path, sizeof(c->rep->agent_path), "%s",
 				 m->entries[i].path);
+			if (warm_agent(c->pid) &&
+			    inject_find_function(c->pid, m, "cprof-agent", "cprof_agent_attach_events",
+						 &c->attach_fn) == 0)
+				c->rep->resident = 1;
 			return 0;
 		}
 	if (c->o->agent_path[0] != '/' || strlen(c->o->agent_path) >= TD_PATH_MAX)
@@ -363,6 +405,9 @@ static void fill_image(struct call *c, const struct user_regs_struct *r)
 	*field(c, TD_ARG3) = c->o->events ? c->o->events : CPROF_EVENTS_HEAP;
 	*field(c, TD_DONE) = 0;
 	*field(c, TD_FXSAVE) = c->fxsave;
+	/* Preset: the trampoline calls it alone (no dlopen, no dlsym). */
+	*field(c, TD_FUNC) = c->attach_fn;
+	*field(c, TD_HANDLE) = c->attach_fn ? 1 : 0;
 	snprintf((char *)field(c, TD_SYM), TD_SYM_MAX, "cprof_agent_attach_events");
 	snprintf((char *)field(c, TD_PATH), TD_PATH_MAX, "%s", c->rep->agent_path);
 	ptrace_resume_point(r, &rip, &rax);
@@ -471,7 +516,8 @@ static int try_thread(struct call *c, pid_t tid)
 	waitpid(tid, &status, __WALL | WNOHANG); /* ours: carries no signal */
 	if (ptrace(PTRACE_GETREGS, tid, 0, &regs) < 0)
 		return -EAGAIN;
-	k = inject_judge_thread(c->o, tid, &regs, c->rep->why, sizeof(c->rep->why));
+	k = inject_judge_thread(c->o, tid, &regs, c->attach_fn != 0, c->rep->why,
+				sizeof(c->rep->why));
 	if (k == 0)
 		k = launch(c, tid, &regs);
 	if (k < 0) {

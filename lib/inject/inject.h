@@ -55,6 +55,7 @@ struct inject_report {
 	unsigned tried;          /* threads looked at */
 	unsigned refused;        /* of which found unsafe */
 	int reused_page;         /* 1: the trampoline page of an earlier run */
+	int resident;            /* 1: the agent was loaded and warm: attach called alone */
 	char why[160];           /* why the last thread was refused */
 	char dlerror[256];       /* dlopen's complaint, when it failed */
 	char agent_path[1024];   /* the path dlopen was given */

@@ -27,13 +27,22 @@
 /* dlopen + the agent's attach use a few KiB; ask for a margin. */
 #define STACK_NEEDED (64u << 10)
 
-/* Functions that hold (or wait for) the allocator's or the loader's locks,
- * or run under a signal's or fork's constraints: linkage names, ... */
-static const char *const unsafe_names[] = {
+/* The allocator's functions: they hold (or wait for) its locks. A resident
+ * agent's attach alone allocates nothing, and may run inside them. */
+static const char *const alloc_names[] = {
 	"malloc", "calloc", "realloc", "free", "cfree", "memalign", "valloc", "pvalloc",
 	"posix_memalign", "aligned_alloc", "reallocarray", "sysmalloc", "systrim",
 	"__libc_malloc", "__libc_calloc", "__libc_realloc", "__libc_free", "__libc_memalign",
 	"__libc_valloc", "__libc_pvalloc", "__libc_alloc_buffer_allocate",
+};
+
+static const char *const alloc_prefixes[] = {
+	"_int_", "_mid_memalign", "arena_", "tcache_", "malloc_", "__malloc_",
+};
+
+/* Functions that hold (or wait for) the loader's locks, or run under a
+ * signal's or fork's constraints: linkage names, ... */
+static const char *const unsafe_names[] = {
 	"dlopen", "dlmopen", "dlsym", "dlvsym", "dlclose", "dlerror", "dladdr", "dladdr1",
 	"dlinfo", "dl_iterate_phdr", "fork", "_Fork", "vfork", "exit", "_exit", "__cxa_finalize",
 	"__restore_rt", "_Unwind_Find_FDE", "__libc_early_init",
@@ -41,7 +50,7 @@ static const char *const unsafe_names[] = {
 
 /* ... and prefixes of glibc's (and libgcc's, and the agent's) internals. */
 static const char *const unsafe_prefixes[] = {
-	"_int_", "_mid_memalign", "arena_", "tcache_", "malloc_", "__malloc_", "_dl_", "__dl",
+	"_dl_", "__dl",
 	"___dl", "dlopen_", "dlsym_", "dlmopen_", "_dlerror", "__libc_dl", "__run_fork",
 	"__run_exit", "__register_frame", "__deregister_frame", "cprof_agent_",
 };
@@ -74,8 +83,8 @@ static const char *basename_of(const char *path)
  * internals that matter (_int_malloc, _dl_*) are in its .symtab (the
  * libc6-dbg file), inlined helpers are judged by the function around them.
  */
-static int judge_frame(const struct inject_opts *o, uint64_t pc, bool *ret_root, char *why,
-		       size_t len)
+static int judge_frame(const struct inject_opts *o, uint64_t pc, bool in_alloc_ok, bool *ret_root,
+		       char *why, size_t len)
 {
 	Dwfl_Module *mod = dwfl_addrmodule(symbolizer_dwfl(o->sym), pc);
 	const char *path = NULL, *base, *name;
@@ -98,7 +107,9 @@ static int judge_frame(const struct inject_opts *o, uint64_t pc, bool *ret_root,
 	if (!name)
 		return 0;
 	if (in_list(name, unsafe_names, ARRAY_SIZE(unsafe_names), false) ||
-	    in_list(name, unsafe_prefixes, ARRAY_SIZE(unsafe_prefixes), true)) {
+	    in_list(name, unsafe_prefixes, ARRAY_SIZE(unsafe_prefixes), true) ||
+	    (!in_alloc_ok && (in_list(name, alloc_names, ARRAY_SIZE(alloc_names), false) ||
+			      in_list(name, alloc_prefixes, ARRAY_SIZE(alloc_prefixes), true)))) {
 		snprintf(why, len, "it is inside %s (%s)", name, base);
 		return -EAGAIN;
 	}
@@ -161,7 +172,7 @@ static int copy_stack(const struct inject_opts *o, pid_t tid, const struct user_
 }
 
 int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct user_regs_struct *r,
-			char *why, size_t len)
+			bool in_alloc_ok, char *why, size_t len)
 {
 	struct unwind_input in = { 0 };
 	uint64_t pcs[MAX_FRAMES];
@@ -179,7 +190,7 @@ int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct use
 		return -EAGAIN;
 	}
 	for (int i = 0; i < n; i++) {
-		k = judge_frame(o, pcs[i], &root, why, len);
+		k = judge_frame(o, pcs[i], in_alloc_ok, &root, why, len);
 		if (k < 0)
 			return k;
 	}

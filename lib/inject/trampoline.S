@@ -20,6 +20,10 @@
 	.p2align 6
 cprof_tramp_code:
 .Lstart:
+	/* A function given: the agent is loaded already, call it alone. */
+	mov	D(TD_FUNC), %rax
+	test	%rax, %rax
+	jnz	.Lcall
 	lea	D(TD_PATH), %rdi
 	mov	D(TD_FLAGS), %rsi
 	call	*D(TD_DLOPEN)
@@ -36,6 +40,7 @@ cprof_tramp_code:
 	mov	%rax, D(TD_FUNC)
 	test	%rax, %rax
 	jz	.Ldone
+.Lcall:
 	mov	D(TD_ARG0), %rdi
 	mov	D(TD_ARG1), %rsi
 	mov	D(TD_ARG2), %rdx

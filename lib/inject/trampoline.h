@@ -11,6 +11,9 @@
  *     fn = dlsym(handle, sym);
  *     ret = fn(arg0, arg1, arg2, arg3);
  *
+ * or, when TD_FUNC is set beforehand (a resident agent), only the last line:
+ * no loader call, no allocation.
+ *
  * stores the results, sets done, then puts back the thread's extended state
  * (xrstor), flags and registers from the data block and jumps to where the
  * thread was going (restarting its interrupted system call as the kernel
