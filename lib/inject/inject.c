@@ -53,7 +53,7 @@ struct call {
 	pid_t pid;
 	const struct inject_opts *o;
 	struct inject_report *rep;
-	uint64_t dlopen, dlsym, dlerror, syscall_fn;
+	uint64_t dlopen, dlsym, dlerror, syscall_fn, setcancel;
 	/* The resident agent's attach function, when it ran a session before
 	 * (warm_agent()): called alone, by any thread not in the loader. */
 	uint64_t attach_fn;
@@ -405,6 +405,10 @@ static void fill_image(struct call *c, const struct user_regs_struct *r)
 	*field(c, TD_ARG3) = c->o->events ? c->o->events : CPROF_EVENTS_HEAP;
 	*field(c, TD_DONE) = 0;
 	*field(c, TD_FXSAVE) = c->fxsave;
+	*field(c, TD_SETCANCEL) = c->setcancel;
+	*field(c, TD_CANCELSTATE) = 0;
+	*field(c, TD_SIGALL) = ~(uint64_t)0;
+	*field(c, TD_SIGOLD) = 0;
 	/* Preset: the trampoline calls it alone (no dlopen, no dlsym). */
 	*field(c, TD_FUNC) = c->attach_fn;
 	*field(c, TD_HANDLE) = c->attach_fn ? 1 : 0;
@@ -658,6 +662,10 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 	    inject_find_function(pid, o->maps, "libdl.so.", "dlerror", &c.dlerror) < 0)
 		return -ENOENT;
 	inject_find_function(pid, o->maps, "libc.so.", "syscall", &c.syscall_fn);
+	if (inject_find_function(pid, o->maps, "libc.so.", "pthread_setcancelstate",
+				 &c.setcancel) < 0)
+		inject_find_function(pid, o->maps, "libpthread.so.", "pthread_setcancelstate",
+				     &c.setcancel);
 	c.image = calloc(1, TRAMP_SIZE);
 	if (!c.image)
 		return -ENOMEM;

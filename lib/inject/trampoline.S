@@ -20,6 +20,21 @@
 	.p2align 6
 cprof_tramp_code:
 .Lstart:
+	/* Every signal blocked (rt_sigprocmask(SIG_BLOCK)), cancellation
+	 * disabled: nothing takes the thread off the detour (trampoline.h). */
+	mov	$14, %eax
+	xor	%edi, %edi
+	lea	D(TD_SIGALL), %rsi
+	lea	D(TD_SIGOLD), %rdx
+	mov	$8, %r10d
+	syscall
+	mov	D(TD_SETCANCEL), %rax
+	test	%rax, %rax
+	jz	.Lgo
+	mov	$1, %edi /* PTHREAD_CANCEL_DISABLE */
+	lea	D(TD_CANCELSTATE), %rsi
+	call	*%rax
+.Lgo:
 	/* A function given: the agent is loaded already, call it alone. */
 	mov	D(TD_FUNC), %rax
 	test	%rax, %rax
@@ -48,6 +63,19 @@ cprof_tramp_code:
 	call	*%rax
 	mov	%rax, D(TD_RET)
 .Ldone:
+	mov	D(TD_SETCANCEL), %rax
+	test	%rax, %rax
+	jz	.Lmask
+	mov	D(TD_CANCELSTATE), %edi
+	xor	%esi, %esi
+	call	*%rax
+.Lmask:
+	mov	$14, %eax /* rt_sigprocmask(SIG_SETMASK, old) */
+	mov	$2, %edi
+	lea	D(TD_SIGOLD), %rsi
+	xor	%edx, %edx
+	mov	$8, %r10d
+	syscall
 	movq	$1, D(TD_DONE)
 	/* Extended state first: it needs rax and rdx for its mask (all). */
 	mov	$-1, %eax

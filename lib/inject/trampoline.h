@@ -12,7 +12,10 @@
  *     ret = fn(arg0, arg1, arg2, arg3);
  *
  * or, when TD_FUNC is set beforehand (a resident agent), only the last line:
- * no loader call, no allocation.
+ * no loader call, no allocation. Around it all, the thread has every signal
+ * blocked and cancellation disabled, as it had them before afterwards: no
+ * handler (one that longjmps, say) and no pthread_cancel() can take it off
+ * the detour halfway, holding a lock of the loader's or the agent's for good.
  *
  * stores the results, sets done, then puts back the thread's extended state
  * (xrstor), flags and registers from the data block and jumps to where the
@@ -43,6 +46,10 @@
 #define TD_FXSAVE 104  /* 1: restore with fxrstor64 (no XSAVE), 0: xrstor64 */
 #define TD_ARG3 112    /* the function's fourth argument */
 #define TD_REGS 128    /* the registers to go back with, TR_* order */
+#define TD_SETCANCEL 272   /* pthread_setcancelstate in the target, 0: none */
+#define TD_CANCELSTATE 280 /* the thread's cancel state, kept over the detour */
+#define TD_SIGALL 288      /* all ones: the signal mask during the detour */
+#define TD_SIGOLD 296      /* the thread's own mask, put back at the end */
 #define TD_SYM 320     /* NUL-terminated symbol name, TD_SYM_MAX bytes */
 #define TD_SYM_MAX 64
 #define TD_PATH 384    /* NUL-terminated path of the .so, TD_PATH_MAX bytes */
@@ -77,7 +84,8 @@
 /* The code, to be copied to offset 0 of the target's page. */
 extern const unsigned char cprof_tramp_code[], cprof_tramp_code_end[];
 
-_Static_assert(TD_REGS + 8 * TR_COUNT <= TD_SYM, "trampoline layout");
+_Static_assert(TD_REGS + 8 * TR_COUNT <= TD_SETCANCEL, "trampoline layout");
+_Static_assert(TD_SIGOLD + 8 <= TD_SYM, "trampoline layout");
 _Static_assert(TD_SYM + TD_SYM_MAX <= TD_PATH, "trampoline layout");
 _Static_assert(TD_PATH + TD_PATH_MAX <= TD_XSAVE, "trampoline layout");
 _Static_assert((TRAMP_DATA + TD_XSAVE) % 64 == 0, "xrstor needs 64-byte alignment");
