@@ -53,6 +53,8 @@ static struct child {
 	bool used;
 	pid_t pid;
 	int fd; /* read end of its stdout, -1 if none */
+	char *early;	  /* what it printed after "ready\n", read with it */
+	size_t early_len; /* (th_read_until() hands it out first) */
 	bool reaped;
 	int status;	  /* wait status, once reaped */
 	struct rusage ru; /* its resource usage, once reaped */
@@ -162,6 +164,7 @@ static void untrack(struct child *c)
 		pthread_join(c->reaper, NULL);
 	if (c->fd >= 0)
 		close(c->fd);
+	free(c->early);
 	pthread_mutex_lock(&children_lock);
 	c->used = false;
 	pthread_mutex_unlock(&children_lock);
@@ -347,6 +350,25 @@ pid_t th_spawn_path(const char *path, const char *const *args)
 	return th_spawn_cmd(argv, path);
 }
 
+/* Keeps what a target printed after "ready\n" in the same read. */
+static void keep_early(pid_t pid, const char *data, size_t len)
+{
+	struct child *c;
+
+	if (!len)
+		return;
+	pthread_mutex_lock(&children_lock);
+	c = find_child(pid);
+	if (c && !c->early) {
+		c->early = malloc(len);
+		if (c->early) {
+			memcpy(c->early, data, len);
+			c->early_len = len;
+		}
+	}
+	pthread_mutex_unlock(&children_lock);
+}
+
 pid_t th_spawn_cmd(const char *const *argv, const char *name)
 {
 	int fds[2];
@@ -385,10 +407,116 @@ pid_t th_spawn_cmd(const char *const *argv, const char *name)
 		cr_assert(r > 0, "target %s exited before it was ready", name);
 		len += (size_t)r;
 		buf[len] = '\0';
-		if (strstr(buf, "ready\n"))
+		char *ready = strstr(buf, "ready\n");
+		if (ready) {
+			keep_early(pid, ready + 6, len - (size_t)(ready + 6 - buf));
 			return pid;
+		}
 		cr_assert(len < sizeof(buf) - 1, "target %s printed garbage before ready", name);
 	}
+}
+
+/* True if @buf[0, @len) holds @line as a whole, finished line. */
+static bool has_line(const char *buf, size_t len, const char *line)
+{
+	size_t n = strlen(line);
+	const char *p = buf, *end = buf + len;
+
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+
+		if (!nl)
+			return false;
+		if ((size_t)(nl - p) == n && memcmp(p, line, n) == 0)
+			return true;
+		p = nl + 1;
+	}
+	return false;
+}
+
+int th_read_until(pid_t pid, const char *line, int timeout_ms, char **ret_out)
+{
+	uint64_t deadline = th_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	size_t len = 0, alloc = 4096;
+	char *buf = malloc(alloc);
+	int fd = -1, ret;
+	struct child *c;
+
+	cr_assert(buf);
+	buf[0] = '\0';
+	pthread_mutex_lock(&children_lock);
+	c = find_child(pid);
+	if (c) {
+		fd = c->fd;
+		if (c->early) {
+			if (c->early_len + 1 > alloc) {
+				free(buf);
+				alloc = c->early_len + 1;
+				buf = malloc(alloc);
+			}
+			if (buf) {
+				memcpy(buf, c->early, c->early_len);
+				len = c->early_len;
+			}
+			free(c->early);
+			c->early = NULL;
+			c->early_len = 0;
+		}
+	}
+	pthread_mutex_unlock(&children_lock);
+	cr_assert(buf);
+	buf[len] = '\0';
+	cr_assert(fd >= 0, "th_read_until: %d is not a target of ours with its stdout", (int)pid);
+	for (;;) {
+		struct pollfd pfd = {fd, POLLIN, 0};
+		uint64_t now = th_now_ns();
+		ssize_t r;
+		int n;
+
+		if (has_line(buf, len, line)) {
+			ret = 0;
+			break;
+		}
+		if (now >= deadline) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+		n = poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		cr_assert(n >= 0, "poll: %s", strerror(errno));
+		if (n == 0)
+			continue;
+		if (len + 4096 + 1 > alloc) {
+			alloc *= 2;
+			buf = realloc(buf, alloc);
+			cr_assert(buf);
+		}
+		r = read(fd, buf + len, alloc - len - 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			ret = -EPIPE;
+			break;
+		}
+		len += (size_t)r;
+		buf[len] = '\0';
+	}
+	*ret_out = buf;
+	return ret;
+}
+
+bool th_signal(pid_t pid, int sig)
+{
+	struct child *c;
+	bool sent = false;
+
+	pthread_mutex_lock(&children_lock);
+	c = pid > 0 ? find_child(pid) : NULL;
+	if (c && !c->reaped)
+		sent = kill(pid, sig) == 0;
+	pthread_mutex_unlock(&children_lock);
+	return sent;
 }
 
 bool th_alive(pid_t pid)

@@ -78,6 +78,21 @@ void th_kill(pid_t pid);
 bool th_alive(pid_t pid);
 
 /*
+ * Reads what target @pid (started by th_spawn_target() or th_spawn_path())
+ * prints after "ready" until a line equal to @line has been read, for up
+ * to @timeout_ms. Returns 0, -ETIMEDOUT, or -EPIPE when its stdout closed
+ * first; in every case *@ret_out is everything read, NUL-terminated (free
+ * it): all of it, lines after @line too. A later call reads on from there.
+ */
+int th_read_until(pid_t pid, const char *line, int timeout_ms, char **ret_out);
+
+/*
+ * Sends @sig to our child @pid unless it is already reaped (a reaped pid
+ * may be someone else's). Returns true if it was sent.
+ */
+bool th_signal(pid_t pid, int sig);
+
+/*
  * Waits up to @timeout_ms for our child @pid to exit, and returns its wait
  * status (and forgets it), or -1 on timeout (the child is left running).
  */
