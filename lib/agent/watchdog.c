@@ -141,7 +141,7 @@ int watchdog_start(pid_t cprof_pid, uint64_t session)
 {
 	const int flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
 			  CLONE_SYSVSEM | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID;
-	sigset_t all, old;
+	uint64_t all = ~(uint64_t)0, old = 0;
 	long tid;
 
 	/* The last one leaves within a tick once its session is over. */
@@ -152,9 +152,14 @@ int watchdog_start(pid_t cprof_pid, uint64_t session)
 	watch.pidfd = cprof_pid > 0 ? (int)RAW2(SYS_pidfd_open, cprof_pid, 0) : -1;
 	if (watch.pidfd < 0)
 		watch.pidfd = -1;
-	/* Born with every signal blocked: it inherits this thread's mask. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
+	/*
+	 * Born with every signal blocked: it inherits this thread's mask. The
+	 * system call itself, not pthread_sigmask(), which leaves glibc's
+	 * SIGCANCEL open: a thread cancelled while it runs this (on cprof's
+	 * detour, asleep in a cancellable wait before) would take the
+	 * cancellation here, the session's lock held, and so would the task.
+	 */
+	RAW4(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof(all));
 	__atomic_store_n(&watchdog_tid, -1, __ATOMIC_RELAXED);
 	tid = clone(watchdog_main, watchdog_stack + sizeof(watchdog_stack), flags, &watch,
 		    &watchdog_tid, NULL, &watchdog_tid);
@@ -162,7 +167,7 @@ int watchdog_start(pid_t cprof_pid, uint64_t session)
 		tid = -errno;
 		__atomic_store_n(&watchdog_tid, 0, __ATOMIC_RELEASE);
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	RAW4(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof(old));
 	if (tid < 0 && watch.pidfd >= 0)
 		close(watch.pidfd);
 	return tid < 0 ? (int)tid : 0;

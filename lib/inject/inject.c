@@ -65,6 +65,7 @@ struct call {
 	uint8_t *image; /* TRAMP_SIZE bytes: what the page will hold */
 	size_t xsave_size;
 	bool fxsave;
+	uint64_t sigmask; /* the chosen thread's, put back by the trampoline */
 };
 
 /* ---- memory of the target -------------------------------------------- */
@@ -407,8 +408,7 @@ static void fill_image(struct call *c, const struct user_regs_struct *r)
 	*field(c, TD_FXSAVE) = c->fxsave;
 	*field(c, TD_SETCANCEL) = c->setcancel;
 	*field(c, TD_CANCELSTATE) = 0;
-	*field(c, TD_SIGALL) = ~(uint64_t)0;
-	*field(c, TD_SIGOLD) = 0;
+	*field(c, TD_SIGOLD) = c->sigmask;
 	/* Preset: the trampoline calls it alone (no dlopen, no dlsym). */
 	*field(c, TD_FUNC) = c->attach_fn;
 	*field(c, TD_HANDLE) = c->attach_fn ? 1 : 0;
@@ -439,11 +439,16 @@ static void fill_image(struct call *c, const struct user_regs_struct *r)
 static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig)
 {
 	struct user_regs_struct r = *orig;
+	uint64_t all = ~(uint64_t)0;
 	int k;
 
 	k = save_xstate(c, tid);
 	if (k < 0)
 		return k;
+	/* Its own mask goes back at the detour's end; meanwhile every signal
+	 * waits (trampoline.h). */
+	if (ptrace(PTRACE_GETSIGMASK, tid, sizeof(c->sigmask), &c->sigmask) < 0)
+		return errno == ESRCH ? -ESRCH : -ENOTSUP;
 	if (!c->page) {
 		k = map_page(c, tid, orig);
 		if (k < 0) {
@@ -463,8 +468,12 @@ static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig
 	r.orig_rax = (uint64_t)-1;
 	/* The ABI wants DF clear at a call; AC would fault unaligned code. */
 	r.eflags &= ~(uint64_t)(EFLAGS_DF | EFLAGS_AC);
-	if (ptrace(PTRACE_SETREGS, tid, 0, &r) < 0)
+	if (ptrace(PTRACE_SETSIGMASK, tid, sizeof(all), &all) < 0)
+		return errno == ESRCH ? -ESRCH : -ENOTSUP;
+	if (ptrace(PTRACE_SETREGS, tid, 0, &r) < 0) {
+		ptrace(PTRACE_SETSIGMASK, tid, sizeof(c->sigmask), &c->sigmask);
 		return -ESRCH;
+	}
 	return 0;
 }
 

@@ -20,14 +20,8 @@
 	.p2align 6
 cprof_tramp_code:
 .Lstart:
-	/* Every signal blocked (rt_sigprocmask(SIG_BLOCK)), cancellation
-	 * disabled: nothing takes the thread off the detour (trampoline.h). */
-	mov	$14, %eax
-	xor	%edi, %edi
-	lea	D(TD_SIGALL), %rsi
-	lea	D(TD_SIGOLD), %rdx
-	mov	$8, %r10d
-	syscall
+	/* Cancellation disabled (cprof blocked every signal before it let
+	 * the thread go): nothing takes it off the detour (trampoline.h). */
 	mov	D(TD_SETCANCEL), %rax
 	test	%rax, %rax
 	jz	.Lgo
@@ -63,6 +57,11 @@ cprof_tramp_code:
 	call	*%rax
 	mov	%rax, D(TD_RET)
 .Ldone:
+	movq	$1, D(TD_DONE)
+	/* A cancellation that came meanwhile may act from here on (glibc's
+	 * asynchronous type, which a thread asleep in a cancellable call has):
+	 * nothing of the loader's or the agent's is held any more, and the
+	 * unwind reaches the thread's own cleanup handlers. */
 	mov	D(TD_SETCANCEL), %rax
 	test	%rax, %rax
 	jz	.Lmask
@@ -76,7 +75,6 @@ cprof_tramp_code:
 	xor	%edx, %edx
 	mov	$8, %r10d
 	syscall
-	movq	$1, D(TD_DONE)
 	/* Extended state first: it needs rax and rdx for its mask (all). */
 	mov	$-1, %eax
 	mov	$-1, %edx

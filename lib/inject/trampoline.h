@@ -13,9 +13,12 @@
  *
  * or, when TD_FUNC is set beforehand (a resident agent), only the last line:
  * no loader call, no allocation. Around it all, the thread has every signal
- * blocked and cancellation disabled, as it had them before afterwards: no
- * handler (one that longjmps, say) and no pthread_cancel() can take it off
- * the detour halfway, holding a lock of the loader's or the agent's for good.
+ * blocked (cprof sets its mask, PTRACE_SETSIGMASK, before it lets it go: a
+ * signal already pending would otherwise be taken at the first instruction)
+ * and cancellation disabled; both are put back after the results are in. No
+ * handler (one that longjmps, say) and no pthread_cancel() takes the thread
+ * off the detour halfway, holding a lock of the loader's or the agent's for
+ * good; one that came meanwhile acts once they are put back.
  *
  * stores the results, sets done, then puts back the thread's extended state
  * (xrstor), flags and registers from the data block and jumps to where the
@@ -48,8 +51,7 @@
 #define TD_REGS 128    /* the registers to go back with, TR_* order */
 #define TD_SETCANCEL 272   /* pthread_setcancelstate in the target, 0: none */
 #define TD_CANCELSTATE 280 /* the thread's cancel state, kept over the detour */
-#define TD_SIGALL 288      /* all ones: the signal mask during the detour */
-#define TD_SIGOLD 296      /* the thread's own mask, put back at the end */
+#define TD_SIGOLD 288      /* the thread's own mask, put back at the end */
 #define TD_SYM 320     /* NUL-terminated symbol name, TD_SYM_MAX bytes */
 #define TD_SYM_MAX 64
 #define TD_PATH 384    /* NUL-terminated path of the .so, TD_PATH_MAX bytes */

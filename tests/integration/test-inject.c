@@ -277,3 +277,61 @@ Test(inject, resident_agent_is_reused_by_its_path)
 	cr_assert_eq(count_agent_mappings(pid, "cprof-agent-copy"), 0, "a second agent was loaded");
 	cr_assert_eq(th_wait_exit(pid, 15000), 0);
 }
+
+/* Reads "key value" @key from the report at @path, after asking @pid (SIGUSR2). */
+static unsigned long long report_value(pid_t pid, const char *path, const char *key)
+{
+	unsigned long long v = 0, x;
+	char line[128], k[32];
+	FILE *f;
+
+	unlink(path);
+	kill(pid, SIGUSR2);
+	for (int i = 0; i < 500 && access(path, R_OK) != 0; i++)
+		th_sleep_ms(2);
+	f = fopen(path, "re");
+	cr_assert_not_null(f, "no report at %s", path);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%31s %llu", k, &x) == 2 && !strcmp(k, key))
+			v = x;
+	fclose(f);
+	return v;
+}
+
+/*
+ * A target that cancels threads in a loop, whose waiters (asleep in a
+ * futex) are the threads the detour prefers: mutex and block sessions in
+ * turn all get in and out, every cancelled thread ran its cleanup, and the
+ * program goes on. A thread cancelled on the detour used to leave a lock
+ * held, and the next load waited out its 10 s.
+ */
+Test(inject, sessions_on_a_target_that_cancels_threads)
+{
+	const char *report = th_tmp_path("cancelloop.report");
+	unsigned long long rounds, cleanups, later;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("cancelloop", "60", report);
+	for (int i = 0; i < 8; i++) {
+		const char *kind = i % 2 ? "block" : "mutex";
+		struct th_run r;
+
+		TH_CPROF(&r, 30000, kind, "-p", th_pid_str(pid), "-d", "300ms", "-q", "-o",
+			 th_tmp_path("cancelloop.pb.gz"));
+		if (r.exit_code != 0)
+			th_run_log(&r, kind);
+		cr_assert_eq(r.exit_code, 0, "session %d (%s) failed", i + 1, kind);
+		th_run_release(&r);
+	}
+	th_assert_let_go(pid, false, "eight sessions");
+	rounds = report_value(pid, report, "rounds");
+	cleanups = report_value(pid, report, "cleanups");
+	th_sleep_ms(200);
+	later = report_value(pid, report, "rounds");
+	cr_log_info("%llu threads cancelled, %llu cleanups, %llu more in 200 ms", rounds, cleanups,
+		    later - rounds);
+	cr_assert_geq(cleanups, rounds, "a cancelled thread ran no cleanup");
+	cr_assert_gt(later, rounds, "the program stopped cancelling threads");
+	th_kill(pid);
+}
