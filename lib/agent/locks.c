@@ -273,13 +273,10 @@ static inline bool tracking_waits(void)
  * robust mutex whose owner died) or an error the real call would give too
  * (ENOTRECOVERABLE, EAGAIN, EINVAL).
  */
-#define TRY_THEN_TIMED_WAIT(kind, obj, try_call, call)                                  \
+#define TIMED_WAIT(kind, obj, call)                                                     \
 	do {                                                                            \
-		uint64_t t0_, t1_;                                                      \
-		int r_ = (try_call);                                                    \
-		if (r_ != EBUSY)                                                        \
-			return r_;                                                      \
-		t0_ = agent_now_ns();                                                   \
+		uint64_t t0_ = agent_now_ns(), t1_;                                     \
+		int r_;                                                                 \
 		wait_begin((uint64_t)(uintptr_t)(obj), t0_);                            \
 		r_ = (call);                                                            \
 		t1_ = agent_now_ns();                                                   \
@@ -287,6 +284,25 @@ static inline bool tracking_waits(void)
 		blocked((kind), (obj), t1_ - t0_);                                      \
 		return r_;                                                              \
 	} while (0)
+
+#define TRY_THEN_TIMED_WAIT(kind, obj, try_call, call)                                  \
+	do {                                                                            \
+		int try_ = (try_call);                                                  \
+		if (try_ != EBUSY)                                                      \
+			return try_;                                                    \
+		TIMED_WAIT(kind, obj, call);                                            \
+	} while (0)
+
+/*
+ * glibc's trylock of a robust mutex made not recoverable answers
+ * ENOTRECOVERABLE and leaves it locked (nptl unlocks it only when the word
+ * held its own id, which its successful exchange had just replaced): a
+ * robust mutex is never tried, its real call is timed whatever it does.
+ */
+static inline bool mutex_robust(const pthread_mutex_t *m)
+{
+	return m->__data.__kind & 0x10; /* glibc's PTHREAD_MUTEX_ROBUST_NORMAL_NP */
+}
 
 /*
  * glibc checks a deadline before it tries some locks (rwlocks, semaphores):
@@ -302,6 +318,8 @@ int hook_pthread_mutex_lock(pthread_mutex_t *m)
 {
 	if (likely(!tracking_waits()) || agent_in_hook)
 		return agent_real.pthread_mutex_lock(m);
+	if (mutex_robust(m))
+		TIMED_WAIT(CPROF_EV_MUTEX_WAIT, m, agent_real.pthread_mutex_lock(m));
 	TRY_THEN_TIMED_WAIT(CPROF_EV_MUTEX_WAIT, m, agent_real.pthread_mutex_trylock(m),
 			    agent_real.pthread_mutex_lock(m));
 }
@@ -310,6 +328,8 @@ int hook_pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
 {
 	if (likely(!tracking_waits()) || agent_in_hook || !deadline_valid(t))
 		return agent_real.pthread_mutex_timedlock(m, t);
+	if (mutex_robust(m))
+		TIMED_WAIT(CPROF_EV_MUTEX_WAIT, m, agent_real.pthread_mutex_timedlock(m, t));
 	TRY_THEN_TIMED_WAIT(CPROF_EV_MUTEX_WAIT, m, agent_real.pthread_mutex_trylock(m),
 			    agent_real.pthread_mutex_timedlock(m, t));
 }
