@@ -87,8 +87,9 @@ int scratch_push(struct symbolizer *s, size_t n, const struct symbol_frame *f);
 bool lines_file_line(struct symbolizer *s, struct sym_module *m, uint64_t address,
 		     const char **ret_file, int *ret_line);
 
-/* demangle.c: C++ (Itanium ABI) names; NULL when @name is not one or the
- * demangler is unavailable. The result is pooled in @sp. */
+/* demangle.c: C++ (Itanium ABI) and Rust (legacy and v0) names as their
+ * languages print them; NULL when @name is none of those, is not valid, or
+ * memory ran out. The result is pooled in @sp. */
 const char *demangle_pooled(struct strpool *sp, const char *name);
 /* The same, returning a malloc()ed string (NULL: not demangled). */
 char *demangle(const char *name);
