@@ -82,6 +82,12 @@ const char *symbol_file_or_module(const struct symbol_frame *f, const struct sym
 /* "libfoo.so+0x1234" and "0x..." names carry their own offset. */
 bool symbol_name_has_offset(const char *name);
 /*
+ * The name ends with its own parameter list, as a demangled C++ name does:
+ * "ns::f(int)", "C::m() const &", "f() [clone .cold]". C and Rust names
+ * do not ("main", "<spin::Busy<(u32, i8)>>::spin", "f::{{closure}}").
+ */
+bool symbol_name_has_params(const char *name);
+/*
  * Writes the frames of @pcs (leaf first) to @f in Go's legacy text layout:
  * "#\t0xPC\tfunction+0xOFF\tfile:line", inlined frames innermost first.
  */

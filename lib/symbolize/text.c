@@ -20,6 +20,42 @@ bool symbol_name_has_offset(const char *name)
 	return strchr(name, '+') || !strncmp(name, "0x", 2);
 }
 
+static bool ends_with(const char *s, size_t len, const char *suffix, size_t *ret_len)
+{
+	size_t n = strlen(suffix);
+
+	if (len < n || memcmp(s + len - n, suffix, n) != 0)
+		return false;
+	*ret_len = len - n;
+	return true;
+}
+
+bool symbol_name_has_params(const char *name)
+{
+	/* What the C++ demangler may print after the parameter list. */
+	static const char *const qualifiers[] = { " const", " volatile", " restrict", " &&",
+						  " &",	    " noexcept", " transaction_safe" };
+	size_t len = strlen(name);
+	bool more = true;
+
+	while (more) {
+		const char *clone;
+
+		more = false;
+		for (size_t i = 0; i < ARRAY_SIZE(qualifiers); i++)
+			more |= ends_with(name, len, qualifiers[i], &len);
+		/* "f() [clone .cold]", "f() [clone .constprop.0] [clone .isra.0]" */
+		if (len && name[len - 1] == ']') {
+			clone = memrchr(name, '[', len);
+			if (clone && clone > name && !strncmp(clone - 1, " [clone .", 9)) {
+				len = (size_t)(clone - 1 - name);
+				more = true;
+			}
+		}
+	}
+	return len && name[len - 1] == ')';
+}
+
 void symbolizer_write_frames(struct symbolizer *s, const uint64_t *pcs, size_t n, FILE *f)
 {
 	for (size_t j = 0; j < n; j++) {

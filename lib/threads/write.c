@@ -220,8 +220,11 @@ int threads_write_debug2(const struct threads_snapshot *s, FILE *f)
 			for (size_t k = 0; k < info.nframes; k++) {
 				const struct symbol_frame *fr = &info.frames[k];
 
-				fprintf(f, "%s(...)\n\t%s:%d", fr->function, symbol_file_or_module(fr, &info),
-					fr->line);
+				/* Go writes "main.f(...)"; a C++ name has its own
+				 * parameter list: "mysqld_main(int, char**)". */
+				fprintf(f, "%s%s\n\t%s:%d", fr->function,
+					symbol_name_has_params(fr->function) ? "" : "(...)",
+					symbol_file_or_module(fr, &info), fr->line);
 				/* The offset belongs to the real (outermost) frame only. */
 				if (k + 1 == info.nframes && !symbol_name_has_offset(fr->function))
 					fprintf(f, " +%#llx", (unsigned long long)info.offset_in_function);

@@ -736,6 +736,26 @@ Test(threads, debug2_to_file)
 }
 
 /*
+ * Go writes "main.f(...)"; a C++ name has its own parameter list, and keeps
+ * it without "(...)" after it (tests/targets/cxxnames.c: C functions with
+ * C++ linkage names, named by demangling as a C++ program's are).
+ */
+Test(threads, debug2_cxx_names_keep_their_parameter_list)
+{
+	pid_t pid = TH_SPAWN("cxxnames", "20");
+	struct th_run r;
+
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", th_pid_str(pid), "--debug", "2");
+	assert_run(&r, 0, "cprof threads --debug 2 on cxxnames");
+	cr_expect(strstr(r.out, "\nserver::Loop<int>::wait() const\n\t"), "%s", r.out);
+	cr_expect(strstr(r.out, "\nserver::main(int, char**)\n\t"), "%s", r.out);
+	cr_expect(strstr(r.out, "\nmain(...)\n\t"), "%s", r.out);
+	cr_expect(!strstr(r.out, ")(...)"), "a doubled parameter list:\n%s", r.out);
+	th_run_release(&r);
+	th_kill(pid);
+}
+
+/*
  * A snapshot interrupts every sleep; the kernel resumes an interrupted
  * nanosleep as restart_syscall (it keeps the remaining time). The next
  * snapshot must still say what the threads are doing.

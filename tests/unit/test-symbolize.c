@@ -322,6 +322,40 @@ Test(symbolize, cxx_names_are_demangled)
 	symbolizer_free(s);
 }
 
+/* Whether cprof threads --debug 2 adds Go's "(...)" after a name. */
+Test(symbolize, names_with_their_own_parameter_list)
+{
+	static const char *const with[] = {
+		"mysqld_main(int, char**)",
+		"ns::inner::Box<double, 3>::sum() const",
+		"ns::inner::Box<double, 3>::take() &&",
+		"S::operator()(int) volatile",
+		"lambdas(int)::{lambda(int)#1}::operator()(int) const",
+		"greet(std::string const&) [clone .cold]",
+		"foo() const [clone .constprop.0] [clone .isra.0]",
+		"int variadic<int, char>(int, char)",
+	};
+	static const char *const without[] = {
+		"main",
+		"work_a.cold",
+		"spin::Busy<T>::spin",
+		"<spin::Busy<(u32, i8)>>::spin",
+		"spin::in_closure::{{closure}}",
+		"spin::run_closure::<spin::in_closure<u64>::{closure#0}>",
+		"core::ptr::drop_in_place::<fn()>",
+		"spin::main.cold",
+		"libfoo.so+0x1234",
+		"0x7f0000001000",
+		"[clone .cold]",
+		"",
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(with); i++)
+		cr_expect(symbol_name_has_params(with[i]), "%s", with[i]);
+	for (size_t i = 0; i < ARRAY_SIZE(without); i++)
+		cr_expect(!symbol_name_has_params(without[i]), "%s", without[i]);
+}
+
 Test(symbolize, refresh_finds_dlopened_modules)
 {
 	struct symbol_info si;
