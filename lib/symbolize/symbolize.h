@@ -79,7 +79,7 @@ int symbolizer_module_range(struct symbolizer *s, const char *prefix, uint64_t *
 
 /* The frame's source file, else its module's path, else "?". */
 const char *symbol_file_or_module(const struct symbol_frame *f, const struct symbol_info *info);
-/* "libfoo.so+0x1234" and "0x..." names carry their own offset. */
+/* "libfoo.so+0x1234" and "0x7f..." names (no symbol) carry their own offset. */
 bool symbol_name_has_offset(const char *name);
 /*
  * The name ends with its own parameter list, as a demangled C++ name does:

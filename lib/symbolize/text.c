@@ -17,7 +17,13 @@ const char *symbol_file_or_module(const struct symbol_frame *f, const struct sym
 
 bool symbol_name_has_offset(const char *name)
 {
-	return strchr(name, '+') || !strncmp(name, "0x", 2);
+	/* Not any '+': C++'s "operator+(...)" and Rust's "dyn Any + Send"
+	 * have one, and still need the offset. */
+	const char *plus = strrchr(name, '+');
+	const char *off = plus ? plus + 1 : name;
+
+	return !strncmp(off, "0x", 2) && off[2] &&
+	       strspn(off + 2, "0123456789abcdef") == strlen(off + 2);
 }
 
 static bool ends_with(const char *s, size_t len, const char *suffix, size_t *ret_len)

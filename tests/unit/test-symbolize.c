@@ -322,6 +322,28 @@ Test(symbolize, cxx_names_are_demangled)
 	symbolizer_free(s);
 }
 
+/* Whether the text writers add "+0xOFF" after a name. */
+Test(symbolize, names_with_their_own_offset)
+{
+	static const char *const with[] = { "libfoo.so+0x1234", "libc.so.6+0x0", "0x7f0000001000",
+					    "[vdso]+0x9f0" };
+	static const char *const without[] = {
+		"main",
+		"ns::inner::Box<double, 3>::operator+(ns::inner::Box<double, 3> const&) const",
+		"core::ptr::drop_in_place::<alloc::boxed::Box<dyn core::any::Any + core::marker::Send>>",
+		"core::ptr::drop_in_place<alloc::boxed::Box<dyn core::any::Any+core::marker::Send>>",
+		"std::operator+=",
+		"0x",
+		"lib+0x12g",
+		"",
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(with); i++)
+		cr_expect(symbol_name_has_offset(with[i]), "%s", with[i]);
+	for (size_t i = 0; i < ARRAY_SIZE(without); i++)
+		cr_expect(!symbol_name_has_offset(without[i]), "%s", without[i]);
+}
+
 /* Whether cprof threads --debug 2 adds Go's "(...)" after a name. */
 Test(symbolize, names_with_their_own_parameter_list)
 {
