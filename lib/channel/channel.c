@@ -238,7 +238,7 @@ static int take_live(struct channel *ch, const struct cprof_wire_live_mark *m,
 	r = h->live(copy, (size_t)m->count, h->arg);
 	free(copy);
 	ch->live_taken++;
-	return r;
+	return r < 0 ? r : 1;
 }
 
 void channel_counters(const struct channel *ch, struct channel_counters *ret)
@@ -294,11 +294,14 @@ static bool walked(const struct cprof_wire_record *rec)
 	return ((const struct cprof_wire_event *)rec)->flags & CPROF_EVENT_WALKED;
 }
 
-/* The record at @off (ring offset) of @size bytes, copied, checked by type. */
+/* The record at @off (ring offset) of @size bytes, copied, checked by type,
+ * to its handler: 1 when one took it, 0 when none (no handler, a stale
+ * LIVE), or the handler's -errno. */
 static int take(struct channel *ch, uint32_t off, uint32_t size, const struct channel_handlers *h)
 {
 	const struct cprof_wire_record *rec = (const void *)ch->copy;
 	uint32_t stack_size;
+	int r;
 
 	memcpy(ch->copy, ch->ring + off, size);
 	switch (rec->type) {
@@ -315,13 +318,17 @@ static int take(struct channel *ch, uint32_t off, uint32_t size, const struct ch
 		if (walked(rec) && (stack_size % 8 || stack_size == 0 ||
 				 stack_size > CPROF_RULES_MAX_FRAMES * sizeof(uint64_t)))
 			return -EPROTO;
-		if (rec->type == CPROF_REC_ALLOC)
-			return h->alloc ? h->alloc((const void *)rec, h->arg) : 0;
-		return h->event ? h->event((const void *)rec, h->arg) : 0;
+		if (rec->type == CPROF_REC_ALLOC) {
+			r = h->alloc ? h->alloc((const void *)rec, h->arg) : 0;
+			return r < 0 ? r : h->alloc != NULL;
+		}
+		r = h->event ? h->event((const void *)rec, h->arg) : 0;
+		return r < 0 ? r : h->event != NULL;
 	case CPROF_REC_FREE:
 		if (size < sizeof(struct cprof_wire_free))
 			return -EPROTO;
-		return h->free ? h->free((const void *)rec, h->arg) : 0;
+		r = h->free ? h->free((const void *)rec, h->arg) : 0;
+		return r < 0 ? r : h->free != NULL;
 	case CPROF_REC_LIVE:
 		if (size < sizeof(struct cprof_wire_live_mark))
 			return -EPROTO;
@@ -359,7 +366,11 @@ int channel_drain(struct channel *ch, const struct channel_handlers *h)
 			r = take(ch, off, rec.size, h);
 			if (r < 0)
 				return r;
-			n++;
+			n += r;
+			/* A long drain (a slow unwind, a loaded machine) must not
+			 * look like cprof gone to the agent. */
+			if (n % 256 == 0)
+				channel_heartbeat(ch);
 		}
 		ch->tail += rec.size;
 		__atomic_store_n(&ch->hdr->data_tail, ch->tail, __ATOMIC_RELEASE);

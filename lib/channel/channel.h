@@ -89,7 +89,7 @@ int channel_put_rule(struct channel *ch, uint64_t key, uint64_t rule);
 
 /*
  * Hands every complete record to @h, frees their space. Returns the number
- * of records, or -EPROTO at the first malformed one (the ring is then
+ * of records handed to a handler, or -EPROTO at the first malformed one (the ring is then
  * unusable: the caller stops reading and says so), or a handler's error.
  */
 int channel_drain(struct channel *ch, const struct channel_handlers *h);

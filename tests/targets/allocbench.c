@@ -2,7 +2,8 @@
  * allocbench SECONDS REPORT [THREADS [TOUCH [POOL]]]
  *
  * The malloc-heavy program of scripts/bench-heap: THREADS (default 1)
- * threads malloc and free blocks of 16-1024 bytes (a pool of POOL live
+ * threads (0: the main thread alone, no thread ever created, so glibc stays
+ * on its single-thread paths) malloc and free blocks of 16-1024 bytes (a pool of POOL live
  * blocks each, a power of two, default 256: 130 KiB, so a sampled block rarely outlives a
  * few hundred calls; 131072 keeps 66 MiB live, ~130 sampled blocks at the
  * default rate, as a server's heap does), as fast as they can. With TOUCH 0 (default) only the first
@@ -32,6 +33,8 @@ static unsigned pool_size = 256;
 static volatile sig_atomic_t report_now;
 static time_t end;
 
+static void write_report(void);
+
 static void *worker(void *arg)
 {
 	/* The default pool lives in this frame, as in every figure measured
@@ -59,6 +62,10 @@ static void *worker(void *arg)
 				*(volatile char *)pool[slot] = (char)i;
 		}
 		atomic_fetch_add(&ops, 4096);
+		if (!arg && report_now) {
+			report_now = 0;
+			write_report();
+		}
 	}
 	for (unsigned i = 0; i < pool_size; i++)
 		free(pool[i]);
@@ -73,6 +80,25 @@ static void on_usr2(int sig)
 	report_now = 1;
 }
 
+static const char *report_path;
+
+static void write_report(void)
+{
+	struct timespec cpu;
+	char tmp[4200];
+	FILE *f;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", report_path);
+	f = fopen(tmp, "w");
+	if (!f)
+		return;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+	fprintf(f, "ops %lu\ncpu_ns %lld\n", atomic_load(&ops),
+		(long long)cpu.tv_sec * 1000000000LL + cpu.tv_nsec);
+	fclose(f);
+	rename(tmp, report_path);
+}
+
 int main(int argc, char **argv)
 {
 	int nthreads = argc > 3 ? atoi(argv[3]) : 1;
@@ -82,11 +108,12 @@ int main(int argc, char **argv)
 		pool_size = (unsigned)atoi(argv[5]);
 	pthread_t th[64];
 
-	if (argc < 3 || nthreads < 1 || nthreads > 64 || pool_size < 1 || pool_size > (1u << 24) ||
+	if (argc < 3 || nthreads < 0 || nthreads > 64 || pool_size < 1 || pool_size > (1u << 24) ||
 	    (pool_size & (pool_size - 1))) {
 		fprintf(stderr, "usage: allocbench SECONDS REPORT [THREADS [TOUCH [POOL]]]\n");
 		return 2;
 	}
+	report_path = argv[2];
 	alarm((unsigned)atoi(argv[1]) + 10);
 	end = time(NULL) + atoi(argv[1]);
 	signal(SIGUSR2, on_usr2);
@@ -94,26 +121,18 @@ int main(int argc, char **argv)
 		pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)(i + 1));
 	printf("ready\n");
 	fflush(stdout);
+	if (nthreads == 0) {
+		/* Single-threaded: the main thread allocates and reports. */
+		worker(NULL);
+		return 0;
+	}
 	while (time(NULL) < end) {
 		struct timespec ts = { 0, 10 * 1000 * 1000 };
 
 		nanosleep(&ts, NULL);
 		if (report_now) {
-			char tmp[4200];
-			FILE *f;
-
 			report_now = 0;
-			snprintf(tmp, sizeof(tmp), "%s.tmp", argv[2]);
-			f = fopen(tmp, "w");
-			if (f) {
-				struct timespec cpu;
-
-				clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
-				fprintf(f, "ops %lu\ncpu_ns %lld\n", atomic_load(&ops),
-					(long long)cpu.tv_sec * 1000000000LL + cpu.tv_nsec);
-				fclose(f);
-				rename(tmp, argv[2]);
-			}
+			write_report();
 		}
 	}
 	for (int i = 0; i < nthreads; i++)

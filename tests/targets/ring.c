@@ -1,5 +1,5 @@
 /*
- * ring SECONDS REPORT [THREADS [BLOCKS [SIZE]]]
+ * ring SECONDS REPORT [THREADS [BLOCKS [SIZE [RATE]]]]
  *
  * A heap that is always the same size, churned as fast as the allocator
  * goes: each of THREADS (default 1) keeps a ring of BLOCKS/THREADS blocks of
@@ -7,6 +7,8 @@
  * the oldest and mallocs a new one, writing its first and last byte. With
  * THREADS 1 the main thread does it and no other thread is ever created:
  * glibc's single-thread paths stay on unless something else turns them off.
+ * RATE (allocations a second, all threads together; 0, the default: as
+ * fast as they go) paces them, 256 allocations at a time.
  *
  * Truth for cprof heap: every 256 allocations a thread reloads its GOT slot
  * of malloc and counts those 256 as made inside the hooked window when the
@@ -48,6 +50,7 @@ struct worker {
 static struct worker *workers;
 static unsigned nr_workers, total_blocks;
 static size_t block_size;
+static uint64_t pace_ns; /* per 256 allocations of one thread; 0: none */
 static void *slot_at_start;
 static volatile sig_atomic_t report_now;
 static const char *report_path;
@@ -89,6 +92,29 @@ static void write_report(void)
 	rename(tmp, report_path);
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void pace(uint64_t *next)
+{
+	uint64_t t = now_ns();
+
+	*next += pace_ns;
+	if (*next > t) {
+		struct timespec ts = { (time_t)((*next - t) / 1000000000ull),
+				       (long)((*next - t) % 1000000000ull) };
+
+		nanosleep(&ts, NULL);
+	} else {
+		*next = t;
+	}
+}
+
 static __attribute__((noinline)) void *ring_alloc(size_t size)
 {
 	char *p = malloc(size);
@@ -104,6 +130,7 @@ static __attribute__((noinline)) void *ring_alloc(size_t size)
 static void churn(struct worker *w, bool reporter)
 {
 	void **ring = calloc(w->blocks, sizeof(*ring));
+	uint64_t next = now_ns();
 	unsigned at = 0;
 
 	if (!ring)
@@ -125,6 +152,8 @@ static void churn(struct worker *w, bool reporter)
 			report_now = 0;
 			write_report();
 		}
+		if (pace_ns)
+			pace(&next);
 	}
 }
 
@@ -140,7 +169,7 @@ int main(int argc, char **argv)
 	int seconds;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: ring SECONDS REPORT [THREADS [BLOCKS [SIZE]]]\n");
+		fprintf(stderr, "usage: ring SECONDS REPORT [THREADS [BLOCKS [SIZE [RATE]]]]\n");
 		return 2;
 	}
 	seconds = atoi(argv[1]);
@@ -148,6 +177,8 @@ int main(int argc, char **argv)
 	nr_workers = argc > 3 ? (unsigned)atoi(argv[3]) : 1;
 	total_blocks = argc > 4 ? (unsigned)atoi(argv[4]) : 1000;
 	block_size = argc > 5 ? (size_t)atol(argv[5]) : 65536;
+	if (argc > 6 && atol(argv[6]) > 0)
+		pace_ns = 1000000000ull * CHECK_EVERY * nr_workers / (uint64_t)atol(argv[6]);
 	if (nr_workers < 1 || total_blocks < nr_workers || block_size < 2)
 		return 2;
 	workers = calloc(nr_workers, sizeof(*workers));
