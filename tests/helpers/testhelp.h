@@ -219,6 +219,18 @@ int th_pprof_top_ex(const char *path, const char *const *opts, char **ret_out);
 /* Asserts that `go tool pprof -top @path` accepts the file. */
 void th_assert_pprof_ok(const char *path);
 
+/*
+ * Compares `cprof view @path [--index @index] [--top @top]` with `go tool
+ * pprof -top [-sample_index=@index] [-nodecount=@top] @path` row by row by
+ * name (@index NULL, @top 0: the defaults), and expects the same rows, the
+ * same flat values and, from the header line on, the same table byte for
+ * byte. Skips the test when go is not installed.
+ */
+void th_view_agrees_with_pprof(const char *path, const char *index, int top);
+
+/* The path of @prog in $PATH (malloc'd), or NULL when it is not there. */
+char *th_find_in_path(const char *prog);
+
 /* ---- the truth, measured from outside ---------------------------------- */
 
 /*

@@ -69,110 +69,6 @@ static void write_profile(const char *path, const struct profile *p)
 	free(buf);
 }
 
-/* ---- pprof -top tables --------------------------------------------------- */
-
-struct row {
-	char flat[32], cum[32];
-	char name[512]; /* with pprof's "(inline)" mark, if any */
-};
-
-/* The rows under the "flat  flat%" header of a pprof -top table. */
-static size_t parse_top(const char *text, struct row *rows, size_t max)
-{
-	const char *p = strstr(text, "      flat  flat%   sum%        cum   cum%\n");
-	size_t n = 0;
-
-	cr_assert_not_null(p, "no -top header in:\n%s", text);
-	p = strchr(p, '\n') + 1;
-	while (*p && n < max) {
-		const char *end = strchr(p, '\n');
-		char pct1[16], pct2[16], pct3[16];
-		int used = 0;
-
-		if (!end)
-			end = p + strlen(p);
-		if (sscanf(p, "%31s %15s %15s %31s %15s%n", rows[n].flat, pct1, pct2, rows[n].cum,
-			   pct3, &used) == 5) {
-			const char *name = p + used + 2;
-
-			snprintf(rows[n].name, sizeof(rows[n].name), "%.*s", (int)(end - name), name);
-			n++;
-		}
-		p = *end ? end + 1 : end;
-	}
-	return n;
-}
-
-struct agreement {
-	size_t go_rows, view_rows, flat_same, cum_same, missing;
-	bool same_table; /* from the header line "flat  flat%" on, byte for byte */
-};
-
-/* Compares `cprof view FILE [--index INDEX] [--top N]` with `go tool pprof
- * -top [-sample_index=INDEX] [-nodecount=N] FILE`, row by row by name. */
-static struct agreement compare_with_pprof(const char *path, const char *index, int top)
-{
-	static struct row go_rows[512], view_rows[512];
-	const char *view_args[8] = { "view", path }, *go_opts[4] = { NULL };
-	char sample_index[128], nodecount[32], top_arg[32];
-	struct agreement a = { 0 };
-	size_t nv = 2, ng = 0;
-	struct th_run r;
-	char *go_out = NULL, *go_top;
-
-	if (index) {
-		view_args[nv++] = "--index";
-		view_args[nv++] = index;
-		snprintf(sample_index, sizeof(sample_index), "-sample_index=%s", index);
-		go_opts[ng++] = sample_index;
-	}
-	if (top) {
-		snprintf(top_arg, sizeof(top_arg), "%d", top);
-		view_args[nv++] = "--top";
-		view_args[nv++] = top_arg;
-		snprintf(nodecount, sizeof(nodecount), "-nodecount=%d", top);
-		go_opts[ng++] = nodecount;
-	}
-	th_run_cprof_ex(&r, 60000, 0, 0, view_args);
-	cr_assert_eq(r.exit_code, 0, "cprof view %s: exit %d: %s", path, r.exit_code, r.err);
-	a.view_rows = parse_top(r.out, view_rows, 512);
-	cr_assert_eq(th_pprof_top_ex(path, go_opts, &go_out), 0, "%s", go_out);
-	go_top = strstr(go_out, "      flat  flat%");
-	cr_assert_not_null(go_top, "go tool pprof -top printed no table:\n%s", go_out);
-	a.go_rows = parse_top(go_out, go_rows, 512);
-	a.same_table = !strcmp(strstr(r.out, "      flat  flat%"), go_top);
-	for (size_t i = 0; i < a.go_rows; i++) {
-		size_t j;
-
-		for (j = 0; j < a.view_rows; j++)
-			if (!strcmp(go_rows[i].name, view_rows[j].name))
-				break;
-		if (j == a.view_rows) {
-			a.missing++;
-			cr_log_warn("%s: '%s' is in pprof's table, not in cprof view's", path,
-				    go_rows[i].name);
-			continue;
-		}
-		a.flat_same += !strcmp(go_rows[i].flat, view_rows[j].flat);
-		a.cum_same += !strcmp(go_rows[i].cum, view_rows[j].cum);
-		cr_expect_str_eq(view_rows[j].flat, go_rows[i].flat, "%s: flat of %s", path,
-				 go_rows[i].name);
-	}
-	fprintf(stderr, "view: %s%s%s%s%s: go tool pprof -top %zu rows, cprof view %zu rows; "
-			"flat equal %zu/%zu, cum equal %zu/%zu, whole table %s\n",
-		strrchr(path, '/') + 1, index ? " --index " : "", index ? index : "",
-		top ? " --top " : "", top ? top_arg : "", a.go_rows, a.view_rows, a.flat_same,
-		a.go_rows, a.cum_same, a.go_rows, a.same_table ? "identical" : "differs");
-	cr_expect_gt(a.go_rows, 0, "pprof's table is empty");
-	cr_expect_eq(a.view_rows, a.go_rows, "row counts differ");
-	cr_expect_eq(a.missing, 0);
-	cr_expect_eq(a.flat_same, a.go_rows);
-	cr_expect(a.same_table, "the tables differ:\n%s\nvs pprof's:\n%s", r.out, go_top);
-	free(go_out);
-	th_run_release(&r);
-	return a;
-}
-
 /* ---- folded stacks -------------------------------------------------------- */
 
 /* Sum of the values of folded text; asserts every line's form. */
@@ -285,10 +181,10 @@ Test(view, go_written_profiles_agree_with_pprof, .timeout = 300)
 	struct th_run r;
 
 	go_profiles(&cpu, &heap);
-	compare_with_pprof(cpu, NULL, 0);
-	compare_with_pprof(heap, NULL, 0); /* inuse_space: pprof's default, the last */
+	th_view_agrees_with_pprof(cpu, NULL, 0);
+	th_view_agrees_with_pprof(heap, NULL, 0); /* inuse_space: pprof's default, the last */
 	for (size_t i = 0; i < sizeof(heap_indexes) / sizeof(heap_indexes[0]); i++)
-		compare_with_pprof(heap, heap_indexes[i], 0);
+		th_view_agrees_with_pprof(heap, heap_indexes[i], 0);
 	expect_folded_total(cpu, NULL);
 	expect_folded_total(heap, "alloc_space");
 
@@ -318,9 +214,9 @@ Test(view, cprof_written_profile_agrees_with_pprof, .timeout = 300)
 	th_run_release(&r);
 	th_kill(pid);
 
-	compare_with_pprof(out, NULL, 0);
-	compare_with_pprof(out, "samples", 0);
-	compare_with_pprof(out, NULL, 5);
+	th_view_agrees_with_pprof(out, NULL, 0);
+	th_view_agrees_with_pprof(out, "samples", 0);
+	th_view_agrees_with_pprof(out, NULL, 5);
 	expect_folded_total(out, NULL);
 	TH_CPROF(&r, 60000, "view", out, "--folded");
 	cr_expect(strstr(r.out, "start_thread;worker;handle_request;compress_block "),
@@ -633,8 +529,8 @@ Test(view, threads_and_heap_views, .timeout = 120)
 	cr_assert_eq(r.exit_code, 0, "%s", r.err);
 	th_run_release(&r);
 	th_kill(pid);
-	compare_with_pprof(heap, "alloc_space", 0);
-	compare_with_pprof(heap, "alloc_objects", 0);
+	th_view_agrees_with_pprof(heap, "alloc_space", 0);
+	th_view_agrees_with_pprof(heap, "alloc_objects", 0);
 	expect_well_formed(svg);
 	text = read_text(svg);
 	cr_expect(strstr(text, "data-n=\"retain_4k\""), "the retaining site is a frame");
