@@ -1719,3 +1719,15 @@ size_t th_stacks_agree(const struct th_stack *a, size_t na, const char *a_name,
 	}
 	return checked;
 }
+
+void th_session_ok(const char *kind, pid_t pid, const char *duration, int n)
+{
+	struct th_run r;
+
+	TH_CPROF(&r, 30000, kind, "-p", th_pid_str(pid), "-d", duration, "-q", "-o",
+		 th_tmp_path("session.pb.gz"));
+	if (r.exit_code != 0)
+		th_run_log(&r, kind);
+	cr_assert_eq(r.exit_code, 0, "session %d (%s) failed", n, kind);
+	th_run_release(&r);
+}

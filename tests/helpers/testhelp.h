@@ -134,6 +134,12 @@ void th_run_cprof_ex(struct th_run *r, int timeout_ms, int sig, int sig_after_ms
 void th_run_cmd_ex(struct th_run *r, int timeout_ms, int sig, int sig_after_ms,
 		   const char *const *argv);
 void th_run_release(struct th_run *r);
+/*
+ * Runs `cprof KIND -p PID -d DURATION -q -o <tmp>` and fails the test,
+ * with cprof's stderr in the log, unless it exits 0; @n numbers it in the
+ * message (the n-th session of a series).
+ */
+void th_session_ok(const char *kind, pid_t pid, const char *duration, int n);
 
 /* Prints a run's exit code and stderr to the test log (for failures). */
 void th_run_log(const struct th_run *r, const char *what);

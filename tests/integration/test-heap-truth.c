@@ -290,14 +290,8 @@ Test(heap_truth, sessions_in_a_row_get_in_and_leave_nothing_new)
 	rss_before = rss_kb(pid);
 	for (int i = 0; i < 20; i++) {
 		const char *kind = kinds[i % 4];
-		struct th_run r;
 
-		TH_CPROF(&r, 30000, kind, "-p", th_pid_str(pid), "-d", "200ms", "-q", "-o",
-			 th_tmp_path("ring-sessions.pb.gz"));
-		if (r.exit_code != 0)
-			th_run_log(&r, kind);
-		cr_assert_eq(r.exit_code, 0, "session %d (%s) did not get in", i + 1, kind);
-		th_run_release(&r);
+		th_session_ok(kind, pid, "200ms", i + 1);
 		th_assert_let_go(pid, false, kind);
 		if (i == 0) {
 			after_first = maps_of(pid);

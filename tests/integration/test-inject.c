@@ -313,17 +313,8 @@ Test(inject, sessions_on_a_target_that_cancels_threads)
 
 	skip_without_ptrace();
 	pid = TH_SPAWN("cancelloop", "60", report);
-	for (int i = 0; i < 8; i++) {
-		const char *kind = i % 2 ? "block" : "mutex";
-		struct th_run r;
-
-		TH_CPROF(&r, 30000, kind, "-p", th_pid_str(pid), "-d", "300ms", "-q", "-o",
-			 th_tmp_path("cancelloop.pb.gz"));
-		if (r.exit_code != 0)
-			th_run_log(&r, kind);
-		cr_assert_eq(r.exit_code, 0, "session %d (%s) failed", i + 1, kind);
-		th_run_release(&r);
-	}
+	for (int i = 0; i < 8; i++)
+		th_session_ok(i % 2 ? "block" : "mutex", pid, "300ms", i + 1);
 	th_assert_let_go(pid, false, "eight sessions");
 	rounds = report_value(pid, report, "rounds");
 	cleanups = report_value(pid, report, "cleanups");
