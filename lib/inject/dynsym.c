@@ -83,7 +83,7 @@ static int find_symbol(Elf *elf, const char *name, uint64_t *ret)
 		const char *n;
 
 		if (!gelf_getsym(syms, (int)i, &s) || s.st_shndx == SHN_UNDEF ||
-		    GELF_ST_TYPE(s.st_info) != STT_FUNC)
+		    (GELF_ST_TYPE(s.st_info) != STT_FUNC && GELF_ST_TYPE(s.st_info) != STT_OBJECT))
 			continue;
 		n = elf_strptr(elf, sh.sh_link, s.st_name);
 		if (!n || strcmp(n, name) != 0)

@@ -55,8 +55,11 @@ struct call {
 	struct inject_report *rep;
 	uint64_t dlopen, dlsym, dlerror, syscall_fn, setcancel;
 	/* The resident agent's attach function, when it ran a session before
-	 * (warm_agent()): called alone, by any thread not in the loader. */
-	uint64_t attach_fn;
+	 * (warm_agent()): called alone, by any thread not in the loader, from
+	 * the agent's own copy of the trampoline (entry), its data block at
+	 * data; 0 when the code goes to a page. */
+	uint64_t attach_fn, entry, data;
+	uint64_t old_page; /* a page an earlier load left, unmapped by the call */
 	uint64_t page; /* the trampoline page in the target; 0: none yet */
 	pid_t tid;     /* the thread sent on the detour */
 	int pending[MAX_PENDING]; /* signals to hand back to it */
@@ -84,12 +87,19 @@ static int poke(pid_t pid, uint64_t addr, const void *buf, size_t len)
 	return process_vm_writev(pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
 }
 
+/* Where the data block is in the target. */
+static uint64_t data_block(const struct call *c)
+{
+	return c->entry ? c->data : c->page + TRAMP_DATA;
+}
+
 static uint64_t *field(struct call *c, unsigned off)
 {
 	return (uint64_t *)(c->image + TRAMP_DATA + off);
 }
 
-/* An earlier run's page: anonymous, rwx, our size, our magic, not busy. */
+/* An earlier run's page: anonymous, rwx, our size, our magic, not busy.
+ * Used again for a first load; unmapped by a resident agent's call. */
 static void find_old_page(struct call *c)
 {
 	const struct maps *m = c->o->maps;
@@ -105,8 +115,12 @@ static void find_old_page(struct call *c)
 		    peek(c->pid, e->start + TRAMP_DATA + TD_DONE, &done, sizeof(done)) < 0)
 			continue;
 		if (magic == TRAMP_MAGIC && done == 1) {
-			c->page = e->start;
-			c->rep->reused_page = 1;
+			if (c->entry) {
+				c->old_page = e->start;
+			} else {
+				c->page = e->start;
+				c->rep->reused_page = 1;
+			}
 			return;
 		}
 	}
@@ -212,8 +226,14 @@ static int choose_agent_path(struct call *c)
 				 m->entries[i].path);
 			if (warm_agent(c->pid) &&
 			    inject_find_function(c->pid, m, "cprof-agent", "cprof_agent_attach_events",
-						 &c->attach_fn) == 0)
+						 &c->attach_fn) == 0 &&
+			    inject_find_function(c->pid, m, "cprof-agent", "cprof_agent_tramp",
+						 &c->entry) == 0 &&
+			    inject_find_function(c->pid, m, "cprof-agent", "cprof_agent_tramp_data",
+						 &c->data) == 0)
 				c->rep->resident = 1;
+			else
+				c->attach_fn = c->entry = c->data = 0;
 			return 0;
 		}
 	if (c->o->agent_path[0] != '/' || strlen(c->o->agent_path) >= TD_PATH_MAX)
@@ -406,6 +426,7 @@ static void fill_image(struct call *c, const struct user_regs_struct *r)
 	*field(c, TD_ARG3) = c->o->events ? c->o->events : CPROF_EVENTS_HEAP;
 	*field(c, TD_DONE) = 0;
 	*field(c, TD_FXSAVE) = c->fxsave;
+	*field(c, TD_UNMAP) = c->old_page;
 	*field(c, TD_SETCANCEL) = c->setcancel;
 	*field(c, TD_CANCELSTATE) = 0;
 	*field(c, TD_SIGOLD) = c->sigmask;
@@ -449,7 +470,7 @@ static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig
 	 * waits (trampoline.h). */
 	if (ptrace(PTRACE_GETSIGMASK, tid, sizeof(c->sigmask), &c->sigmask) < 0)
 		return errno == ESRCH ? -ESRCH : -ENOTSUP;
-	if (!c->page) {
+	if (!c->entry && !c->page) {
 		k = map_page(c, tid, orig);
 		if (k < 0) {
 			/* Put back what map_page changed; xstate it did not touch. */
@@ -458,12 +479,16 @@ static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig
 		}
 	}
 	fill_image(c, orig);
-	k = poke(c->pid, c->page, c->image, TRAMP_DATA + TD_XSAVE + c->xsave_size);
+	/* The agent's own code and its data block, or the page: code, data. */
+	if (c->entry)
+		k = poke(c->pid, c->data, c->image + TRAMP_DATA, TD_XSAVE + c->xsave_size);
+	else
+		k = poke(c->pid, c->page, c->image, TRAMP_DATA + TD_XSAVE + c->xsave_size);
 	if (k < 0) {
 		ptrace(PTRACE_SETREGS, tid, 0, orig);
 		return k;
 	}
-	r.rip = c->page;
+	r.rip = c->entry ? c->entry : c->page;
 	r.rsp = (orig->rsp - RED_ZONE - 256) & ~(uint64_t)15;
 	r.orig_rax = (uint64_t)-1;
 	/* The ABI wants DF clear at a call; AC would fault unaligned code. */
@@ -624,7 +649,7 @@ static int collect(struct call *c, uint64_t launched)
 	uint64_t res[5], done = 0; /* handle, func, ret, errstr, done */
 
 	for (;;) {
-		if (peek(c->pid, c->page + TRAMP_DATA + TD_DONE, &done, sizeof(done)) < 0)
+		if (peek(c->pid, data_block(c) + TD_DONE, &done, sizeof(done)) < 0)
 			return target_alive(c->pid) ? -EFAULT : -ESRCH;
 		if (done == 1)
 			break;
@@ -633,7 +658,7 @@ static int collect(struct call *c, uint64_t launched)
 		nanosleep(&pause, NULL);
 	}
 	c->rep->call_ns = now_monotonic_ns() - launched;
-	if (peek(c->pid, c->page + TRAMP_DATA + TD_HANDLE, res, sizeof(res)) < 0)
+	if (peek(c->pid, data_block(c) + TD_HANDLE, res, sizeof(res)) < 0)
 		return -ESRCH;
 	if (!res[0]) {
 		char msg[sizeof(c->rep->dlerror)] = "";

@@ -81,8 +81,8 @@ struct inject_report {
  */
 int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *rep);
 
-/* The address of exported function @name of the first module whose file
- * name starts with @lib (e.g. "libc.so."), from its .dynsym. */
+/* The address of exported function (or object) @name of the first module
+ * whose file name starts with @lib (e.g. "libc.so."), from its .dynsym. */
 int inject_find_function(pid_t pid, const struct maps *m, const char *lib, const char *name,
 			 uint64_t *ret);
 

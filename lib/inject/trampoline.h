@@ -3,28 +3,34 @@
  * layout of the memory it runs in. Shared by the assembly and by inject.c:
  * plain #defines, no C below __ASSEMBLER__.
  *
- * cprof maps TRAMP_SIZE bytes (read, write, execute) in the target, copies
- * the code to offset 0 and fills the data block at TRAMP_DATA. The thread
- * is sent to the code with the registers it had; the code calls
+ * The thread is sent to the code with the registers it had; the code calls
  *
  *     handle = dlopen(path, flags);           (dlerror() if NULL)
  *     fn = dlsym(handle, sym);
  *     ret = fn(arg0, arg1, arg2, arg3);
  *
  * or, when TD_FUNC is set beforehand (a resident agent), only the last line:
- * no loader call, no allocation. Around it all, the thread has every signal
- * blocked (cprof sets its mask, PTRACE_SETSIGMASK, before it lets it go: a
- * signal already pending would otherwise be taken at the first instruction)
- * and cancellation disabled; both are put back after the results are in. No
- * handler (one that longjmps, say) and no pthread_cancel() takes the thread
- * off the detour halfway, holding a lock of the loader's or the agent's for
- * good; one that came meanwhile acts once they are put back.
+ * no loader call, no allocation. It stores the results, sets done, then puts
+ * back the thread's extended state (xrstor), flags and registers from the
+ * data block and jumps to where the thread was going (restarting its
+ * interrupted system call as the kernel would). The thread is NOT traced
+ * during the call: if cprof dies, nothing is left half done.
  *
- * stores the results, sets done, then puts back the thread's extended state
- * (xrstor), flags and registers from the data block and jumps to where the
- * thread was going (restarting its interrupted system call as the kernel
- * would). The thread is NOT traced during the call: if cprof dies, nothing
- * is left half done.
+ * Around it all, the thread has every signal blocked (cprof sets its mask,
+ * PTRACE_SETSIGMASK, before it lets it go: a signal already pending would
+ * otherwise be taken at the first instruction) and cancellation disabled;
+ * both are put back after the results are in. No handler (one that
+ * longjmps, say) and no pthread_cancel() takes the thread off the detour
+ * halfway, holding a lock of the loader's or the agent's for good; one that
+ * came meanwhile acts once they are put back.
+ *
+ * Where the code runs: for the first load, cprof maps TRAMP_SIZE bytes
+ * (read, write, execute) in the target, copies the code to offset 0 and
+ * fills the data block at TRAMP_DATA. Once the agent is resident, its own
+ * copy of the code runs in place (cprof_agent_tramp, lib/agent/tramp.S) with
+ * the data block in its .bss (cprof_agent_tramp_data), and that call unmaps
+ * the page an earlier load left (TD_UNMAP): nothing cprof wrote stays
+ * executable in the target.
  */
 #ifndef CPROF_INJECT_TRAMPOLINE_H
 #define CPROF_INJECT_TRAMPOLINE_H
@@ -52,6 +58,7 @@
 #define TD_SETCANCEL 272   /* pthread_setcancelstate in the target, 0: none */
 #define TD_CANCELSTATE 280 /* the thread's cancel state, kept over the detour */
 #define TD_SIGOLD 288      /* the thread's own mask, put back at the end */
+#define TD_UNMAP 296       /* a page to unmap after the call, 0: none */
 #define TD_SYM 320     /* NUL-terminated symbol name, TD_SYM_MAX bytes */
 #define TD_SYM_MAX 64
 #define TD_PATH 384    /* NUL-terminated path of the .so, TD_PATH_MAX bytes */
@@ -87,7 +94,7 @@
 extern const unsigned char cprof_tramp_code[], cprof_tramp_code_end[];
 
 _Static_assert(TD_REGS + 8 * TR_COUNT <= TD_SETCANCEL, "trampoline layout");
-_Static_assert(TD_SIGOLD + 8 <= TD_SYM, "trampoline layout");
+_Static_assert(TD_UNMAP + 8 <= TD_SYM, "trampoline layout");
 _Static_assert(TD_SYM + TD_SYM_MAX <= TD_PATH, "trampoline layout");
 _Static_assert(TD_PATH + TD_PATH_MAX <= TD_XSAVE, "trampoline layout");
 _Static_assert((TRAMP_DATA + TD_XSAVE) % 64 == 0, "xrstor needs 64-byte alignment");

@@ -99,7 +99,32 @@ static int count_agent_mappings(pid_t pid, const char *path)
 	return n;
 }
 
-/* Injects @times times into regcheck @mode; the target must exit 0. */
+/* Anonymous rwx mappings of @pid: a trampoline page cprof wrote. */
+static int rwx_pages(pid_t pid)
+{
+	char file[64], line[4200];
+	int n = 0;
+	FILE *f;
+
+	snprintf(file, sizeof(file), "/proc/%d/maps", (int)pid);
+	f = fopen(file, "re");
+	cr_assert(f);
+	while (fgets(line, sizeof(line), f)) {
+		char perms[8] = "", path[4096] = "";
+
+		if (sscanf(line, "%*s %7s %*s %*s %*s %4095s", perms, path) >= 1 &&
+		    !strcmp(perms, "rwxp") && !path[0])
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/*
+ * Injects @times times into regcheck @mode; the target must exit 0. The
+ * first load goes through a page cprof writes; later ones through the
+ * resident agent's own trampoline, the first of which unmaps that page.
+ */
 static void detours(const char *mode, int times)
 {
 	pid_t pid;
@@ -113,9 +138,12 @@ static void detours(const char *mode, int times)
 		cr_assert_geq(fd, 0, "%s, injection %d: %s (%s)", mode, i, strerror(-fd), s.rep.why);
 		cr_log_info("regcheck %s: injection %d by thread %d, stopped %.2f ms, call %.2f ms%s",
 			    mode, i, (int)s.rep.tid, s.rep.stopped_ns / 1e6, s.rep.call_ns / 1e6,
-			    s.rep.reused_page ? ", page reused" : "");
+			    s.rep.resident ? ", the resident agent's trampoline" : "");
 		cr_assert_eq(s.rep.tid, pid, "single-threaded: the detour is the main thread's");
-		cr_assert_eq(s.rep.reused_page, i > 0, "one trampoline page per process");
+		cr_assert_eq(s.rep.reused_page, 0, "a page written again");
+		cr_assert_eq(s.rep.resident, i > 0, "injection %d: resident %d", i, s.rep.resident);
+		cr_assert_eq(rwx_pages(pid), i == 0, "injection %d: %d pages of code cprof wrote", i,
+			     rwx_pages(pid));
 		th_assert_let_go(pid, false, "after an injection");
 		end_session(pid, fd);
 	}
