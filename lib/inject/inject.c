@@ -493,12 +493,15 @@ static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig
 	r.orig_rax = (uint64_t)-1;
 	/* The ABI wants DF clear at a call; AC would fault unaligned code. */
 	r.eflags &= ~(uint64_t)(EFLAGS_DF | EFLAGS_AC);
-	if (ptrace(PTRACE_SETSIGMASK, tid, sizeof(all), &all) < 0)
-		return errno == ESRCH ? -ESRCH : -ENOTSUP;
-	if (ptrace(PTRACE_SETREGS, tid, 0, &r) < 0) {
-		ptrace(PTRACE_SETSIGMASK, tid, sizeof(c->sigmask), &c->sigmask);
+	if (ptrace(PTRACE_SETREGS, tid, 0, &r) < 0)
 		return -ESRCH;
-	}
+	/*
+	 * After the registers: if cprof dies in between, the thread runs the
+	 * detour with its own mask and puts that same mask back, where the
+	 * other order would leave every signal blocked for good. Failing here
+	 * only leaves the thread its own mask over the detour.
+	 */
+	ptrace(PTRACE_SETSIGMASK, tid, sizeof(all), &all);
 	return 0;
 }
 
