@@ -204,6 +204,7 @@ static int run(int argc, char **argv, const struct kind *k)
 	code = preflight_target(a.common.pid, &t);
 	if (code)
 		return code;
+	a.common.pid = t.pid; /* the process, when a thread's id was given */
 	code = preflight_not_traced(&t, "load the agent into");
 	if (code)
 		return code;

@@ -221,6 +221,7 @@ int cmd_cpu(int argc, char **argv)
 	code = preflight_target(a.common.pid, &t);
 	if (code)
 		return code;
+	a.common.pid = t.pid; /* the process, when a thread's id was given */
 	r = output_prepare(&out, a.common.output, a.common.format == VIEW_PPROF, why, sizeof(why));
 	if (r < 0) {
 		report_error_text(NULL, why);

@@ -473,6 +473,7 @@ int cmd_heap(int argc, char **argv)
 	code = preflight_target(a.common.pid, &t);
 	if (code)
 		return code;
+	a.common.pid = t.pid; /* the process, when a thread's id was given */
 	code = from_background(&a, &t);
 	if (code >= 0)
 		return code;

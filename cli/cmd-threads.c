@@ -146,6 +146,7 @@ int cmd_threads(int argc, char **argv)
 	code = preflight_target(a.common.pid, &t);
 	if (code)
 		return code;
+	a.common.pid = t.pid; /* the process, when a thread's id was given */
 	code = preflight_not_traced(&t, "stop the threads of");
 	if (code)
 		return code;

@@ -44,6 +44,17 @@ int preflight_target(pid_t pid, struct target *t)
 
 	memset(t, 0, sizeof(*t));
 	r = target_open(t, pid);
+	/* A thread's id (ps -L, top -H, a log line): the process it belongs to. */
+	if (r == 0 && t->tgid != pid && !t->kernel_thread) {
+		pid_t tid = pid;
+
+		pid = t->tgid;
+		memset(t, 0, sizeof(*t));
+		r = target_open(t, pid);
+		if (r == 0)
+			report_note("%d is a thread of pid %d (%s); profiling the whole process",
+				    tid, pid, t->comm);
+	}
 
 	if (r == -ESRCH) {
 		report_error("cannot profile pid %d: no such process", pid);

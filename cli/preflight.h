@@ -11,7 +11,8 @@
 
 #include "target/target.h"
 
-/* Existence, kernel thread, zombie, self, other user's process, 32-bit. */
+/* Existence, kernel thread, zombie, self, other user's process, 32-bit.
+ * A thread's id is taken for its process, and said: @ret->pid is that. */
 int preflight_target(pid_t pid, struct target *ret);
 
 /* EXIT_TARGET with a message naming the tracer when @t is already traced;

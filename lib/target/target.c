@@ -130,6 +130,9 @@ int target_open(struct target *ret, pid_t pid)
 		return -ESRCH;
 	if (r < 0)
 		return r;
+	t.tgid = pid;
+	if (status_field(buf, "\nTgid:", &v) == 0 && v > 0)
+		t.tgid = (pid_t)v;
 	if (status_field(buf, "\nUid:", &v) == 0)
 		t.uid = (uid_t)v;
 	if (status_field(buf, "\nTracerPid:", &v) == 0)

@@ -13,6 +13,7 @@
 
 struct target {
 	pid_t pid;
+	pid_t tgid;          /* Tgid: its process; another id when pid is a thread's */
 	char comm[64];       /* /proc/PID/comm */
 	char exe[PATH_MAX];  /* readlink /proc/PID/exe; "" for kernel threads */
 	char state;          /* /proc/PID/stat state letter: R S D T t Z X I */

@@ -636,3 +636,30 @@ Test(badinput, output_stdout)
 	}
 	th_kill(target);
 }
+
+/* A thread's id (ps -L, top -H) names its process: said, and profiled whole. */
+Test(badinput, thread_id_given_as_pid)
+{
+	pid_t target = TH_SPAWN("busy", "2", "60"), tids[16], tid = 0;
+	char expect[128], main_thread[64];
+	struct th_run r;
+	int n;
+
+	if (geteuid() != 0)
+		cr_skip_test("threads needs ptrace of the target: run as root");
+	n = th_task_list(target, tids, 16);
+	for (int i = 0; i < n && !tid; i++)
+		if (tids[i] != target)
+			tid = tids[i];
+	cr_assert_gt(tid, 0, "busy has no thread besides its main one");
+	TH_CPROF(&r, 30000, "threads", "-p", th_pid_str(tid), "--debug", "2", "-o", "-");
+	th_run_log(&r, "threads -p TID");
+	cr_assert_eq(r.exit_code, 0);
+	snprintf(expect, sizeof(expect), "%d is a thread of pid %d (busy)", (int)tid, (int)target);
+	cr_assert_not_null(strstr(r.err, expect), "stderr does not say '%s'", expect);
+	/* The whole process: its main thread is there too. */
+	snprintf(main_thread, sizeof(main_thread), "thread %d \"busy\"", (int)target);
+	cr_assert_not_null(strstr(r.out, main_thread), "no '%s' in:\n%s", main_thread, r.out);
+	th_run_release(&r);
+	th_kill(target);
+}
