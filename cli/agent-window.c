@@ -82,7 +82,6 @@ static int live_wait(struct channel *ch, const struct channel_handlers *h,
 		if (r < 0)
 			return r;
 	}
-	res->live_snapshots = channel_live_taken(ch);
 	return 0;
 }
 

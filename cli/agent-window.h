@@ -24,7 +24,6 @@ struct window_result {
 	bool detached;     /* the agent confirmed its hooks are gone */
 	bool malformed;    /* the ring held garbage: reading stopped there */
 	int live_error;    /* -errno: the live set's snapshot was asked for, not had */
-	unsigned live_snapshots; /* handed to the live handler */
 	struct channel_counters counters; /* at the end */
 };
 

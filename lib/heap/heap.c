@@ -176,8 +176,6 @@ int heap_add_live(struct heap *h, const struct cprof_wire_live *live, size_t n)
 		h->live_recorded++;
 	}
 	h->live_snapshots++;
-	h->stats.live_snapshots = h->live_snapshots;
-	h->stats.live = n;
 	return 0;
 }
 

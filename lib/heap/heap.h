@@ -46,8 +46,6 @@ struct heap_stats {
 	uint64_t unwound;       /* ALLOCs unwound past the agent */
 	uint64_t walked;        /* ALLOCs the agent walked itself (wire.h) */
 	uint64_t other_rate;    /* ALLOCs drawn at another rate than opts.rate */
-	uint64_t live_snapshots; /* of the live set, taken */
-	uint64_t live;           /* sampled blocks in the last one */
 };
 
 struct heap;
@@ -62,7 +60,7 @@ int heap_add_free(struct heap *h, const struct cprof_wire_free *r);
 const struct heap_stats *heap_stats(const struct heap *h);
 
 /*
- * A snapshot of the agent's live set (channel_live()), added once every
+ * A snapshot of the agent's live set (channel_live_ask()), added once every
  * ALLOC published before it was: inuse is then the mean of the snapshots'
  * blocks, not ALLOCs minus FREEs (a stream that lost a FREE would keep a
  * block in use for good). Blocks without a recorded ALLOC count in

@@ -84,23 +84,11 @@ static void end_session(pid_t pid, int fd)
 	munmap(h, CPROF_WIRE_HEADER_SIZE);
 }
 
-static int count_agent_mappings(pid_t pid, const char *path)
-{
-	char file[64], line[4200];
-	int n = 0;
-	FILE *f;
-
-	snprintf(file, sizeof(file), "/proc/%d/maps", (int)pid);
-	f = fopen(file, "re");
-	cr_assert(f);
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, path) != NULL && strstr(line, " r--p 00000000 ") != NULL;
-	fclose(f);
-	return n;
-}
-
-/* Anonymous rwx mappings of @pid: a trampoline page cprof wrote. */
-static int rwx_pages(pid_t pid)
+/*
+ * Mappings of @pid at file offset 0 with permissions @perms whose path
+ * contains @path ("": anonymous ones only).
+ */
+static int count_mappings(pid_t pid, const char *perms, const char *path)
 {
 	char file[64], line[4200];
 	int n = 0;
@@ -110,14 +98,22 @@ static int rwx_pages(pid_t pid)
 	f = fopen(file, "re");
 	cr_assert(f);
 	while (fgets(line, sizeof(line), f)) {
-		char perms[8] = "", path[4096] = "";
+		char p[8] = "", name[4096] = "";
+		unsigned long long off = 1;
 
-		if (sscanf(line, "%*s %7s %*s %*s %*s %4095s", perms, path) >= 1 &&
-		    !strcmp(perms, "rwxp") && !path[0])
-			n++;
+		if (sscanf(line, "%*s %7s %llx %*s %*s %4095s", p, &off, name) < 2 || off != 0 ||
+		    strcmp(p, perms) != 0)
+			continue;
+		n += path[0] ? strstr(name, path) != NULL : !name[0];
 	}
 	fclose(f);
 	return n;
+}
+
+/* Anonymous rwx mappings of @pid: a trampoline page cprof wrote. */
+static int rwx_pages(pid_t pid)
+{
+	return count_mappings(pid, "rwxp", "");
 }
 
 /*
@@ -147,7 +143,7 @@ static void detours(const char *mode, int times)
 		th_assert_let_go(pid, false, "after an injection");
 		end_session(pid, fd);
 	}
-	cr_assert_eq(count_agent_mappings(pid, "cprof-agent"), 1, "the agent is loaded once");
+	cr_assert_eq(count_mappings(pid, "r--p", "cprof-agent"), 1, "the agent is loaded once");
 	cr_assert_eq(th_wait_exit(pid, 15000), 0, "regcheck %s saw its state change", mode);
 }
 
@@ -249,7 +245,7 @@ Test(inject, refuses_a_thread_in_a_signal_handler)
 	cr_assert_eq(r, -EAGAIN, "got %d", r);
 	cr_assert(strstr(s.rep.why, "__restore_rt"), "why: %s", s.rep.why);
 	cr_log_info("refused %u looks in 2 s: %s", s.rep.refused, s.rep.why);
-	cr_assert_eq(count_agent_mappings(pid, "cprof-agent"), 0);
+	cr_assert_eq(count_mappings(pid, "r--p", "cprof-agent"), 0);
 	th_assert_let_go(pid, false, "after a refusal");
 	cr_assert_eq(th_wait_exit(pid, 15000), 0, "the handler's sleeps were disturbed");
 }
@@ -302,7 +298,7 @@ Test(inject, resident_agent_is_reused_by_its_path)
 	r = inject(pid, copy, &s);
 	cr_assert_geq(r, 0, "%s", strerror(-r));
 	cr_assert_str_eq(s.rep.agent_path, CPROF_AGENT_PATH);
-	cr_assert_eq(count_agent_mappings(pid, "cprof-agent-copy"), 0, "a second agent was loaded");
+	cr_assert_eq(count_mappings(pid, "r--p", "cprof-agent-copy"), 0, "a second agent was loaded");
 	cr_assert_eq(th_wait_exit(pid, 15000), 0);
 }
 
