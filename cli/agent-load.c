@@ -14,6 +14,7 @@
 
 #define PICK_TIMEOUT_MS 5000
 #define CALL_TIMEOUT_MS 10000
+#define LOOKING_NOTE_NS (500ULL * 1000 * 1000)
 /* ~10,000 heap records between two drains. */
 #define AGENT_RING_SIZE (16u << 20)
 
@@ -172,6 +173,23 @@ int agent_find(char *buf, size_t size, char *why, size_t whylen)
 	return -ENOENT;
 }
 
+/*
+ * Said once when the search for a thread that may load the agent lasts:
+ * a busy allocator loop can keep every thread inside malloc for a while.
+ */
+static void looking(const struct inject_report *rep, uint64_t elapsed_ns)
+{
+	static bool said;
+
+	if (said || elapsed_ns < LOOKING_NOTE_NS)
+		return;
+	said = true;
+	report_note("waiting for a moment when a thread may load the agent (%u looks in %.1f s, "
+		    "the last refused because %s); giving up after %d s",
+		    rep->tried, (double)elapsed_ns / 1e9, rep->why[0] ? rep->why : "?",
+		    PICK_TIMEOUT_MS / 1000);
+}
+
 static int inject_error(int r, const struct target *t, const struct agent_load *al)
 {
 	const struct inject_report *rep = &al->rep;
@@ -301,6 +319,7 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 		.pick_timeout_ms = PICK_TIMEOUT_MS,
 		.call_timeout_ms = CALL_TIMEOUT_MS,
 		.cancelled = interrupt_requested,
+		.looking = looking,
 		.maps = &al->maps,
 		.sym = al->sym,
 		.unw = al->unw,

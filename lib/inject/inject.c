@@ -46,6 +46,9 @@
 #define STOP_TIMEOUT_NS (100ULL * 1000 * 1000)
 #define SYSCALL_TIMEOUT_NS (1000ULL * 1000 * 1000)
 #define MAX_PENDING 8
+#define MIN_NAP_NS (1000ULL * 1000)
+#define MAX_NAP_NS (50ULL * 1000 * 1000)
+#define LOOK_DUTY 10
 #define EFLAGS_DF (1u << 10)
 #define EFLAGS_AC (1u << 18)
 
@@ -69,6 +72,7 @@ struct call {
 	size_t xsave_size;
 	bool fxsave;
 	uint64_t sigmask; /* the chosen thread's, put back by the trampoline */
+	uint64_t longest_look_ns; /* the longest a refused thread was held, this round */
 };
 
 /* ---- memory of the target -------------------------------------------- */
@@ -529,7 +533,7 @@ static int seize_error(struct call *c, pid_t tid, int err)
 static int try_thread(struct call *c, pid_t tid)
 {
 	struct user_regs_struct regs;
-	uint64_t t0;
+	uint64_t t0, stopped;
 	int status, k;
 
 	c->rep->tried++;
@@ -555,6 +559,7 @@ static int try_thread(struct call *c, pid_t tid)
 		return -ENOTSUP; /* group-stopped: nothing would run the call */
 	}
 	waitpid(tid, &status, __WALL | WNOHANG); /* ours: carries no signal */
+	stopped = now_monotonic_ns();
 	if (ptrace(PTRACE_GETREGS, tid, 0, &regs) < 0)
 		return -EAGAIN;
 	k = inject_judge_thread(c->o, tid, &regs, c->attach_fn != 0, c->rep->why,
@@ -565,6 +570,7 @@ static int try_thread(struct call *c, pid_t tid)
 		if (k == -EAGAIN)
 			c->rep->refused++;
 		detach(c, tid);
+		c->longest_look_ns = MAX(c->longest_look_ns, now_monotonic_ns() - stopped);
 		return k == -ESRCH ? -EAGAIN : k;
 	}
 	c->tid = tid;
@@ -579,16 +585,27 @@ static bool cancelled(const struct call *c)
 	return c->o->cancelled && c->o->cancelled();
 }
 
+/*
+ * Rounds of looks, each thread once, until one is safe. Between rounds the
+ * threads run for LOOK_DUTY times the longest stop of a round (smoothed),
+ * so that looking takes about a tenth of a thread's time at most while it
+ * lasts: a look told by the pc alone holds the thread for microseconds and
+ * the next round comes a millisecond later, so that even a loop that is
+ * inside malloc nearly all the time is caught outside it within a few
+ * hundred looks; a look that unwound waits correspondingly longer.
+ */
 static void *tracer_main(void *arg)
 {
 	struct call *c = arg;
-	uint64_t deadline = now_monotonic_ns() + (uint64_t)c->o->pick_timeout_ms * 1000000ULL;
+	uint64_t start = now_monotonic_ns();
+	uint64_t deadline = start + (uint64_t)c->o->pick_timeout_ms * 1000000ULL;
 	unsigned seed = (unsigned)now_monotonic_ns();
-	long backoff_ns = 1000000;
+	uint64_t held_ns = 0;
 
 	c->result = -EAGAIN;
 	while (now_monotonic_ns() < deadline) {
-		struct timespec nap = { 0, backoff_ns + (long)(rand_r(&seed) % (unsigned)backoff_ns) };
+		uint64_t nap_ns;
+		struct timespec nap;
 		pid_t *tids;
 		size_t n;
 
@@ -598,6 +615,7 @@ static void *tracer_main(void *arg)
 			c->result = -ESRCH;
 			return NULL;
 		}
+		c->longest_look_ns = 0;
 		for (size_t i = 0; i < n; i++) {
 			int k = cancelled(c) ? -ECANCELED : try_thread(c, tids[i]);
 
@@ -608,15 +626,17 @@ static void *tracer_main(void *arg)
 			}
 		}
 		free(tids);
-		/*
-		 * Every thread was busy where it must not be stopped: let them
-		 * run (a thread in a malloc loop leaves it soon), longer each
-		 * round, so that looking costs the target little: each look
-		 * stops one thread for about a millisecond.
-		 */
+		/* Smoothed: one look that cprof's own preemption made long
+		 * must not stall the search. */
+		held_ns = held_ns ? (3 * held_ns + c->longest_look_ns) / 4 : c->longest_look_ns;
+		nap_ns = MIN(MAX(MIN_NAP_NS, held_ns * LOOK_DUTY), MAX_NAP_NS);
+		/* +-50%: not in step with the target's loops. */
+		nap_ns = nap_ns / 2 + (uint64_t)rand_r(&seed) % nap_ns;
+		nap = (struct timespec){ (time_t)(nap_ns / 1000000000ULL),
+					 (long)(nap_ns % 1000000000ULL) };
+		if (c->o->looking)
+			c->o->looking(c->rep, now_monotonic_ns() - start);
 		nanosleep(&nap, NULL);
-		if (backoff_ns < 50000000)
-			backoff_ns *= 2;
 		if (cancelled(c)) {
 			c->result = -ECANCELED;
 			return NULL;

@@ -29,6 +29,8 @@
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
 
+struct inject_report;
+
 struct inject_opts {
 	const char *agent_path; /* absolute, as the target sees it */
 	int32_t cprof_pid;      /* cprof_agent_attach_events()'s arguments */
@@ -42,6 +44,9 @@ struct inject_opts {
 	 * to its end (it is short, and the agent would be half loaded). NULL:
 	 * never. */
 	bool (*cancelled)(void);
+	/* Told between rounds of looks, from cprof's tracer thread, how the
+	 * search goes (tried, refused, why). NULL: nobody is told. */
+	void (*looking)(const struct inject_report *rep, uint64_t elapsed_ns);
 	/* The target's modules (read beforehand) and an unwinder on them. */
 	const struct maps *maps;
 	struct symbolizer *sym;

@@ -179,6 +179,11 @@ int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct use
 	bool root = false;
 	int n, k;
 
+	/* Most refusals are told by the pc alone: the thread is let go in
+	 * microseconds, before any copy or unwind. */
+	k = judge_frame(o, r->rip, in_alloc_ok, &root, why, len);
+	if (k < 0)
+		return k;
 	ptrace_regs_to_unwind(r, in.regs);
 	k = copy_stack(o, tid, r, &in, why, len);
 	if (k < 0)
