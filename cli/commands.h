@@ -7,6 +7,7 @@
 
 int cmd_cpu(int argc, char **argv);
 int cmd_threads(int argc, char **argv);
+int cmd_wall(int argc, char **argv);
 int cmd_heap(int argc, char **argv);
 int cmd_block(int argc, char **argv);
 int cmd_mutex(int argc, char **argv);

@@ -13,6 +13,7 @@ struct command {
 
 static const struct command commands[] = {
 	{ "cpu", cmd_cpu, "sample the CPU use of every thread (perf_event_open)" },
+	{ "wall", cmd_wall, "where every thread's time goes, on and off the CPU (no stops)" },
 	{ "threads", cmd_threads, "what every thread is doing now: one consistent snapshot" },
 	{ "heap", cmd_heap, "Go's heap profile: sampled allocations, in use and total (agent)" },
 	{ "block", cmd_block, "where threads wait on locks, conditions, semaphores (agent)" },

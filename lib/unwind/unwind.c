@@ -30,6 +30,8 @@ struct unwinder {
 	uint64_t *sps; /* stack pointer of each frame, for the loop guard */
 	size_t sps_alloc;
 	bool nomem;
+	size_t used;   /* bytes of the copy the walk read, from its start */
+	bool ran_off;  /* the walk asked for stack above the copy */
 };
 
 static pid_t unw_next_thread(Dwfl *dwfl, void *arg, void **thread_argp)
@@ -72,9 +74,12 @@ static bool unw_memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, voi
 	if (!in || !in->stack || addr < in->stack_start)
 		return false;
 	off = addr - in->stack_start;
-	if (in->stack_size < sizeof(*result) || off > in->stack_size - sizeof(*result))
+	if (in->stack_size < sizeof(*result) || off > in->stack_size - sizeof(*result)) {
+		u->ran_off = true;
 		return false;
+	}
 	memcpy(result, in->stack + off, sizeof(*result));
+	u->used = MAX(u->used, off + sizeof(*result));
 	return true;
 }
 
@@ -83,6 +88,13 @@ static bool unw_set_initial_registers(Dwfl_Thread *thread, void *arg)
 	struct unwinder *u = arg;
 	Dwarf_Word regs[UNWIND_NREGS];
 
+	if (u->in->sp_pc_only) {
+		regs[0] = u->in->regs[UNWIND_REG_RSP];
+		if (!dwfl_thread_state_registers(thread, UNWIND_REG_RSP, 1, regs))
+			return false;
+		dwfl_thread_state_register_pc(thread, u->in->regs[UNWIND_REG_RIP]);
+		return true;
+	}
 	for (size_t i = 0; i < UNWIND_NREGS; i++)
 		regs[i] = u->in->regs[i];
 	/* DWARF 0..15 are the GPRs, 16 the return-address column: the PC. */
@@ -196,6 +208,8 @@ int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t 
 	u->max = max;
 	u->n = 0;
 	u->nomem = false;
+	u->used = 0;
+	u->ran_off = false;
 	/*
 	 * The return value says why the walk ended: 0 at the outermost frame,
 	 * DWARF_CB_ABORT from us, -1 where CFI or the copy gave out. Only the
@@ -208,4 +222,10 @@ int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t 
 	if (u->n == 0)
 		return u->nomem ? -ENOMEM : -ENOENT;
 	return (int)u->n;
+}
+
+size_t unwinder_stack_used(const struct unwinder *u, bool *ret_ran_off)
+{
+	*ret_ran_off = u->ran_off;
+	return u->used;
 }

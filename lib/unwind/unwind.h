@@ -30,6 +30,10 @@ struct unwind_input {
 	const uint8_t *stack;  /* copy of the stack ... */
 	size_t stack_size;     /* ... of this many bytes ... */
 	uint64_t stack_start;  /* ... that lived at this address */
+	/* Only rsp and rip are known (a sleeping thread's, from
+	 * /proc/PID/task/TID/syscall): a frame whose CFI needs another
+	 * register that no inner frame saved ends the walk there. */
+	bool sp_pc_only;
 };
 
 struct unwinder;
@@ -54,6 +58,13 @@ void unwinder_free(struct unwinder *u);
  */
 int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t *ret_pcs,
 		    size_t max);
+
+/*
+ * How much of its copy the last unwinder_unwind() read, from the copy's
+ * start; @ret_ran_off: it wanted more than was copied (the walk was cut
+ * short by the copy, not by the stack's end).
+ */
+size_t unwinder_stack_used(const struct unwinder *u, bool *ret_ran_off);
 
 /*
  * rules.c: the agent's rule (lib/agent/wire.h, CPROF_RULE) for stepping

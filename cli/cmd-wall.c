@@ -1,0 +1,248 @@
+/* cprof wall: options, preflight, the sampling loop, the report. The work is
+ * in lib/wall/wall-profiler.c. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "interrupt.h"
+#include "options.h"
+#include "output.h"
+#include "preflight.h"
+#include "report.h"
+#include "runbook.h"
+#include "target/target.h"
+#include "util/parse.h"
+#include "util/util.h"
+#include "wall/wall-profiler.h"
+
+#define CMD "wall"
+
+struct wall_args {
+	struct common_opts common;
+	uint64_t duration_ns;
+	unsigned hz;
+};
+
+static void wall_help(void)
+{
+	printf("usage: cprof wall -p PID [-d DURATION] [-F HZ] [-o FILE] [--format FORMAT] "
+	       "[--top N] [--json] [-q]\n"
+	       "\n"
+	       "Account for every nanosecond of every thread of process PID, on the CPU\n"
+	       "and off it (running, runnable, sleeping in a call, disk, stopped), and\n"
+	       "write a gzipped pprof profile (samples/count, wall/nanoseconds) labelled\n"
+	       "with thread_id, thread_name, state and syscall. No signal is sent and no\n"
+	       "thread is stopped. Ctrl-C stops early and still writes the profile.\n"
+	       "\n"
+	       "  -p, --pid PID            process to profile\n"
+	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
+	       "  -F, --frequency HZ       looks at every thread per second, and CPU samples per\n"
+	       "                           second of CPU time, 1-1000 (default 100)\n"
+	       "  -o, --output FILE        profile to write, - for stdout (default wall.pb.gz;\n"
+	       "                           stdout for a view)\n"
+	       OPTIONS_RUNBOOK_HELP
+	       "  -q, --quiet              no progress or summary on stderr\n"
+	       "  -h, --help               show this help\n");
+}
+
+static int wall_option(int c, const char *arg, void *ctx)
+{
+	struct wall_args *a = ctx;
+	int64_t v;
+	int r;
+
+	switch (c) {
+	case 'd':
+		return option_duration(CMD, "duration", arg, &a->duration_ns);
+	case 'F':
+		r = option_int(CMD, "frequency", arg, 1, 1000, &v);
+		if (r == 0)
+			a->hz = (unsigned)v;
+		return r;
+	}
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct wall_args *a)
+{
+	static const struct option longopts[] = {
+		{ "pid", required_argument, NULL, 'p' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "frequency", required_argument, NULL, 'F' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	int r;
+
+	*a = (struct wall_args){ .duration_ns = 30ULL * 1000000000ULL, .hz = 100 };
+	r = options_parse(CMD, argc, argv, ":p:d:F:o:qh", longopts, &a->common, wall_option, a);
+	if (r)
+		return r;
+	if (a->common.help) {
+		wall_help();
+		return -1;
+	}
+	return option_output_finish(CMD, &a->common, "wall.pb.gz");
+}
+
+/* Samples until the duration is over, Ctrl-C, or the target exits. */
+static int sample_window(struct wall_profiler *p, const struct wall_args *a,
+			 const struct target *t)
+{
+	uint64_t start = now_monotonic_ns(), next_progress = start;
+	char total[32], done[32];
+
+	format_duration(a->duration_ns, total, sizeof(total));
+	while (!interrupt_requested()) {
+		uint64_t now = now_monotonic_ns(), left;
+		int r;
+
+		if (now - start >= a->duration_ns)
+			break;
+		left = a->duration_ns - (now - start);
+		r = wall_profiler_poll(p, (int)MIN(left / 1000000 + 1, 100ULL));
+		if (r < 0)
+			return r;
+		if (now >= next_progress) {
+			format_duration((now - start) / 1000000000ULL * 1000000000ULL, done,
+					sizeof(done));
+			report_progress("sampling pid %d (%s): %s / %s, %llu threads", t->pid,
+					t->comm, done, total,
+					(unsigned long long)wall_profiler_stats(p)->threads);
+			next_progress = now + 1000000000ULL;
+		}
+	}
+	return 0;
+}
+
+static void summary(const struct wall_args *a, const struct output *out,
+		    const struct wall_profiler_stats *st)
+{
+	char window[32];
+	uint64_t looked = st->off_stacks + st->off_reused + st->off_unknown;
+
+	format_duration(st->window_ns, window, sizeof(window));
+	report_note("wrote %s: %llu %s over %.2fs of thread time in a %s window (%d Hz): "
+		    "%.2fs running, %.2fs runnable, %.2fs off the CPU; symbolized in %.0f ms",
+		    output_name(out), (unsigned long long)st->threads,
+		    st->threads == 1 ? "thread" : "threads", (double)st->accounted_ns / 1e9,
+		    window, a->hz, (double)st->running_ns / 1e9, (double)st->runnable_ns / 1e9,
+		    (double)st->off_ns / 1e9, (double)st->symbolize_ns / 1e6);
+	if (st->perf_refused)
+		report_warning("no stacks for the running time: %s", st->perf_error);
+	if (st->lost)
+		report_warning("%llu CPU samples lost: the sample buffers overflowed; try a lower "
+			       "-F", (unsigned long long)st->lost);
+	if (looked && st->off_unknown * 20 > looked)
+		report_warning("%llu of %llu off-CPU intervals have no stack (the thread woke "
+			       "before its stack was read): they show as [off-CPU: stack not seen]",
+			       (unsigned long long)st->off_unknown, (unsigned long long)looked);
+}
+
+static int runbook_end(const struct wall_args *a, const struct profile *profile,
+		       const struct wall_profiler_stats *st)
+{
+	struct runbook_facts f = {
+		.command = CMD,
+		.pid = a->common.pid,
+		.output = a->common.output,
+		.duration_ns = st->window_ns,
+		.samples = st->ticks,
+		.lost = st->lost,
+		.pause_ns = -1,
+		.profile = profile,
+	};
+
+	return runbook_report(&a->common, &f) < 0 ? EXIT_FAIL : EXIT_OK;
+}
+
+int cmd_wall(int argc, char **argv)
+{
+	struct wall_profiler_opts popts;
+	struct wall_profiler *p = NULL;
+	struct profile *profile = NULL;
+	struct wall_args a;
+	struct output out;
+	struct target t;
+	char why[1024], cmdline[1024], title[256];
+	int r, code;
+
+	code = parse_args(argc, argv, &a);
+	if (code)
+		return code < 0 ? EXIT_OK : code;
+	report_set_quiet(a.common.quiet);
+
+	code = preflight_target(a.common.pid, &t);
+	if (code)
+		return code;
+	a.common.pid = t.pid; /* the process, when a thread's id was given */
+	r = output_prepare(&out, a.common.output, a.common.format == VIEW_PPROF, why, sizeof(why));
+	if (r < 0) {
+		report_error_text(NULL, why);
+		return EXIT_OUTPUT;
+	}
+	preflight_raise_nofile();
+	interrupt_install();
+
+	command_line_join(argc, argv, cmdline, sizeof(cmdline));
+	popts = (struct wall_profiler_opts){
+		.pid = a.common.pid,
+		.hz = a.hz,
+		.command_line = cmdline,
+	};
+	r = wall_profiler_new(&p, &popts, why, sizeof(why));
+	if (r < 0) {
+		report_error_text(NULL, why);
+		code = r == -EACCES || r == -EPERM ? EXIT_PERMISSION
+		       : r == -ESRCH		   ? EXIT_TARGET
+						   : EXIT_FAIL;
+		goto out_abort;
+	}
+	r = wall_profiler_start(p);
+	if (r < 0) {
+		report_error("cannot start sampling pid %d: %s", a.common.pid, strerror(-r));
+		code = r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+		goto out_abort;
+	}
+	r = sample_window(p, &a, &t);
+	if (r < 0 && r != -ESRCH) {
+		report_error("sampling pid %d failed: %s", a.common.pid, strerror(-r));
+		code = EXIT_FAIL;
+		goto out_abort;
+	}
+	wall_profiler_stop(p);
+	report_progress_done();
+	if (wall_profiler_stats(p)->target_exited)
+		report_warning("pid %d exited during the profile; writing what was collected",
+			       a.common.pid);
+	else if (interrupt_requested())
+		report_note("interrupted; writing what was collected");
+
+	r = wall_profiler_finish(p, &profile);
+	if (r < 0) {
+		report_error("cannot build the profile: %s", strerror(-r));
+		code = EXIT_FAIL;
+		goto out_abort;
+	}
+	runbook_title(CMD, a.common.pid, profile, title, sizeof(title));
+	r = output_commit_view(&out, profile, a.common.format, title);
+	if (r < 0) {
+		code = output_report_failure(&out, r);
+		goto out_free;
+	}
+	summary(&a, &out, wall_profiler_stats(p));
+	report_unsymbolized(profile);
+	code = runbook_end(&a, profile, wall_profiler_stats(p));
+	goto out_free;
+
+out_abort:
+	output_abort(&out);
+out_free:
+	profile_free(profile);
+	wall_profiler_free(p);
+	return code;
+}

@@ -1,0 +1,266 @@
+/*
+ * One thread seen from outside: its clocks, what it is blocked in, and the
+ * stack it sleeps on, all from /proc and process_vm_readv(), never a stop.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "target/target.h"
+#include "util/util.h"
+#include "wall/wall-private.h"
+
+#define MAX_FRAMES 256
+/* A first copy when nothing is known of the thread's depth. */
+#define FIRST_COPY 4096
+#define MAX_COPY (256u << 10)
+/* Above what the last walk read: a deeper call chain in the same sleep. */
+#define COPY_MARGIN 1024
+
+int wall_clocks_open(pid_t pid, pid_t tid)
+{
+	char path[80];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", pid, tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+int wall_clocks_read(int fd, struct wall_clocks *ret)
+{
+	char buf[128];
+	unsigned long long run, delay;
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+
+	/* A thread that has exited reads as ESRCH (or nothing). */
+	if (n <= 0)
+		return n < 0 ? -errno : -ESRCH;
+	buf[n] = '\0';
+	if (sscanf(buf, "%llu %llu", &run, &delay) != 2)
+		return -EIO;
+	ret->run_ns = run;
+	ret->delay_ns = delay;
+	return 0;
+}
+
+/* Field @field (1-based, as proc(5) numbers them) of a stat line. */
+static const char *stat_field(const char *buf, int field)
+{
+	const char *p = strrchr(buf, ')');
+
+	if (!p)
+		return NULL;
+	p++; /* field 3 starts after ") " */
+	for (int i = 2; i < field && p; i++)
+		p = strchr(p + 1, ' ');
+	return p ? p + 1 : NULL;
+}
+
+static int read_stat(pid_t pid, pid_t tid, char *buf, size_t size)
+{
+	char path[80];
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+	return proc_read(path, buf, size, NULL);
+}
+
+int wall_thread_birth_ns(pid_t pid, pid_t tid, uint64_t *ret)
+{
+	char buf[1024];
+	const char *f;
+	struct timespec mono, boot;
+	long hz = sysconf(_SC_CLK_TCK);
+	uint64_t start, now_boot;
+	int r = read_stat(pid, tid, buf, sizeof(buf));
+
+	if (r < 0)
+		return r;
+	f = stat_field(buf, 22);
+	if (!f || hz <= 0)
+		return -EIO;
+	start = strtoull(f, NULL, 10) * (1000000000ULL / (uint64_t)hz);
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	clock_gettime(CLOCK_BOOTTIME, &boot);
+	now_boot = (uint64_t)boot.tv_sec * 1000000000ULL + (uint64_t)boot.tv_nsec;
+	*ret = (uint64_t)mono.tv_sec * 1000000000ULL + (uint64_t)mono.tv_nsec -
+	       (now_boot > start ? now_boot - start : 0);
+	return 0;
+}
+
+/*
+ * "NR ARG1 .. ARG6 SP PC" while blocked in a call, "-1 SP PC" when blocked
+ * outside one (a page fault, a stop), "running" otherwise.
+ */
+static int parse_syscall(const char *buf, struct wall_look *ret)
+{
+	uint64_t v[9];
+	int n;
+
+	ret->syscall = -1;
+	ret->sp = ret->pc = 0;
+	if (strncmp(buf, "running", 7) == 0)
+		return 0;
+	if (strncmp(buf, "-1 ", 3) == 0) {
+		n = sscanf(buf + 3, "%" SCNx64 " %" SCNx64, &v[0], &v[1]);
+		if (n == 2) {
+			ret->sp = v[0];
+			ret->pc = v[1];
+		}
+		return 0;
+	}
+	n = sscanf(buf, "%" SCNu64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64
+		   " %" SCNx64 " %" SCNx64 " %" SCNx64,
+		   &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
+	if (n != 9)
+		return -EIO;
+	ret->syscall = (int64_t)v[0];
+	ret->sp = v[7];
+	ret->pc = v[8];
+	return 0;
+}
+
+static int read_syscall(pid_t pid, pid_t tid, struct wall_look *ret)
+{
+	char path[80], buf[256];
+	size_t n;
+	int r;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
+	r = proc_read(path, buf, sizeof(buf) - 1, &n);
+	if (r < 0)
+		return r;
+	buf[n] = '\0';
+	return parse_syscall(buf, ret);
+}
+
+int wall_look_read(pid_t pid, pid_t tid, struct wall_look *ret)
+{
+	char buf[1024];
+	const char *f;
+	int r = read_stat(pid, tid, buf, sizeof(buf));
+
+	if (r < 0)
+		return r;
+	f = stat_field(buf, 3);
+	if (!f)
+		return -EIO;
+	ret->state = *f;
+	return read_syscall(pid, tid, ret);
+}
+
+static bool same_look(const struct wall_look *a, const struct wall_look *b)
+{
+	return a->syscall == b->syscall && a->sp == b->sp && a->pc == b->pc;
+}
+
+static int copy_stack(pid_t tid, uint64_t sp, size_t len, uint8_t *buf, size_t *ret_len)
+{
+	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)sp, len };
+	ssize_t n = process_vm_readv(tid, &local, 1, &remote, 1, 0);
+
+	if (n <= 0)
+		return n < 0 ? -errno : -EIO;
+	*ret_len = (size_t)n;
+	return 0;
+}
+
+/* Unwinds @len bytes at @buf, which lived at @look->sp, into @st. */
+static int unwind_into(struct unwinder *unw, const struct wall_look *look, const uint8_t *buf,
+		       size_t len, struct wall_off_stack *st, bool *ret_ran_off)
+{
+	struct unwind_input in = { .stack = buf, .stack_size = len, .stack_start = look->sp,
+				   .sp_pc_only = true };
+	uint64_t pcs[MAX_FRAMES];
+	int n;
+
+	in.regs[UNWIND_REG_RSP] = look->sp;
+	in.regs[UNWIND_REG_RIP] = look->pc;
+	n = unwinder_unwind(unw, &in, pcs, MAX_FRAMES);
+	if (n <= 0) {
+		pcs[0] = look->pc;
+		n = 1;
+	}
+	if (GROW(st->pcs, (size_t)n, st->pcs_alloc) < 0)
+		return -ENOMEM;
+	memcpy(st->pcs, pcs, (size_t)n * sizeof(*pcs));
+	st->npcs = (size_t)n;
+	st->want = MIN(unwinder_stack_used(unw, ret_ran_off) + COPY_MARGIN, (size_t)MAX_COPY);
+	return 0;
+}
+
+int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
+			const struct maps *maps, struct unwinder *unw, struct wall_off_stack *st,
+			uint64_t *ret_read)
+{
+	const struct map_entry *m = maps_find(maps, look->sp);
+	size_t room, want, len = 0;
+	struct wall_look again;
+	uint8_t *buf = NULL;
+	bool ran_off = false;
+	int r;
+
+	*ret_read = 0;
+	if (!m)
+		return -ENOENT;
+	room = (size_t)MIN(m->end - look->sp, (uint64_t)MAX_COPY);
+	want = MIN(st->want ? st->want : (size_t)FIRST_COPY, room);
+	for (;;) {
+		uint8_t *nb = realloc(buf, want);
+
+		if (!nb) {
+			r = -ENOMEM;
+			goto out_free;
+		}
+		buf = nb;
+		r = copy_stack(tid, look->sp, want, buf, &len);
+		if (r < 0)
+			goto out_free;
+		*ret_read += len;
+		/* Woke in between: the copy may mix two stacks. */
+		r = wall_look_read(pid, tid, &again);
+		if (r < 0)
+			goto out_free;
+		if (!same_look(look, &again)) {
+			r = -EAGAIN;
+			goto out_free;
+		}
+		if (st->valid && same_look(look, &st->look) && st->len == len &&
+		    memcmp(st->bytes, buf, len) == 0) {
+			st->look.state = look->state;
+			r = 0;
+			goto out_free;
+		}
+		st->valid = false; /* its pcs are rewritten now */
+		r = unwind_into(unw, look, buf, len, st, &ran_off);
+		if (r < 0)
+			goto out_free;
+		if (!ran_off || len >= room)
+			break;
+		want = MIN(MAX(want * 4, st->want), room);
+	}
+	free(st->bytes);
+	st->bytes = buf;
+	st->len = st->alloc = len;
+	st->look = *look;
+	st->valid = true;
+	st->rooted = !ran_off;
+	return 1;
+
+out_free:
+	free(buf);
+	return r;
+}
+
+void wall_off_stack_release(struct wall_off_stack *st)
+{
+	free(st->bytes);
+	free(st->pcs);
+	memset(st, 0, sizeof(*st));
+}

@@ -1,0 +1,56 @@
+#ifndef CPROF_WALL_PRIVATE_H
+#define CPROF_WALL_PRIVATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "maps/maps.h"
+#include "unwind/unwind.h"
+
+/* A thread's own clocks, from its schedstat: never sampled, exact. */
+struct wall_clocks {
+	uint64_t run_ns;   /* on a CPU */
+	uint64_t delay_ns; /* on a run queue, waiting for a CPU */
+};
+
+/* What a thread is doing as /proc tells it, without stopping it. */
+struct wall_look {
+	char state;      /* stat's letter: R S D T t I (X: gone) */
+	int64_t syscall; /* the call it is blocked in; -1: none (running) */
+	uint64_t sp, pc; /* user stack and program pointers in that call */
+};
+
+/* The last stack a thread was seen asleep in, kept until it runs again. */
+struct wall_off_stack {
+	struct wall_look look;
+	uint8_t *bytes;   /* the copy it was unwound from */
+	size_t len, alloc;
+	size_t want;      /* bytes to copy next time: what the walk read */
+	uint64_t *pcs;    /* leaf first, as unwinder_unwind() gives them */
+	size_t npcs, pcs_alloc;
+	bool valid;
+	bool rooted;      /* the walk was not cut short by the copy's end */
+};
+
+/* thread-look.c */
+int wall_clocks_open(pid_t pid, pid_t tid);
+int wall_clocks_read(int fd, struct wall_clocks *ret);
+/* The thread's start, on the CLOCK_MONOTONIC scale (10 ms resolution). */
+int wall_thread_birth_ns(pid_t pid, pid_t tid, uint64_t *ret);
+int wall_look_read(pid_t pid, pid_t tid, struct wall_look *ret);
+
+/*
+ * Copies and unwinds the stack of @tid, asleep as @look says, into @st.
+ * Returns 1 when @st was taken now, 0 when @st already held this very
+ * stack (the same bytes: nothing unwound again), -EAGAIN when the thread
+ * woke while it was copied (@st unchanged), other -errno.
+ * @ret_read gets the bytes read from the target.
+ */
+int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
+			const struct maps *maps, struct unwinder *unw, struct wall_off_stack *st,
+			uint64_t *ret_read);
+void wall_off_stack_release(struct wall_off_stack *st);
+
+#endif

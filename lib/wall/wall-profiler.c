@@ -1,0 +1,598 @@
+#include "wall/wall-profiler.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "maps/maps.h"
+#include "perf/perf.h"
+#include "symbolize/symbolize.h"
+#include "target/target.h"
+#include "threads/threads.h"
+#include "unwind/unwind.h"
+#include "util/util.h"
+#include "wall/wall-private.h"
+
+#define MAX_FRAMES 256
+#define STACK_BYTES 8192
+#define RING_PAGES 256
+#define LIVENESS_NS (100ULL * 1000 * 1000)
+/* A tick may take this share of cprof's time at most: more threads, rarer
+ * ticks (every interval is still accounted in full). */
+#define TICK_DUTY 10
+
+/* Addresses that are never a PC: the frames of time without a stack. */
+#define ADDR_OFF_UNSEEN 0
+#define ADDR_RUN_UNSAMPLED 1
+
+static const struct profile_value_type wall_types[] = {
+	{ "samples", "count" },
+	{ "wall", "nanoseconds" },
+};
+
+struct wall_thread {
+	pid_t tid;
+	int fd;              /* its schedstat */
+	bool alive, listed;
+	uint64_t last_ns;    /* accounted up to here (CLOCK_MONOTONIC) */
+	struct wall_clocks clk;
+	bool looked;
+	struct wall_off_stack off;
+	uint64_t *run_pcs;   /* its last CPU sample's stack */
+	size_t nrun, run_alloc;
+	const char *name;
+};
+
+struct wall_profiler {
+	struct wall_profiler_opts opts;
+	struct perf_opts popts;
+	struct symbolizer *sym;
+	struct unwinder *unw;
+	struct perf_session *perf; /* NULL: refused, no CPU stacks */
+	struct profile *profile;
+	struct maps maps;
+	struct wall_thread *threads;
+	size_t nthreads, threads_alloc;
+	struct u64map by_tid; /* tid -> index + 1 */
+	const char *process_name;
+	uint64_t tick_ns, start_mono, end_mono, next_tick, last_liveness;
+	bool started, running;
+	struct wall_profiler_stats stats;
+	uint64_t pcs[MAX_FRAMES], locs[MAX_FRAMES];
+};
+
+static struct wall_thread *thread_of(struct wall_profiler *p, pid_t tid)
+{
+	uint64_t v;
+
+	return u64map_get(&p->by_tid, (uint64_t)tid, &v) ? &p->threads[v - 1] : NULL;
+}
+
+static const char *name_of(struct wall_profiler *p, pid_t tid)
+{
+	struct wall_thread *t = thread_of(p, tid);
+	char buf[64];
+
+	if (t && t->name)
+		return t->name;
+	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) < 0)
+		return p->process_name;
+	return profile_intern(p->profile, buf);
+}
+
+static const char *state_name(char state)
+{
+	switch (state) {
+	case 'R':
+		return "running";
+	case 'D':
+		return "disk";
+	case 'T':
+	case 't':
+		return "stopped";
+	}
+	return "sleeping";
+}
+
+/* The frame of time that has no stack: @addr is ADDR_*. */
+static int synthetic_location(struct wall_profiler *p, uint64_t addr, uint64_t *ret)
+{
+	static const char *const names[] = {
+		[ADDR_OFF_UNSEEN] = "[off-CPU: stack not seen]",
+		[ADDR_RUN_UNSAMPLED] = "[running: no CPU samples]",
+	};
+	struct profile_line line = { 0 };
+	int r;
+
+	r = profile_location_for_address(p->profile, addr, ret);
+	if (r < 0)
+		return r;
+	if (p->profile->locations[*ret - 1].nlines)
+		return 0;
+	r = profile_intern_function(p->profile, names[addr], names[addr], "", 0,
+				    &line.function_id);
+	if (r < 0)
+		return r;
+	return profile_location_set(p->profile, *ret, 0, &line, 1);
+}
+
+/* One sample of @ns of @tid's time in @state, on @pcs (NULL: @addr's frame). */
+static int add_time(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, size_t n,
+		    uint64_t addr, const char *state, int64_t syscall, uint64_t ns)
+{
+	struct profile_label labels[4];
+	size_t nlabels = 3;
+	int64_t values[2] = { 1, (int64_t)ns };
+	const char *call = syscall >= 0 ? syscall_name(syscall) : NULL;
+	int r;
+
+	if (!ns)
+		return 0;
+	if (pcs) {
+		for (size_t i = 0; i < n; i++) {
+			r = profile_location_for_address(p->profile, pcs[i], &p->locs[i]);
+			if (r < 0)
+				return r;
+		}
+	} else {
+		r = synthetic_location(p, addr, &p->locs[0]);
+		if (r < 0)
+			return r;
+		n = 1;
+	}
+	labels[0] = (struct profile_label){ .key = "thread_id", .num = tid };
+	labels[1] = (struct profile_label){ .key = "thread_name", .str = name_of(p, tid) };
+	labels[2] = (struct profile_label){ .key = "state", .str = state };
+	if (!labels[1].str)
+		return -ENOMEM;
+	if (call)
+		labels[nlabels++] = (struct profile_label){ .key = "syscall", .str = call };
+	p->stats.accounted_ns += ns;
+	return profile_add_sample(p->profile, p->locs, n, values, labels, nlabels);
+}
+
+/* ---- CPU samples ------------------------------------------------------- */
+
+static int keep_run_stack(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, size_t n)
+{
+	struct wall_thread *t = thread_of(p, tid);
+
+	if (!t)
+		return 0;
+	if (GROW(t->run_pcs, n, t->run_alloc) < 0)
+		return -ENOMEM;
+	memcpy(t->run_pcs, pcs, n * sizeof(*pcs));
+	t->nrun = n;
+	return 0;
+}
+
+static int on_sample(const struct perf_sample *s, void *arg)
+{
+	struct wall_profiler *p = arg;
+	int n = 0, r;
+
+	if (!s->has_user)
+		return 0;
+	n = unwinder_unwind(p->unw, &s->user, p->pcs, MAX_FRAMES);
+	if (n <= 0) {
+		p->pcs[0] = s->user.regs[UNWIND_REG_RIP];
+		n = 1;
+	}
+	p->stats.sampled_cpu_ns += s->period;
+	p->stats.bytes_read += s->user.stack_size + sizeof(s->user.regs);
+	r = keep_run_stack(p, s->tid, p->pcs, (size_t)n);
+	if (r < 0)
+		return r;
+	return add_time(p, s->tid, p->pcs, (size_t)n, 0, "running", -1, s->period);
+}
+
+static void on_comm(pid_t tid, const char *name, void *arg)
+{
+	struct wall_profiler *p = arg;
+	struct wall_thread *t = thread_of(p, tid);
+
+	if (t)
+		t->name = profile_intern(p->profile, name);
+}
+
+static int drain(struct wall_profiler *p)
+{
+	struct perf_handlers h = { .sample = on_sample, .comm = on_comm, .arg = p };
+	const struct perf_stats *ps;
+	int r;
+
+	if (!p->perf)
+		return 0;
+	r = perf_session_drain(p->perf, &h);
+	ps = perf_session_stats(p->perf);
+	p->stats.cpu_samples = ps->samples;
+	p->stats.lost = ps->lost;
+	return r;
+}
+
+/* ---- ticks ------------------------------------------------------------- */
+
+/*
+ * A stack for the thread asleep now. A thread stack mapped since the maps
+ * were read is found by reading them again, once.
+ */
+static void take_off_stack(struct wall_profiler *p, struct wall_thread *t,
+			   const struct wall_look *look)
+{
+	uint64_t bytes = 0;
+	int r;
+
+	r = wall_take_off_stack(p->opts.pid, t->tid, look, &p->maps, p->unw, &t->off, &bytes);
+	if (r == -ENOENT) {
+		maps_release(&p->maps);
+		if (maps_read(p->opts.pid, &p->maps) == 0)
+			r = wall_take_off_stack(p->opts.pid, t->tid, look, &p->maps, p->unw,
+						&t->off, &bytes);
+	}
+	p->stats.bytes_read += bytes;
+	if (r == 1) {
+		p->stats.off_stacks++;
+		p->stats.off_rooted += t->off.rooted;
+	}
+}
+
+/*
+ * The interval since the thread's last tick: its clocks say how much of it
+ * was run and how much waited for a CPU; the rest it was off its run queue.
+ * Off-CPU time goes to the stack it sleeps on now, or, when it runs now, to
+ * the one it slept on before; waiting time to its last CPU stack.
+ */
+static int account(struct wall_profiler *p, struct wall_thread *t)
+{
+	struct wall_clocks c;
+	struct wall_look look = { .state = 'R', .syscall = -1 };
+	uint64_t now, dt, drun, ddelay, off;
+	const struct wall_off_stack *st = &t->off;
+	int r;
+
+	r = wall_clocks_read(t->fd, &c);
+	now = now_monotonic_ns();
+	if (r < 0)
+		return r;
+	dt = now > t->last_ns ? now - t->last_ns : 0;
+	drun = c.run_ns - MIN(c.run_ns, t->clk.run_ns);
+	ddelay = c.delay_ns - MIN(c.delay_ns, t->clk.delay_ns);
+	off = dt > drun + ddelay ? dt - drun - ddelay : 0;
+	t->clk = c;
+	t->last_ns = now;
+	p->stats.running_ns += drun;
+	p->stats.runnable_ns += ddelay;
+	p->stats.off_ns += off;
+	if (drun || !t->looked) {
+		t->looked = true;
+		if (wall_look_read(p->opts.pid, t->tid, &look) == 0 && look.state != 'R' &&
+		    look.sp)
+			take_off_stack(p, t, &look);
+	} else {
+		p->stats.off_reused += off > 0;
+	}
+	if (off && st->valid)
+		r = add_time(p, t->tid, st->pcs, st->npcs, 0, state_name(st->look.state),
+			     st->look.syscall, off);
+	else if (off) {
+		p->stats.off_unknown++;
+		r = add_time(p, t->tid, NULL, 0, ADDR_OFF_UNSEEN, "sleeping", -1, off);
+	}
+	if (r == 0 && ddelay)
+		r = t->nrun ? add_time(p, t->tid, t->run_pcs, t->nrun, 0, "runnable", -1, ddelay)
+		    : st->valid ? add_time(p, t->tid, st->pcs, st->npcs, 0, "runnable", -1, ddelay)
+				: add_time(p, t->tid, NULL, 0, ADDR_OFF_UNSEEN, "runnable", -1, ddelay);
+	if (r == 0 && drun && !p->perf)
+		r = add_time(p, t->tid, NULL, 0, ADDR_RUN_UNSAMPLED, "running", -1, drun);
+	return r;
+}
+
+/*
+ * A thread seen for the first time: at the window's start its clocks are
+ * the baseline; one born since started from zero at its birth.
+ */
+static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64_t now)
+{
+	struct wall_thread *t;
+	uint64_t birth = 0;
+	int fd = wall_clocks_open(p->opts.pid, tid);
+	char buf[64];
+
+	if (fd < 0)
+		return NULL;
+	if (GROW(p->threads, p->nthreads + 1, p->threads_alloc) < 0 ||
+	    u64map_put(&p->by_tid, (uint64_t)tid, p->nthreads + 1) < 0) {
+		close(fd);
+		return NULL;
+	}
+	t = &p->threads[p->nthreads++];
+	memset(t, 0, sizeof(*t));
+	t->tid = tid;
+	t->fd = fd;
+	t->alive = true;
+	t->last_ns = now;
+	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) == 0)
+		t->name = profile_intern(p->profile, buf);
+	p->stats.threads++;
+	if (p->started && wall_thread_birth_ns(p->opts.pid, tid, &birth) == 0 &&
+	    birth >= p->start_mono) {
+		t->last_ns = birth; /* its clocks count from there */
+		return t;
+	}
+	if (wall_clocks_read(fd, &t->clk) < 0)
+		t->alive = false;
+	return t;
+}
+
+static void thread_gone(struct wall_thread *t)
+{
+	t->alive = false;
+	close(t->fd);
+	t->fd = -1;
+}
+
+static int tick(struct wall_profiler *p)
+{
+	uint64_t now = now_monotonic_ns();
+	pid_t *tids;
+	size_t n;
+	int r;
+
+	r = target_list_tids(p->opts.pid, &tids, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < p->nthreads; i++)
+		p->threads[i].listed = false;
+	for (size_t i = 0; i < n; i++) {
+		struct wall_thread *t = thread_of(p, tids[i]);
+
+		if (!t) {
+			t = add_thread(p, tids[i], now);
+			if (!t || !p->started)
+				continue;
+		}
+		t->listed = true;
+		if (t->alive && account(p, t) == -ESRCH)
+			thread_gone(t);
+	}
+	free(tids);
+	/* Not listed any more: exited since the last tick. */
+	for (size_t i = 0; i < p->nthreads; i++)
+		if (p->threads[i].alive && !p->threads[i].listed && p->started)
+			thread_gone(&p->threads[i]);
+	p->stats.ticks++;
+	return 0;
+}
+
+static int take_tick(struct wall_profiler *p)
+{
+	uint64_t t0 = now_monotonic_ns(), took;
+	int r = tick(p);
+
+	took = now_monotonic_ns() - t0;
+	p->next_tick = t0 + MAX(p->tick_ns, took * TICK_DUTY);
+	return r;
+}
+
+/* ---- the window -------------------------------------------------------- */
+
+static int profile_header(struct wall_profiler *p)
+{
+	char buf[64];
+	int r;
+
+	r = profile_set_period(p->profile, "wall", "nanoseconds", (int64_t)p->tick_ns);
+	if (r < 0)
+		return r;
+	if (target_process_name(p->opts.pid, buf, sizeof(buf)) < 0)
+		snprintf(buf, sizeof(buf), "%d", p->opts.pid);
+	p->process_name = profile_intern(p->profile, buf);
+	if (!p->process_name)
+		return -ENOMEM;
+	if (p->opts.command_line)
+		return profile_add_comment(p->profile, p->opts.command_line);
+	return 0;
+}
+
+int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opts *o, char *err,
+		      size_t errlen)
+{
+	struct wall_profiler *p;
+	int r;
+
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->opts = *o;
+	u64map_init(&p->by_tid);
+	p->tick_ns = 1000000000ULL / (o->hz ? o->hz : 100);
+	p->popts = (struct perf_opts){
+		.pid = o->pid,
+		.period_ns = p->tick_ns,
+		.scope = PERF_SCOPE_THREAD,
+		.stack_bytes = STACK_BYTES,
+		.ring_pages = RING_PAGES,
+	};
+	r = profile_new(&p->profile, wall_types, ARRAY_SIZE(wall_types));
+	if (r == 0)
+		r = profile_header(p);
+	if (r < 0)
+		goto out_free;
+	r = symbolizer_new(&p->sym, o->pid);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot read the modules of pid %d: %s", o->pid, strerror(-r));
+		goto out_free;
+	}
+	r = unwinder_new(&p->unw, symbolizer_dwfl(p->sym), o->pid);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot set up unwinding: %s", strerror(-r));
+		goto out_free;
+	}
+	r = maps_read(o->pid, &p->maps);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot read the mappings of pid %d: %s", o->pid,
+			 strerror(-r));
+		goto out_free;
+	}
+	/* Without CPU samples the running time is still counted, stackless. */
+	r = perf_session_open(&p->perf, &p->popts);
+	if (r < 0) {
+		p->perf = NULL;
+		p->stats.perf_refused = true;
+		perf_strerror(r, &p->popts, p->stats.perf_error, sizeof(p->stats.perf_error));
+	}
+	*ret = p;
+	return 0;
+
+out_free:
+	wall_profiler_free(p);
+	return r;
+}
+
+int wall_profiler_start(struct wall_profiler *p)
+{
+	int r;
+
+	p->profile->time_nanos = (int64_t)now_realtime_ns();
+	p->start_mono = now_monotonic_ns();
+	p->last_liveness = p->start_mono;
+	r = take_tick(p); /* the baseline: nothing accounted yet */
+	if (r < 0)
+		return r;
+	p->started = true;
+	if (p->perf) {
+		r = perf_session_enable(p->perf);
+		if (r < 0)
+			return r;
+	}
+	p->running = true;
+	return 0;
+}
+
+static void window_end(struct wall_profiler *p)
+{
+	if (!p->end_mono)
+		p->end_mono = now_monotonic_ns();
+	p->stats.window_ns = p->end_mono - p->start_mono;
+	p->profile->duration_nanos = (int64_t)p->stats.window_ns;
+}
+
+int wall_profiler_poll(struct wall_profiler *p, int timeout_ms)
+{
+	uint64_t now = now_monotonic_ns();
+	int wait_ms = 0, r;
+
+	if (p->next_tick > now)
+		wait_ms = (int)MIN((uint64_t)timeout_ms, (p->next_tick - now) / 1000000);
+	if (p->perf) {
+		r = perf_session_wait(p->perf, wait_ms);
+		if (r < 0)
+			return r;
+	} else if (wait_ms) {
+		struct timespec ts = { wait_ms / 1000, (long)(wait_ms % 1000) * 1000000 };
+
+		nanosleep(&ts, NULL);
+	}
+	r = drain(p);
+	if (r < 0)
+		return r;
+	now = now_monotonic_ns();
+	if (now >= p->next_tick) {
+		r = take_tick(p);
+		if (r < 0 && r != -ESRCH)
+			return r;
+	}
+	p->stats.window_ns = now - p->start_mono;
+	if (now - p->last_liveness >= LIVENESS_NS) {
+		p->last_liveness = now;
+		if (!target_alive(p->opts.pid)) {
+			p->stats.target_exited = true;
+			window_end(p);
+			return -ESRCH;
+		}
+	}
+	return 0;
+}
+
+int wall_profiler_stop(struct wall_profiler *p)
+{
+	int r = 0;
+
+	if (p->running) {
+		if (!p->stats.target_exited)
+			r = tick(p);
+		if (p->perf)
+			perf_session_disable(p->perf);
+		p->running = false;
+	}
+	window_end(p);
+	if (!p->stats.target_exited)
+		p->stats.target_exited = !target_alive(p->opts.pid);
+	if (drain(p) < 0 && r == 0)
+		r = -EIO;
+	return r == -ESRCH ? 0 : r;
+}
+
+static int add_comments(struct wall_profiler *p)
+{
+	char c[512];
+	int r = 0;
+
+	if (p->stats.perf_refused) {
+		snprintf(c, sizeof(c), "no CPU stacks: perf_event_open refused (%s); running time "
+			 "is in [running: no CPU samples]", p->stats.perf_error);
+		r = profile_add_comment(p->profile, c);
+	}
+	if (r == 0 && p->stats.lost) {
+		snprintf(c, sizeof(c), "lost %llu CPU sample records: buffers overflowed",
+			 (unsigned long long)p->stats.lost);
+		r = profile_add_comment(p->profile, c);
+	}
+	return r;
+}
+
+int wall_profiler_finish(struct wall_profiler *p, struct profile **ret)
+{
+	uint64_t t0 = now_monotonic_ns();
+	int r;
+
+	r = add_comments(p);
+	if (r < 0)
+		return r;
+	symbolizer_refresh(p->sym);
+	r = symbolizer_fill_profile(p->sym, p->profile);
+	if (r < 0)
+		return r;
+	p->stats.symbolize_ns = now_monotonic_ns() - t0;
+	*ret = p->profile;
+	p->profile = NULL;
+	return 0;
+}
+
+const struct wall_profiler_stats *wall_profiler_stats(const struct wall_profiler *p)
+{
+	return &p->stats;
+}
+
+void wall_profiler_free(struct wall_profiler *p)
+{
+	if (!p)
+		return;
+	perf_session_free(p->perf);
+	for (size_t i = 0; i < p->nthreads; i++) {
+		if (p->threads[i].fd >= 0 && p->threads[i].alive)
+			close(p->threads[i].fd);
+		wall_off_stack_release(&p->threads[i].off);
+		free(p->threads[i].run_pcs);
+	}
+	free(p->threads);
+	u64map_release(&p->by_tid);
+	maps_release(&p->maps);
+	unwinder_free(p->unw);
+	symbolizer_free(p->sym);
+	profile_free(p->profile);
+	free(p);
+}
