@@ -132,6 +132,11 @@ static void summary(const struct wall_args *a, const struct output *out,
 		    st->threads == 1 ? "thread" : "threads", (double)st->accounted_ns / 1e9,
 		    window, a->hz, (double)st->running_ns / 1e9, (double)st->runnable_ns / 1e9,
 		    (double)st->off_ns / 1e9, (double)st->symbolize_ns / 1e6);
+	report_note("read %.1f kB of stacks and samples from pid %d (%.0f kB/s): %llu sleeping "
+		    "stacks taken, %llu intervals on a stack taken before",
+		    (double)st->bytes_read / 1e3, a->common.pid,
+		    st->window_ns ? (double)st->bytes_read / 1e3 / ((double)st->window_ns / 1e9) : 0,
+		    (unsigned long long)st->off_stacks, (unsigned long long)st->off_reused);
 	if (st->perf_refused)
 		report_warning("no stacks for the running time: %s", st->perf_error);
 	if (st->lost)
