@@ -255,6 +255,7 @@ out_write:
 		goto out_abort;
 	}
 	summary(&a, &out, &w, contention_stats(c));
+	report_unsymbolized_program(al.sym);
 	code = runbook_end_agent(k->cmd, &a.common, &w, &al, contention_stats(c)->records,
 				 profile);
 	goto out_free;

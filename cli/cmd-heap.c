@@ -546,6 +546,7 @@ out_write:
 		goto out_abort;
 	}
 	summary(&a, &out, &w, h);
+	report_unsymbolized_program(al.sym);
 	code = runbook_end_agent(CMD, &a.common, &w, &al, heap_stats(h)->allocs, profile);
 	/* No channel: interrupted before the agent was loaded, nothing to keep. */
 	if (a.keep && ch && !w.target_exited) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "profile/profile.h"
+#include "symbolize/symbolize.h"
 
 static bool quiet;
 static bool progress_shown;
@@ -45,22 +46,34 @@ DEFINE_REPORT(report_hint, "hint: ", false)
 DEFINE_REPORT(report_warning, "warning: ", false)
 DEFINE_REPORT(report_note, "", quiet)
 
-void report_unsymbolized(const struct profile *p)
+/* @file (absolute) has neither symbols nor debug information. */
+static void unsymbolized(const char *file, const char *build_id)
 {
-	const struct profile_mapping *m = p->nmappings ? &p->mappings[0] : NULL;
-	const char *base, *urls = getenv("DEBUGINFOD_URLS");
+	const char *base = strrchr(file, '/') + 1, *urls = getenv("DEBUGINFOD_URLS");
 
-	if (!m || m->has_functions || !m->file || m->file[0] != '/')
-		return;
-	base = strrchr(m->file, '/') + 1;
 	report_note("%s has no symbols or debug information%s%s%s: its frames read %s+0xOFFSET",
-		    m->file, m->build_id[0] ? " (build id " : "", m->build_id,
-		    m->build_id[0] ? ")" : "", base);
+		    file, build_id[0] ? " (build id " : "", build_id, build_id[0] ? ")" : "", base);
 	if (urls && *urls)
 		report_note("the debuginfod servers in DEBUGINFOD_URLS do not have its debug file");
 	else
 		report_note("set DEBUGINFOD_URLS to fetch its debug file from a debuginfod server, "
 			    "or install it under /usr/lib/debug");
+}
+
+void report_unsymbolized(const struct profile *p)
+{
+	const struct profile_mapping *m = p->nmappings ? &p->mappings[0] : NULL;
+
+	if (m && !m->has_functions && m->file && m->file[0] == '/')
+		unsymbolized(m->file, m->build_id ? m->build_id : "");
+}
+
+void report_unsymbolized_program(struct symbolizer *s)
+{
+	const struct symbol_module *m = symbolizer_program(s);
+
+	if (m && !m->has_symbols && !m->has_lines && m->path && m->path[0] == '/')
+		unsymbolized(m->path, m->build_id ? m->build_id : "");
 }
 
 void report_error_text(const char *prefix, const char *text)

@@ -43,6 +43,10 @@ struct profile;
  * build id, and how to get names (DEBUGINFOD_URLS, /usr/lib/debug).
  */
 void report_unsymbolized(const struct profile *p);
+struct symbolizer;
+/* The same note from the symbolizer, for text views that build no profile:
+ * when the program's frames were looked up and stayed "NAME+0xOFF". */
+void report_unsymbolized_program(struct symbolizer *s);
 
 /* Usage error for command @cmd: message, then "see 'cprof @cmd --help'". */
 int report_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

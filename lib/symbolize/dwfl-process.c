@@ -150,6 +150,11 @@ struct setup_ctx {
 	int error;
 };
 
+static bool is_main_module(const struct symbolizer *s, const char *name)
+{
+	return s->exe && !s->main_module && !strcmp(name, s->exe);
+}
+
 static int sym_module_setup(struct setup_ctx *ctx, Dwfl_Module *mod, void **userdata,
 			    const char *name, Dwarf_Addr start)
 {
@@ -172,9 +177,12 @@ static int sym_module_setup(struct setup_ctx *ctx, Dwfl_Module *mod, void **user
 	m->pub.start = start;
 	m->map_end = first ? first->end : 0;
 	dwfl_module_info(mod, NULL, NULL, &end, NULL, NULL, NULL, NULL);
-	/* "[vdso: 1234]" is libdw's name; pprof and people know "[vdso]". */
+	/* "[vdso: 1234]" is libdw's name; pprof and people know "[vdso]".
+	 * The program goes by the name it was started as (the same file). */
 	if (!strncmp(name, "[vdso", 5))
 		m->pub.path = strpool_intern(&s->strings, "[vdso]");
+	else if (is_main_module(s, name) && s->program)
+		m->pub.path = s->program;
 	else
 		m->pub.path = strpool_intern(&s->strings, name);
 	/* Opening now is the point: the file, or the vDSO's memory, may go.
@@ -194,7 +202,7 @@ static int sym_module_setup(struct setup_ctx *ctx, Dwfl_Module *mod, void **user
 		m->bias = start;
 
 	s->modules[s->nmodules++] = m;
-	if (s->exe && !s->main_module && !strcmp(name, s->exe))
+	if (is_main_module(s, name))
 		s->main_module = m;
 	return 0;
 
@@ -309,6 +317,17 @@ static const char *read_exe(struct symbolizer *s)
 	return strpool_intern(&s->strings, buf);
 }
 
+/* The program's path as started (target_program_path()), or NULL: then
+ * its module keeps the name of the file. */
+static const char *read_program(struct symbolizer *s)
+{
+	char buf[PATH_MAX];
+
+	if (!s->exe || target_program_path(s->pid, s->exe, buf, sizeof(buf)) < 0)
+		return NULL;
+	return strpool_intern(&s->strings, buf);
+}
+
 /* libdw keeps a pointer to the callbacks: they live in @s. */
 static int setup_callbacks(struct symbolizer *s)
 {
@@ -357,6 +376,7 @@ int symbolizer_new(struct symbolizer **ret, pid_t pid)
 	/* Before the report: a process with no exe link (a kernel thread) still
 	 * has modules worth naming, so a missing one is no error. */
 	s->exe = read_exe(s);
+	s->program = read_program(s);
 	dwfl_report_begin(s->dwfl);
 	r = report_process(s, true);
 	if (r < 0)
@@ -463,6 +483,11 @@ void sym_module_prepare(struct sym_module *m)
 	m->pub.has_symbols = m->symtab.nr > 0;
 	/* Looks in /usr/lib/debug (by build-id too) once; libdw remembers. */
 	m->pub.has_lines = m->has_elf && dwfl_module_getdwarf(m->mod, &bias) != NULL;
+}
+
+const struct symbol_module *symbolizer_program(struct symbolizer *s)
+{
+	return s && s->main_module && s->main_module->prepared ? &s->main_module->pub : NULL;
 }
 
 struct module_search {

@@ -48,6 +48,7 @@ struct symbolizer {
 	bool other_root;          /* target_other_root() */
 	Dwfl *dwfl;
 	const char *exe; /* /proc/PID/exe as it was at symbolizer_new(); pooled */
+	const char *program; /* the main module's path as started, or NULL; pooled */
 	struct sym_module *main_module;
 	struct sym_module **modules;
 	size_t nmodules, modules_alloc;

@@ -75,6 +75,13 @@ int symbolizer_fill_profile(struct symbolizer *s, struct profile *p);
 int symbolizer_module_range(struct symbolizer *s, const char *prefix, uint64_t *ret_start,
 			    uint64_t *ret_end);
 
+/*
+ * The program's own module (its main executable) once an address in it has
+ * been looked up, so its symbols and debug information have been looked
+ * for; NULL before, or when it has no module. Owned by @s.
+ */
+const struct symbol_module *symbolizer_program(struct symbolizer *s);
+
 /* ---- text (text.c) ------------------------------------------------------ */
 
 /* The frame's source file, else its module's path, else "?". */

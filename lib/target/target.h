@@ -52,6 +52,15 @@ int target_thread_state(pid_t pid, pid_t tid, char *ret_state);
 /* The comm of the process owning @pid, and its name, for error messages. */
 int target_process_name(pid_t pid, char *buf, size_t size);
 
+/*
+ * program.c: the path by which @pid was started, when it differs from
+ * @exe_path (its /proc/PID/exe) yet names the same file: a symlink such as
+ * /usr/bin/redis-server -> redis-check-rdb, found from argv[0] or comm.
+ * Fills @buf (the target's own absolute path) and returns 0; -ENOENT when
+ * the process was started by its file's own name or none leads there.
+ */
+int target_program_path(pid_t pid, const char *exe_path, char *buf, size_t size);
+
 /* namespace.c: containers. True when @pid's root directory is not ours
  * (its paths must be opened under /proc/PID/root); false if unsure. */
 bool target_other_root(pid_t pid);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -130,4 +131,62 @@ Test(target, namespaces_of_the_dead)
 	cr_assert_not(target_other_root(child));
 	cr_assert_not(target_other_pidns(child));
 	cr_assert_eq(target_ns_tid(child, child), 0);
+}
+
+/* Runs @path with argv[0] @argv0 ("sleep 30"); returns its pid once exec'd. */
+static pid_t exec_sleep(const char *path, const char *argv0)
+{
+	char exe[64], buf[256];
+	pid_t child = fork();
+
+	if (child == 0) {
+		execl(path, argv0, "30", (char *)NULL);
+		_exit(127);
+	}
+	cr_assert_gt(child, 0);
+	snprintf(exe, sizeof(exe), "/proc/%d/exe", (int)child);
+	for (int i = 0; i < 400; i++) {
+		ssize_t n = readlink(exe, buf, sizeof(buf) - 1);
+
+		if (n > 0 && (buf[n] = '\0', strstr(buf, "sleep")))
+			return child;
+		usleep(5000);
+	}
+	cr_assert_fail("%s did not start", path);
+	return -1;
+}
+
+static void end_sleep(pid_t child)
+{
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+}
+
+/* Started through a symlink (Debian's redis-server -> redis-check-rdb): the
+ * link's path, from argv[0] whole or up to a space (a rewritten process
+ * title); started by the file's own name: -ENOENT. */
+Test(target, program_path_through_a_symlink)
+{
+	char dir[] = "/tmp/cprof-test-target-XXXXXX", link[128], title[160], got[256];
+	struct target t;
+	pid_t child;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(link, sizeof(link), "%s/linked-app", dir);
+	snprintf(title, sizeof(title), "%s 127.0.0.1:6379", link);
+	cr_assert_eq(symlink("/usr/bin/sleep", link), 0);
+
+	for (int i = 0; i < 2; i++) {
+		child = exec_sleep(link, i == 0 ? link : title);
+		cr_assert_eq(target_open(&t, child), 0);
+		cr_assert_str_eq(t.exe, "/usr/bin/sleep");
+		cr_assert_eq(target_program_path(child, t.exe, got, sizeof(got)), 0);
+		cr_assert_str_eq(got, link);
+		end_sleep(child);
+	}
+	child = exec_sleep("/usr/bin/sleep", "sleep");
+	cr_assert_eq(target_program_path(child, "/usr/bin/sleep", got, sizeof(got)), -ENOENT);
+	end_sleep(child);
+	unlink(link);
+	rmdir(dir);
 }
