@@ -11,6 +11,7 @@
 
 #include "interrupt.h"
 #include "report.h"
+#include "util/util.h"
 
 #define PICK_TIMEOUT_MS 5000
 #define CALL_TIMEOUT_MS 10000
@@ -184,9 +185,9 @@ static void looking(const struct inject_report *rep, uint64_t elapsed_ns)
 	if (said || elapsed_ns < LOOKING_NOTE_NS)
 		return;
 	said = true;
-	report_note("waiting for a moment when a thread may load the agent (%u looks in %.1f s, "
+	report_note("waiting for a moment when a thread may load the agent (%u %s in %.1f s, "
 		    "the last refused because %s); giving up after %d s",
-		    rep->tried, (double)elapsed_ns / 1e9, rep->why[0] ? rep->why : "?",
+		    rep->tried, plural(rep->tried, "look", "looks"), (double)elapsed_ns / 1e9, rep->why[0] ? rep->why : "?",
 		    PICK_TIMEOUT_MS / 1000);
 }
 
@@ -220,8 +221,9 @@ static int inject_error(int r, const struct target *t, const struct agent_load *
 		return EXIT_TARGET;
 	case -EAGAIN:
 		report_error("no thread of pid %d (%s) was safe to load the agent within %d s: "
-			     "%u looks, the last refused because %s", t->pid, t->comm,
-			     PICK_TIMEOUT_MS / 1000, rep->tried, rep->why[0] ? rep->why : "?");
+			     "%u %s, the last refused because %s", t->pid, t->comm,
+			     PICK_TIMEOUT_MS / 1000, rep->tried, plural(rep->tried, "look", "looks"),
+			     rep->why[0] ? rep->why : "?");
 		report_hint("the target was left as it was; try again in a moment");
 		return EXIT_TARGET;
 	case -ETIMEDOUT:

@@ -213,7 +213,7 @@ int agent_note_lost(const struct channel_counters *c, struct profile *p)
 
 	if (!c->lost)
 		return 0;
-	snprintf(text, sizeof(text), "lost %llu records: the agent's ring was full",
-		 (unsigned long long)c->lost);
+	snprintf(text, sizeof(text), "lost %llu %s: the agent's ring was full",
+		 (unsigned long long)c->lost, plural(c->lost, "record", "records"));
 	return profile_add_comment(p, text);
 }

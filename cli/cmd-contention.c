@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,19 +167,24 @@ static void summary(const struct args *a, const struct output *out,
 
 	format_duration(w->window_ns, window, sizeof(window));
 	if (a->k->events == CPROF_EVENTS_THREADCREATE)
-		report_note("wrote %s: %.0f threads created in a %s window", output_name(out),
-			    st->events, window);
+		report_note("wrote %s: %.0f %s created in a %s window", output_name(out),
+			    st->events, plural((unsigned long long)llround(st->events), "thread",
+					       "threads"), window);
 	else
-		report_note("wrote %s: %llu records (%llu stacks walked in the target), ~%.0f "
-			    "contentions, ~%.3f s of delay in a %s window", output_name(out),
-			    (unsigned long long)st->records, (unsigned long long)st->walked,
-			    st->events, st->delay_ns / 1e9, window);
+		report_note("wrote %s: %llu %s (%llu %s walked in the target), ~%.0f %s, ~%.3f "
+			    "s of delay in a %s window", output_name(out),
+			    (unsigned long long)st->records, plural(st->records, "record", "records"),
+			    (unsigned long long)st->walked, plural(st->walked, "stack", "stacks"),
+			    st->events,
+			    plural((unsigned long long)llround(st->events), "contention",
+				   "contentions"), st->delay_ns / 1e9, window);
 	if (!w->records)
 		report_note("no events in the window: no thread waited (or created a thread) "
 			    "through the hooked functions");
 	if (w->counters.lost)
-		report_warning("%llu events lost: the agent's ring was full; try a larger --rate",
-			       (unsigned long long)w->counters.lost);
+		report_warning("%llu %s lost: the agent's ring was full; try a larger --rate",
+			       (unsigned long long)w->counters.lost,
+			       plural(w->counters.lost, "event", "events"));
 }
 
 static int run(int argc, char **argv, const struct kind *k)

@@ -144,6 +144,7 @@ static int sample_window(struct cpu_profiler *p, const struct cpu_args *a,
 	format_duration(a->duration_ns, total, sizeof(total));
 	while (!interrupt_requested()) {
 		uint64_t now = now_monotonic_ns(), left;
+		unsigned long long n;
 		int r;
 
 		if (now - start >= a->duration_ns)
@@ -157,9 +158,9 @@ static int sample_window(struct cpu_profiler *p, const struct cpu_args *a,
 		if (now >= next_progress) {
 			format_duration((now - start) / 1000000000ULL * 1000000000ULL, done,
 					sizeof(done));
-			report_progress("sampling pid %d (%s): %s / %s, %llu samples", t->pid,
-					t->comm, done, total,
-					(unsigned long long)cpu_profiler_stats(p)->samples);
+			n = cpu_profiler_stats(p)->samples;
+			report_progress("sampling pid %d (%s): %s / %s, %llu %s", t->pid,
+					t->comm, done, total, n, plural(n, "sample", "samples"));
 			next_progress = now + 1000000000ULL;
 		}
 	}
@@ -172,17 +173,19 @@ static void summary(const struct cpu_args *a, const struct output *out,
 	char window[32];
 
 	format_duration(st->window_ns, window, sizeof(window));
-	report_note("wrote %s: %llu samples, %.2fs of CPU in a %s window (%d Hz); "
+	report_note("wrote %s: %llu %s, %.2fs of CPU in a %s window (%d Hz); "
 		    "symbolized in %.0f ms",
-		    output_name(out), (unsigned long long)st->samples, (double)st->sampled_ns / 1e9,
+		    output_name(out), (unsigned long long)st->samples,
+		    plural(st->samples, "sample", "samples"), (double)st->sampled_ns / 1e9,
 		    window, a->hz, (double)st->symbolize_ns / 1e6);
 	if (st->lost)
-		report_warning("%llu samples lost: the sample buffers overflowed; try a lower -F",
-			       (unsigned long long)st->lost);
+		report_warning("%llu %s lost: the sample buffers overflowed; try a lower -F",
+			       (unsigned long long)st->lost, plural(st->lost, "sample", "samples"));
 	if (st->samples && st->unwound * 100 < st->samples * 90)
-		report_warning("only %llu of %llu stacks unwound past their first frame: "
+		report_warning("only %llu of %llu %s unwound past their first frame: "
 			       "missing CFI (.eh_frame) or unmapped code",
-			       (unsigned long long)st->unwound, (unsigned long long)st->samples);
+			       (unsigned long long)st->unwound, (unsigned long long)st->samples,
+			       plural(st->samples, "stack", "stacks"));
 }
 
 static int runbook_end(const struct cpu_args *a, const struct profile *profile,

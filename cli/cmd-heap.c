@@ -178,28 +178,34 @@ static void summary(const struct heap_args *a, const struct output *out,
 	char window[32];
 
 	format_duration(w->window_ns, window, sizeof(window));
-	report_note("wrote %s: %llu samples (%llu freed) at rate %llu bytes in a %s window",
-		    output_name(out), (unsigned long long)st->allocs, (unsigned long long)st->frees,
-		    (unsigned long long)a->rate, window);
+	report_note("wrote %s: %llu %s (%llu freed) at rate %llu %s in a %s window",
+		    output_name(out), (unsigned long long)st->allocs,
+		    plural(st->allocs, "sample", "samples"), (unsigned long long)st->frees,
+		    (unsigned long long)a->rate, plural(a->rate, "byte", "bytes"), window);
 	if (w->counters.lost_allocs)
-		report_warning("%llu sampled allocations not recorded (the agent's ring was full): "
+		report_warning("%llu sampled %s not recorded (the agent's ring was full): "
 			       "alloc figures are the recorded %llu scaled by %.3f; a larger --rate "
 			       "records them all", (unsigned long long)w->counters.lost_allocs,
+			       plural(w->counters.lost_allocs, "allocation", "allocations"),
 			       (unsigned long long)st->allocs, heap_alloc_factor(h));
 	if (w->live_error && heap_inuse_factor(h) == 0.0)
 		report_warning("inuse not measured: the agent's live set could not be read (%s) and "
-			       "%llu records were lost", strerror(-w->live_error),
-			       (unsigned long long)w->counters.lost);
+			       "%llu %s lost", strerror(-w->live_error),
+			       (unsigned long long)w->counters.lost,
+			       plural(w->counters.lost, "record was", "records were"));
 	else if (w->live_error)
 		report_note("inuse from the records, the agent's live set could not be read (%s)",
 			    strerror(-w->live_error));
 	if (st->untracked)
-		report_warning("%llu sampled blocks could not be followed to their free (the "
-			       "agent's table was full): they count as in use",
-			       (unsigned long long)st->untracked);
+		report_warning("%llu sampled %s could not be followed to their free (the "
+			       "agent's table was full): %s as in use",
+			       (unsigned long long)st->untracked,
+			       plural(st->untracked, "block", "blocks"),
+			       plural(st->untracked, "it counts", "they count"));
 	if (st->allocs && st->unwound * 100 < st->allocs * 90)
-		report_warning("only %llu of %llu allocation stacks unwound into the program",
-			       (unsigned long long)st->unwound, (unsigned long long)st->allocs);
+		report_warning("only %llu of %llu allocation %s unwound into the program",
+			       (unsigned long long)st->unwound, (unsigned long long)st->allocs,
+			       plural(st->allocs, "stack", "stacks"));
 }
 
 /* The background session's view of its profile (heap-keep.h). */

@@ -408,8 +408,8 @@ int cpu_profiler_finish(struct cpu_profiler *p, struct profile **ret)
 	int r;
 
 	if (p->stats.lost) {
-		snprintf(comment, sizeof(comment), "lost %llu records: sample buffers overflowed",
-			 (unsigned long long)p->stats.lost);
+		snprintf(comment, sizeof(comment), "lost %llu %s: sample buffers overflowed",
+			 (unsigned long long)p->stats.lost, plural(p->stats.lost, "record", "records"));
 		r = profile_add_comment(p->profile, comment);
 		if (r < 0)
 			return r;

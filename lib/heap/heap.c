@@ -255,17 +255,19 @@ static int note_estimates(const struct heap *h, struct profile *p, double alloc_
 
 	if (alloc_factor != 1.0) {
 		snprintf(text, sizeof(text),
-			 "alloc_objects and alloc_space scaled by %.4f: %llu sampled allocations "
-			 "were not recorded (the agent's ring was full) beside %llu recorded",
+			 "alloc_objects and alloc_space scaled by %.4f: %llu sampled %s "
+			 "recorded (the agent's ring was full) beside %llu recorded",
 			 alloc_factor, (unsigned long long)h->lost_allocs,
+			 plural(h->lost_allocs, "allocation was not", "allocations were not"),
 			 (unsigned long long)h->stats.allocs);
 		r = profile_add_comment(p, text);
 	}
 	if (r == 0 && h->live_snapshots) {
 		snprintf(text, sizeof(text),
-			 "inuse from the agent's live set, the mean of %llu snapshots in the window's "
+			 "inuse from the agent's live set, the mean of %llu %s in the window's "
 			 "last second: %.1f sampled blocks, %.1f of them without a recorded stack%s",
 			 (unsigned long long)h->live_snapshots,
+			 plural(h->live_snapshots, "snapshot", "snapshots"),
 			 (double)(h->live_recorded + h->live_unknown) / (double)h->live_snapshots,
 			 (double)h->live_unknown / (double)h->live_snapshots,
 			 h->live_unknown ? " (their share spread over the others)" : "");

@@ -149,8 +149,9 @@ static int copy_stack(const struct inject_opts *o, pid_t tid, const struct user_
 	}
 	/* Thread stacks are fixed mappings; the main one grows on demand. */
 	if (strcmp(m->path, "[stack]") != 0 && r->rsp - m->start < STACK_NEEDED) {
-		snprintf(why, len, "its stack has only %llu bytes left",
-			 (unsigned long long)(r->rsp - m->start));
+		snprintf(why, len, "its stack has only %llu %s left",
+			 (unsigned long long)(r->rsp - m->start),
+			 plural(r->rsp - m->start, "byte", "bytes"));
 		return -EAGAIN;
 	}
 	if (m->end < end)
@@ -200,7 +201,8 @@ int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct use
 			return k;
 	}
 	if (!root) {
-		snprintf(why, len, "its stack could not be unwound to its start (%d frames)", n);
+		snprintf(why, len, "its stack could not be unwound to its start (%d %s)", n,
+			 plural((unsigned long long)n, "frame", "frames"));
 		return -EAGAIN;
 	}
 	return 0;

@@ -11,6 +11,12 @@
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* The noun for a count in a message: "1 sample", "0 samples", "2 samples". */
+static inline const char *plural(unsigned long long n, const char *one, const char *many)
+{
+	return n == 1 ? one : many;
+}
+
 /* a + b held at INT64_MAX or INT64_MIN instead of overflowing: sums of the
  * values of a profile made elsewhere may reach any int64. */
 static inline int64_t add_saturated(int64_t a, int64_t b)

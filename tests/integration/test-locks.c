@@ -263,16 +263,19 @@ static size_t folded_of(const char *path, struct th_stack *f, size_t max)
 	return n;
 }
 
-/* "N records (W stacks walked in the target)" of cprof's summary. */
+/* "N records (W stacks walked in the target)" of cprof's summary ("1
+ * record", "1 stack" in the singular). */
 static void walked_of(const char *err, long *records, long *walked)
 {
-	const char *p = strstr(err, " records (");
+	const char *p = strstr(err, "wrote ");
 
 	*records = *walked = -1;
 	cr_assert_not_null(p, "no summary in: %s", err);
-	while (p > err && p[-1] >= '0' && p[-1] <= '9')
-		p--;
-	cr_assert_eq(sscanf(p, "%ld records (%ld stacks walked", records, walked), 2, "%s", p);
+	p = strstr(p, ": ");
+	cr_assert_not_null(p, "no summary in: %s", err);
+	cr_assert_eq(sscanf(p, ": %ld record", records), 1, "%s", p);
+	p = strchr(p, '(');
+	cr_assert(p && sscanf(p, "(%ld stack", walked) == 1, "%s", err);
 }
 
 /*
