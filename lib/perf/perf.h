@@ -35,6 +35,7 @@ struct perf_opts {
 	size_t ring_pages;    /* data pages per cpu ring, a power of two */
 	bool kernel;          /* count time in the kernel too (needs privilege) */
 	bool kernel_stacks;   /* and record the kernel's call chain (needs @kernel) */
+	bool context_switch;  /* and every switch of a target thread off and on a CPU */
 };
 
 /* Kernel frames kept per sample (kernel.perf_event_max_stack is 127). */
@@ -67,6 +68,9 @@ struct perf_handlers {
 	int (*sample)(const struct perf_sample *s, void *arg);
 	/* A thread of the target took a name (exec, prctl, pthread_setname_np). */
 	void (*comm)(pid_t tid, const char *name, void *arg);
+	/* With context_switch: @tid left a CPU (@out), taken from it if
+	 * @preempted, or came back onto one, at @time (perf clock). */
+	void (*cpu_switch)(pid_t tid, uint64_t time, bool out, bool preempted, void *arg);
 	void *arg;
 };
 

@@ -19,6 +19,8 @@
 #define MAX_FRAMES 256
 #define STACK_BYTES 8192
 #define RING_PAGES 256
+/* PERF_RECORD_SWITCH: header and sample id (pid, tid, time, cpu). */
+#define SWITCH_RECORD_BYTES 32
 #define LIVENESS_NS (100ULL * 1000 * 1000)
 /* A tick may take this share of cprof's time at most: more threads, rarer
  * ticks (every interval is still accounted in full). */
@@ -33,12 +35,21 @@ static const struct profile_value_type wall_types[] = {
 	{ "wall", "nanoseconds" },
 };
 
+struct cpu_switch {
+	uint64_t time;
+	bool out, preempted;
+};
+
 struct wall_thread {
 	pid_t tid;
 	int fd;              /* its schedstat */
 	bool alive, listed;
 	uint64_t last_ns;    /* accounted up to here (CLOCK_MONOTONIC) */
 	struct wall_clocks clk;
+	struct cpu_switch *switches; /* reported since the last tick, any order */
+	size_t nswitches, switches_alloc;
+	uint64_t preempted_at;   /* perf time it was taken off a CPU; 0: not */
+	uint64_t preempted_wait; /* waits after preemptions not yet accounted */
 	bool looked;
 	struct wall_off_stack off;
 	uint64_t *run_pcs;   /* its last CPU sample's stack */
@@ -60,6 +71,7 @@ struct wall_profiler {
 	const char *process_name;
 	uint64_t tick_ns, start_mono, end_mono, next_tick, last_liveness;
 	bool started, running;
+	uint64_t rng;
 	struct wall_profiler_stats stats;
 	uint64_t pcs[MAX_FRAMES], locs[MAX_FRAMES];
 };
@@ -198,9 +210,48 @@ static void on_comm(pid_t tid, const char *name, void *arg)
 		t->name = profile_intern(p->profile, name);
 }
 
+/* Each CPU has its ring: a thread's switches come in time order only once
+ * sorted (it may leave one CPU and come back on another). */
+static void on_cpu_switch(pid_t tid, uint64_t time, bool out, bool preempted, void *arg)
+{
+	struct wall_profiler *p = arg;
+	struct wall_thread *t = thread_of(p, tid);
+
+	p->stats.bytes_read += SWITCH_RECORD_BYTES;
+	if (!t || GROW(t->switches, t->nswitches + 1, t->switches_alloc) < 0)
+		return;
+	t->switches[t->nswitches++] = (struct cpu_switch){ time, out, preempted };
+}
+
+static int by_time(const void *a, const void *b)
+{
+	const struct cpu_switch *x = a, *y = b;
+
+	return (x->time > y->time) - (x->time < y->time);
+}
+
+/* A preempted thread's wait for a CPU ends when it is back on one. */
+static void settle_switches(struct wall_thread *t)
+{
+	qsort(t->switches, t->nswitches, sizeof(*t->switches), by_time);
+	for (size_t i = 0; i < t->nswitches; i++) {
+		const struct cpu_switch *sw = &t->switches[i];
+
+		if (sw->out) {
+			t->preempted_at = sw->preempted ? sw->time : 0;
+			continue;
+		}
+		if (t->preempted_at && sw->time > t->preempted_at)
+			t->preempted_wait += sw->time - t->preempted_at;
+		t->preempted_at = 0;
+	}
+	t->nswitches = 0;
+}
+
 static int drain(struct wall_profiler *p)
 {
-	struct perf_handlers h = { .sample = on_sample, .comm = on_comm, .arg = p };
+	struct perf_handlers h = { .sample = on_sample, .comm = on_comm,
+				   .cpu_switch = on_cpu_switch, .arg = p };
 	const struct perf_stats *ps;
 	int r;
 
@@ -239,16 +290,56 @@ static void take_off_stack(struct wall_profiler *p, struct wall_thread *t,
 	}
 }
 
+/* What the thread does now; if it sleeps, on which stack. */
+static void look_now(struct wall_profiler *p, struct wall_thread *t)
+{
+	struct wall_look look;
+
+	t->looked = true;
+	if (wall_look_read(p->opts.pid, t->tid, &look) == 0 && look.state != 'R' && look.sp)
+		take_off_stack(p, t, &look);
+}
+
+/* The stack for @ns of waiting: @run's if it is known, else @sleep's. */
+static int add_wait(struct wall_profiler *p, struct wall_thread *t, bool run_first, uint64_t ns)
+{
+	const struct wall_off_stack *st = &t->off;
+
+	if (t->nrun && (run_first || !st->valid))
+		return add_time(p, t->tid, t->run_pcs, t->nrun, 0, "runnable", -1, ns);
+	if (st->valid)
+		return add_time(p, t->tid, st->pcs, st->npcs, 0, "runnable", st->look.syscall, ns);
+	return add_time(p, t->tid, NULL, 0, ADDR_OFF_UNSEEN, "runnable", -1, ns);
+}
+
+/*
+ * Time on a run queue follows either a preemption (the thread waits where
+ * it ran) or a wake-up (it waits to return from the call it slept in). The
+ * CPU switches perf reported tell the first; the rest is the second.
+ * Without them, all of it goes where the thread ran last.
+ */
+static int add_runnable(struct wall_profiler *p, struct wall_thread *t, uint64_t ddelay)
+{
+	uint64_t preempted;
+	int r;
+
+	preempted = p->perf ? MIN(ddelay, t->preempted_wait) : ddelay;
+	t->preempted_wait -= MIN(t->preempted_wait, ddelay);
+	r = add_wait(p, t, true, preempted);
+	if (r == 0)
+		r = add_wait(p, t, false, ddelay - preempted);
+	return r;
+}
+
 /*
  * The interval since the thread's last tick: its clocks say how much of it
  * was run and how much waited for a CPU; the rest it was off its run queue.
  * Off-CPU time goes to the stack it sleeps on now, or, when it runs now, to
- * the one it slept on before; waiting time to its last CPU stack.
+ * the one it slept on before.
  */
 static int account(struct wall_profiler *p, struct wall_thread *t)
 {
 	struct wall_clocks c;
-	struct wall_look look = { .state = 'R', .syscall = -1 };
 	uint64_t now, dt, drun, ddelay, off;
 	const struct wall_off_stack *st = &t->off;
 	int r;
@@ -263,14 +354,12 @@ static int account(struct wall_profiler *p, struct wall_thread *t)
 	off = dt > drun + ddelay ? dt - drun - ddelay : 0;
 	t->clk = c;
 	t->last_ns = now;
+	settle_switches(t);
 	p->stats.running_ns += drun;
 	p->stats.runnable_ns += ddelay;
 	p->stats.off_ns += off;
 	if (drun || !t->looked) {
-		t->looked = true;
-		if (wall_look_read(p->opts.pid, t->tid, &look) == 0 && look.state != 'R' &&
-		    look.sp)
-			take_off_stack(p, t, &look);
+		look_now(p, t);
 	} else {
 		p->stats.off_reused += off > 0;
 	}
@@ -282,9 +371,7 @@ static int account(struct wall_profiler *p, struct wall_thread *t)
 		r = add_time(p, t->tid, NULL, 0, ADDR_OFF_UNSEEN, "sleeping", -1, off);
 	}
 	if (r == 0 && ddelay)
-		r = t->nrun ? add_time(p, t->tid, t->run_pcs, t->nrun, 0, "runnable", -1, ddelay)
-		    : st->valid ? add_time(p, t->tid, st->pcs, st->npcs, 0, "runnable", -1, ddelay)
-				: add_time(p, t->tid, NULL, 0, ADDR_OFF_UNSEEN, "runnable", -1, ddelay);
+		r = add_runnable(p, t, ddelay);
 	if (r == 0 && drun && !p->perf)
 		r = add_time(p, t->tid, NULL, 0, ADDR_RUN_UNSAMPLED, "running", -1, drun);
 	return r;
@@ -324,6 +411,7 @@ static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64
 	}
 	if (wall_clocks_read(fd, &t->clk) < 0)
 		t->alive = false;
+	look_now(p, t);
 	return t;
 }
 
@@ -373,7 +461,11 @@ static int take_tick(struct wall_profiler *p)
 	int r = tick(p);
 
 	took = now_monotonic_ns() - t0;
-	p->next_tick = t0 + MAX(p->tick_ns, took * TICK_DUTY);
+	/* +-25% at random: a thread whose cycle is a multiple of the tick
+	 * would otherwise be seen in the same phase of it every time. */
+	p->rng = p->rng * 6364136223846793005ULL + 1442695040888963407ULL;
+	p->next_tick = t0 + MAX(p->tick_ns * 3 / 4 + (p->rng >> 33) % (p->tick_ns / 2 + 1),
+				took * TICK_DUTY);
 	return r;
 }
 
@@ -408,6 +500,7 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 		return -ENOMEM;
 	p->opts = *o;
 	u64map_init(&p->by_tid);
+	p->rng = now_monotonic_ns() ^ (uint64_t)o->pid;
 	p->tick_ns = 1000000000ULL / (o->hz ? o->hz : 100);
 	p->popts = (struct perf_opts){
 		.pid = o->pid,
@@ -415,6 +508,7 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 		.scope = PERF_SCOPE_THREAD,
 		.stack_bytes = STACK_BYTES,
 		.ring_pages = RING_PAGES,
+		.context_switch = true,
 	};
 	r = profile_new(&p->profile, wall_types, ARRAY_SIZE(wall_types));
 	if (r == 0)
@@ -587,6 +681,7 @@ void wall_profiler_free(struct wall_profiler *p)
 			close(p->threads[i].fd);
 		wall_off_stack_release(&p->threads[i].off);
 		free(p->threads[i].run_pcs);
+		free(p->threads[i].switches);
 	}
 	free(p->threads);
 	u64map_release(&p->by_tid);

@@ -8,8 +8,8 @@
  *   piperead   read() of a pipe the main thread feeds every 20 ms
  *   epoller    epoll_wait() on a descriptor that never fires
  *   spinner    spins 3 ms in spin_part(), then sleeps 7 ms in rest_part()
- *   ephemeral  one at a time, each living 400 ms asleep in ephemeral_nap(),
- *              a new one every 500 ms
+ *   ephemeral  one at a time, each living 1 s asleep in ephemeral_nap(),
+ *              a new one every 1.5 s
  * The main thread feeds the pipe. Each thread measures where its own time
  * went (CLOCK_MONOTONIC around each phase). On SIGUSR2 the process writes
  * to REPORT (beside, then renamed) one line per thread:
@@ -183,7 +183,7 @@ static void *spinner(void *arg)
 
 static __attribute__((noinline)) void ephemeral_nap(void)
 {
-	nap_ns(400 * 1000000ull);
+	nap_ns(1000 * 1000000ull);
 	__asm__ volatile("");
 }
 
@@ -252,7 +252,7 @@ int main(int argc, char **argv)
 		if (now_ns() >= next_ephemeral && atomic_load(&nrecords) < MAX_THREADS - 1) {
 			if (pthread_create(&th, NULL, ephemeral, NULL) == 0)
 				pthread_detach(th);
-			next_ephemeral += 500 * 1000000ull;
+			next_ephemeral += 1500 * 1000000ull;
 		}
 		if (report_now) {
 			report_now = 0;
