@@ -57,6 +57,7 @@ static const struct cmd cmds[] = {
 	{ "heap", true, true, "--rate" },
 	{ "block", true, true, "--rate" },
 	{ "mutex", true, true, "--rate" },
+	{ "wall", true, false, "-F" },
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 
@@ -133,10 +134,10 @@ static void refuse_row(const char *row, unsigned which, pid_t target, const char
 			th_assert_let_go(target, false, row);
 	}
 }
-#define ALL 0x1fu
+#define ALL 0x3fu
 #define AGENT_CMDS 0x1cu	 /* heap, block, mutex */
 #define PTRACE_CMDS 0x1eu	 /* threads and the agent's */
-#define WINDOW_CMDS 0x1du	 /* all but threads */
+#define WINDOW_CMDS 0x3du	 /* all but threads */
 #define EXTRA(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 /* A profile of @c: exit 0, and the file decodes (or a non-empty text). */
@@ -435,7 +436,7 @@ Test(badinput, bad_rates)
 
 			snprintf(row, sizeof(row), "%s '%s'", cmds[i].rate_opt, args[j]);
 			snprintf(want, sizeof(want), "invalid %s '%s'",
-				 i == 0 ? "frequency" : "rate", args[j]);
+				 strcmp(cmds[i].rate_opt, "-F") == 0 ? "frequency" : "rate", args[j]);
 			refuse_row(row, 1u << i, target, th_pid_str(target), 64, want,
 				   EXTRA(cmds[i].rate_opt, args[j]));
 		}

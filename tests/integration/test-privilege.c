@@ -115,6 +115,33 @@ Test(privilege, cpu_of_own_process)
 	th_kill(target);
 }
 
+/* wall reads /proc and copies stacks as the target's own user may; only its
+ * CPU stacks need perf, and without them it still accounts every thread. */
+Test(privilege, wall_of_own_process)
+{
+	int paranoid = sysctl_int("/proc/sys/kernel/perf_event_paranoid", 2);
+	char out[4200];
+	struct profile *p;
+	struct th_run r;
+	pid_t target;
+
+	require_root();
+	snprintf(out, sizeof(out), "%s/wall.pb.gz", nobody_dir());
+	target = nobody_target();
+	AS_NOBODY(&r, "wall", "-p", th_pid_str(target), "-d", "500ms", "-o", out);
+	cr_assert_eq(r.exit_code, 0, "paranoid %d: exit %d:\n%s", paranoid, r.exit_code, r.err);
+	if (paranoid > 2)
+		cr_expect(strstr(r.err, "no stacks for the running time") != NULL, "%s", r.err);
+	p = th_load_profile(out);
+	cr_expect_gt(p->nsamples, 0, "no samples of nobody's own process");
+	cr_expect_gt(profile_total(p, 1), 400000000, "%.3f s of wall time in a 0.5 s window",
+		     profile_total(p, 1) / 1e9);
+	profile_free(p);
+	th_run_release(&r);
+	th_assert_let_go(target, false, "after wall as nobody");
+	th_kill(target);
+}
+
 /* What paranoid 2 does not allow (system-wide sampling, which needs <= 0):
  * refused with the setting, its value and the fix. */
 Test(privilege, cpu_system_mode_refused_precisely)
