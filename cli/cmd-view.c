@@ -24,13 +24,14 @@ struct view_args {
 	enum view_format format;
 	bool format_given;
 	int64_t top; /* 0: every row */
+	struct view_filter *filter; /* --tagfocus, --tagignore; NULL: none */
 	bool help;
 };
 
 static void view_help(void)
 {
-	printf("usage: cprof view FILE [--top N | --folded | --svg OUT.svg | --tree] "
-	       "[--index TYPE] [-o OUT]\n"
+	printf("usage: cprof view FILE [--top N | --folded | --svg OUT.svg | --tree | --pprof] "
+	       "[--index TYPE] [--tagfocus KEY=REGEX] [--tagignore KEY=REGEX] [-o OUT]\n"
 	       "\n"
 	       "Show a pprof profile (cprof's or any other, such as Go's runtime/pprof;\n"
 	       "gzipped or not) without Go installed: the flat/cum table of\n"
@@ -42,8 +43,16 @@ static void view_help(void)
 	       "      --svg OUT     write a flame graph to OUT (hover, click to zoom, Search\n"
 	       "                    or Ctrl-F, Reset Zoom or Escape)\n"
 	       "      --tree        the call tree from the roots down, by cum\n"
+	       "      --pprof       the profile itself (gzipped profile.proto), filtered\n"
 	       "      --index TYPE  the sample type to show, e.g. cpu, alloc_space (default:\n"
 	       "                    the profile's default, else its last type)\n"
+	       "      --tagfocus KEY=REGEX\n"
+	       "                    only the samples with a label KEY that REGEX matches;\n"
+	       "                    REGEX,REGEX: either; KEY=N, N:, :N, N:M: a numeric label\n"
+	       "                    in that range (e.g. state=sleeping, thread_id=4242);\n"
+	       "                    repeated: all of them (go tool pprof's -tagfocus)\n"
+	       "      --tagignore KEY=REGEX\n"
+	       "                    leave out the samples --tagfocus would keep\n"
 	       "  -o, --output OUT  where to write (default stdout); without a view option\n"
 	       "                    the view follows OUT's extension: .svg, .folded, .txt\n"
 	       "  -h, --help        show this help\n");
@@ -52,9 +61,25 @@ static void view_help(void)
 static int set_format(struct view_args *a, enum view_format f)
 {
 	if (a->format_given && a->format != f)
-		return report_usage(CMD, "--top, --folded, --svg and --tree do not go together");
+		return report_usage(CMD, "--top, --folded, --svg, --tree and --pprof do not go "
+					 "together");
 	a->format = f;
 	a->format_given = true;
+	return 0;
+}
+
+static int add_filter(struct view_args *a, bool ignore, const char *spec)
+{
+	char why[256] = "";
+	int r = view_filter_add(&a->filter, ignore, spec, why, sizeof(why));
+
+	if (r == -ENOMEM) {
+		report_error("out of memory");
+		return EXIT_FAIL;
+	}
+	if (r < 0)
+		return report_usage(CMD, "invalid %s '%s': %s", ignore ? "--tagignore" : "--tagfocus",
+				    spec, why);
 	return 0;
 }
 
@@ -65,7 +90,10 @@ static int parse_args(int argc, char **argv, struct view_args *a)
 		{ "folded", no_argument, NULL, 'F' },
 		{ "svg", required_argument, NULL, 'S' },
 		{ "tree", no_argument, NULL, 'R' },
+		{ "pprof", no_argument, NULL, 'P' },
 		{ "index", required_argument, NULL, 'I' },
+		{ "tagfocus", required_argument, NULL, 'f' },
+		{ "tagignore", required_argument, NULL, 'i' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -87,6 +115,13 @@ static int parse_args(int argc, char **argv, struct view_args *a)
 			break;
 		case 'R':
 			r = set_format(a, VIEW_TREE);
+			break;
+		case 'P':
+			r = set_format(a, VIEW_PPROF);
+			break;
+		case 'f':
+		case 'i':
+			r = add_filter(a, c == 'i', optarg);
 			break;
 		case 'S':
 			r = set_format(a, VIEW_SVG);
@@ -121,8 +156,8 @@ static int parse_args(int argc, char **argv, struct view_args *a)
 	a->file = argv[optind];
 	if (!a->format_given && a->output)
 		a->format = view_format_from_path(a->output);
-	if (a->format == VIEW_PPROF)
-		a->format = VIEW_TOP; /* -o x.pb.gz: the table, not a copy */
+	if (!a->format_given && a->format == VIEW_PPROF)
+		a->format = VIEW_TOP; /* -o x.pb.gz: the table, not a copy (--pprof is) */
 	return 0;
 }
 
@@ -217,6 +252,45 @@ static int unknown_index(const struct profile *p, const char *index)
 	return EXIT_USAGE;
 }
 
+/* The keys of @p's labels, ", "-separated, into @buf (the first 16). */
+static void label_keys(const struct profile *p, char *buf, size_t size)
+{
+	const char *keys[16];
+	size_t nkeys = 0, n = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < p->nsamples; i++)
+		for (size_t l = 0; l < p->samples[i].nlabels && nkeys < 16; l++) {
+			const char *k = p->samples[i].labels[l].key;
+			size_t j = 0;
+
+			while (j < nkeys && strcmp(keys[j], k))
+				j++;
+			if (j < nkeys)
+				continue;
+			keys[nkeys++] = k;
+			if (n < size)
+				n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? ", " : "", k);
+		}
+}
+
+/* pprof says so when a filter matched nothing; a view of nothing is
+ * written all the same (it is the true answer). */
+static void warn_if_nothing_kept(const struct profile *p, const struct view_filter *f)
+{
+	char keys[256];
+
+	for (size_t i = 0; i < p->nsamples; i++)
+		if (view_filter_keeps(f, &p->samples[i]))
+			return;
+	report_warning("no sample passes --tagfocus and --tagignore");
+	label_keys(p, keys, sizeof(keys));
+	if (keys[0])
+		report_hint("the profile's labels are: %s", keys);
+	else
+		report_hint("the profile's samples have no labels");
+}
+
 int cmd_view(int argc, char **argv)
 {
 	struct profile *p = NULL;
@@ -228,15 +302,17 @@ int cmd_view(int argc, char **argv)
 	int r, code;
 
 	code = parse_args(argc, argv, &a);
-	if (code)
+	if (code || a.help) {
+		if (a.help)
+			view_help();
+		view_filter_free(a.filter);
 		return code;
-	if (a.help) {
-		view_help();
-		return EXIT_OK;
 	}
 	code = load(a.file, &p);
 	if (code)
-		return code;
+		goto out_free;
+	if (a.filter)
+		warn_if_nothing_kept(p, a.filter);
 	if (view_sample_index(p, a.index, &index) < 0) {
 		code = unknown_index(p, a.index);
 		goto out_free;
@@ -250,7 +326,7 @@ int cmd_view(int argc, char **argv)
 	base = strrchr(a.file, '/');
 	snprintf(title, sizeof(title), "%s: %s", base ? base + 1 : a.file,
 		 p->sample_types[index].type);
-	r = view_render(p, index, a.format, (size_t)a.top, title, &buf, &len);
+	r = view_render_filtered(p, index, a.format, (size_t)a.top, title, a.filter, &buf, &len);
 	if (r == 0)
 		r = output_commit_bytes(&out, buf, len);
 	if (r < 0) {
@@ -264,5 +340,6 @@ int cmd_view(int argc, char **argv)
 out_free:
 	free(buf);
 	profile_free(p);
+	view_filter_free(a.filter);
 	return code;
 }

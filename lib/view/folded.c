@@ -5,8 +5,14 @@
 
 int view_write_folded(const struct profile *p, size_t index, FILE *f)
 {
+	return view_folded_write(p, index, NULL, f);
+}
+
+int view_folded_write(const struct profile *p, size_t index, const struct view_filter *filter,
+		      FILE *f)
+{
 	struct view_stacks vs;
-	int r = view_stacks_collect(p, index, &vs);
+	int r = view_stacks_collect(p, index, filter, &vs);
 
 	if (r < 0)
 		return r;

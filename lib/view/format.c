@@ -53,13 +53,38 @@ int view_stream_status(FILE *f)
 int view_render(const struct profile *p, size_t index, enum view_format format,
 		size_t max_rows, const char *title, char **ret, size_t *ret_len)
 {
+	return view_render_filtered(p, index, format, max_rows, title, NULL, ret, ret_len);
+}
+
+/* The profile itself, with only the samples @filter keeps. */
+static int encode_filtered(const struct profile *p, const struct view_filter *filter,
+			   char **ret, size_t *ret_len)
+{
+	struct profile_sample *kept;
+	struct profile view;
+	int r;
+
+	if (!filter)
+		return pprof_encode_gzip(p, (uint8_t **)ret, ret_len);
+	r = view_filter_apply(p, filter, &view, &kept);
+	if (r < 0)
+		return r;
+	r = pprof_encode_gzip(&view, (uint8_t **)ret, ret_len);
+	free(kept);
+	return r;
+}
+
+int view_render_filtered(const struct profile *p, size_t index, enum view_format format,
+			 size_t max_rows, const char *title, const struct view_filter *filter,
+			 char **ret, size_t *ret_len)
+{
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f;
 	int r;
 
 	if (format == VIEW_PPROF) {
-		r = pprof_encode_gzip(p, (uint8_t **)&buf, &len);
+		r = encode_filtered(p, filter, &buf, &len);
 		goto out_done;
 	}
 	f = open_memstream(&buf, &len);
@@ -67,16 +92,16 @@ int view_render(const struct profile *p, size_t index, enum view_format format,
 		return -errno;
 	switch (format) {
 	case VIEW_TOP:
-		r = view_write_top(p, index, max_rows, f);
+		r = view_top_write(p, index, max_rows, filter, f);
 		break;
 	case VIEW_FOLDED:
-		r = view_write_folded(p, index, f);
+		r = view_folded_write(p, index, filter, f);
 		break;
 	case VIEW_TREE:
-		r = view_write_tree(p, index, f);
+		r = view_tree_write(p, index, filter, f);
 		break;
 	case VIEW_SVG:
-		r = view_write_svg(p, index, title, f);
+		r = view_svg_write(p, index, title, filter, f);
 		break;
 	default:
 		r = -EINVAL;

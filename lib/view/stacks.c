@@ -223,7 +223,8 @@ static void merge_stacks(struct view_stacks *vs)
 	vs->n = w;
 }
 
-int view_stacks_collect(const struct profile *p, size_t index, struct view_stacks *ret)
+int view_stacks_collect(const struct profile *p, size_t index, const struct view_filter *filter,
+			struct view_stacks *ret)
 {
 	struct view_stacks vs = { 0 };
 	struct loc_prune *lp = NULL;
@@ -243,7 +244,7 @@ int view_stacks_collect(const struct profile *p, size_t index, struct view_stack
 		size_t start = nframes, from;
 
 		vs.total = add_saturated(vs.total, v);
-		if (v == 0)
+		if (v == 0 || !view_filter_keeps(filter, s))
 			continue;
 		from = pruned_start(p, lp, s);
 		for (size_t l = s->nlocations; l-- > from;) {
@@ -256,6 +257,8 @@ int view_stacks_collect(const struct profile *p, size_t index, struct view_stack
 			if (r < 0)
 				goto out_fail;
 		}
+		if (nframes > start)
+			vs.kept = add_saturated(vs.kept, v);
 		r = GROW(vs.stacks, vs.n + 1, stacks_alloc);
 		if (r < 0)
 			goto out_fail;

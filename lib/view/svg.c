@@ -181,11 +181,17 @@ static void write_head(const struct svg_writer *w, const char *title)
 
 int view_write_svg(const struct profile *p, size_t index, const char *title, FILE *f)
 {
+	return view_svg_write(p, index, title, NULL, f);
+}
+
+int view_svg_write(const struct profile *p, size_t index, const char *title,
+		   const struct view_filter *filter, FILE *f)
+{
 	struct view_tree t = { 0 };
 	struct svg_writer w;
 	int r;
 
-	r = view_tree_build(p, index, &t);
+	r = view_tree_build(p, index, filter, &t);
 	if (r < 0)
 		return r;
 	w = (struct svg_writer){ .t = &t, .type = p->sample_types[index].type, .unit = t.stacks.unit,

@@ -148,7 +148,7 @@ static int mark_inline(const struct view_stacks *vs, struct view_func *f, size_t
 int view_functions(const struct profile *p, size_t index, struct view_func **ret, size_t *ret_n)
 {
 	struct view_stacks vs;
-	int r = view_stacks_collect(p, index, &vs);
+	int r = view_stacks_collect(p, index, NULL, &vs);
 
 	if (r < 0)
 		return r;
@@ -202,6 +202,20 @@ static void write_labels(const struct profile *p, size_t index, int64_t total,
 	}
 }
 
+/* pprof's legendActiveFilters: after the labels, each cut at 80 bytes. */
+static void write_filters(const struct view_filter *filter, FILE *f)
+{
+	size_t n = view_filter_count(filter);
+
+	if (n)
+		fprintf(f, "Active filters:\n");
+	for (size_t i = 0; i < n; i++) {
+		const char *t = view_filter_text(filter, i);
+
+		fprintf(f, "   %.80s%s\n", t, strlen(t) > 80 ? "\u2026" : "");
+	}
+}
+
 static const char *trim(const char *s)
 {
 	while (*s == ' ')
@@ -211,6 +225,12 @@ static const char *trim(const char *s)
 
 int view_write_top(const struct profile *p, size_t index, size_t max_rows, FILE *f)
 {
+	return view_top_write(p, index, max_rows, NULL, f);
+}
+
+int view_top_write(const struct profile *p, size_t index, size_t max_rows,
+		   const struct view_filter *filter, FILE *f)
+{
 	struct view_func *fn = NULL;
 	struct view_stacks vs;
 	int64_t *mins = NULL, cutoff, shown = 0, sum = 0;
@@ -219,15 +239,16 @@ int view_write_top(const struct profile *p, size_t index, size_t max_rows, FILE 
 	const char *unit, *out_unit;
 	int r;
 
-	r = view_stacks_collect(p, index, &vs);
+	r = view_stacks_collect(p, index, filter, &vs);
 	if (r < 0)
 		return r;
 	r = function_sums(&vs, &fn, &n);
 	if (r < 0)
 		goto out;
 	unit = vs.unit;
-	/* pprof -top drops nodes whose cum is below 0.5% of the total. */
-	cutoff = abs_saturated((int64_t)((double)vs.total * VIEW_NODE_FRACTION));
+	/* pprof -top drops nodes whose cum is below 0.5% of its graph's total
+	 * (what the filters kept), yet says the cut-off is 0.5% of the whole. */
+	cutoff = abs_saturated((int64_t)((double)vs.kept * VIEW_NODE_FRACTION));
 	for (size_t i = 0; i < n; i++)
 		if (abs_saturated(fn[i].cum) >= cutoff)
 			fn[kept++] = fn[i];
@@ -246,12 +267,14 @@ int view_write_top(const struct profile *p, size_t index, size_t max_rows, FILE 
 	}
 	out_unit = view_output_unit(unit, mins, rows, vs.total, unit_buf, sizeof(unit_buf));
 	write_labels(p, index, vs.total, out_unit, f);
+	write_filters(filter, f);
 	view_format_value(shown, unit, out_unit, a, sizeof(a));
 	view_format_value(vs.total, unit, out_unit, b, sizeof(b));
 	view_format_percent(shown, vs.total, pa, sizeof(pa));
 	fprintf(f, "Showing nodes accounting for %s, %s of %s total\n", a, trim(pa), b);
 	if (vs.total && kept < n) {
-		view_format_value(cutoff, unit, out_unit, a, sizeof(a));
+		view_format_value(abs_saturated((int64_t)((double)vs.total * VIEW_NODE_FRACTION)),
+				  unit, out_unit, a, sizeof(a));
 		fprintf(f, "Dropped %zu node%s (cum <= %s)\n", n - kept, n - kept > 1 ? "s" : "", a);
 	}
 	if (vs.total && rows < kept)

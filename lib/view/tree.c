@@ -33,14 +33,15 @@ static int add_node(struct view_tree *t, size_t parent, const char *name, size_t
 	return 0;
 }
 
-int view_tree_build(const struct profile *p, size_t index, struct view_tree *ret)
+int view_tree_build(const struct profile *p, size_t index, const struct view_filter *filter,
+		    struct view_tree *ret)
 {
 	struct view_tree t = { 0 };
 	const struct view_stacks *s = &t.stacks;
 	size_t root;
 	int r;
 
-	r = view_stacks_collect(p, index, &t.stacks);
+	r = view_stacks_collect(p, index, filter, &t.stacks);
 	if (r < 0)
 		return r;
 	r = add_node(&t, 0, "all", &root);
@@ -150,6 +151,12 @@ out:
 
 int view_write_tree(const struct profile *p, size_t index, FILE *f)
 {
+	return view_tree_write(p, index, NULL, f);
+}
+
+int view_tree_write(const struct profile *p, size_t index, const struct view_filter *filter,
+		    FILE *f)
+{
 	const struct view_stacks *vs;
 	struct view_tree t = { 0 };
 	struct tree_writer w;
@@ -157,7 +164,7 @@ int view_write_tree(const struct profile *p, size_t index, FILE *f)
 	char unit_buf[16], total[64];
 	int r;
 
-	r = view_tree_build(p, index, &t);
+	r = view_tree_build(p, index, filter, &t);
 	if (r < 0)
 		return r;
 	vs = &t.stacks;
@@ -169,7 +176,7 @@ int view_write_tree(const struct profile *p, size_t index, FILE *f)
 	for (size_t i = 0; i < t.n; i++)
 		values[i] = t.nodes[i].self ? t.nodes[i].self : t.nodes[i].total;
 	w = (struct tree_writer){ .t = &t, .unit = vs->unit, .total = vs->total, .f = f,
-				  .cutoff = abs_saturated((int64_t)((double)vs->total * VIEW_NODE_FRACTION)) };
+				  .cutoff = abs_saturated((int64_t)((double)vs->kept * VIEW_NODE_FRACTION)) };
 	w.out_unit = view_output_unit(vs->unit, values, t.n, vs->total, unit_buf,
 				      sizeof(unit_buf));
 	view_format_value(vs->total, vs->unit, w.out_unit, total, sizeof(total));

@@ -139,8 +139,10 @@ const char *view_output_unit(const char *unit, const int64_t *values, size_t n, 
 	int64_t min = 0, max = total;
 	const char *min_unit, *max_unit, *u;
 
+	/* No row (a filter kept nothing): pprof keeps "minimum", each value in
+	 * its own best unit. */
 	if (n == 0)
-		return unit;
+		return "auto";
 	for (size_t i = 0; i < n; i++) {
 		int64_t v = abs_saturated(values[i]);
 

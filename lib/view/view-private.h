@@ -23,20 +23,25 @@ struct view_stack {
 /*
  * The samples of one type as pprof sees them (drop_frames applied, inlined
  * frames expanded), merged by their frame names and sorted root first,
- * leaving out stacks of value 0. @total is the sum of all sample values,
- * those with no frames included.
+ * leaving out stacks of value 0 and samples @filter drops (NULL: none).
+ * @total is the sum of all sample values, those with no frames and those
+ * the filter drops included (pprof's total: it is taken before the filters).
  */
 struct view_stacks {
 	struct view_stack *stacks;
 	size_t n;
 	int64_t total;
+	int64_t kept; /* sum of the stacks with a frame: pprof's graph total, of
+		       * which its node cut-off is taken (total without filters,
+		       * but for frameless samples) */
 	const char *unit; /* of the sample type */
 	const char **frames; /* storage of every stack's frames */
 	uint8_t *hows;       /* ... and of their how */
 	struct strpool names; /* names made up for locations without a function */
 };
 
-int view_stacks_collect(const struct profile *p, size_t index, struct view_stacks *ret);
+int view_stacks_collect(const struct profile *p, size_t index, const struct view_filter *filter,
+			struct view_stacks *ret);
 void view_stacks_release(struct view_stacks *s);
 
 /* The tree of stacks: node 0 is the root ("all"), children in name order. */
@@ -56,7 +61,30 @@ struct view_tree {
 };
 
 /* view_stacks_collect(), then the tree of those stacks. */
-int view_tree_build(const struct profile *p, size_t index, struct view_tree *ret);
+int view_tree_build(const struct profile *p, size_t index, const struct view_filter *filter,
+		    struct view_tree *ret);
+
+/* The writers of view.h, of the samples @filter keeps. */
+int view_top_write(const struct profile *p, size_t index, size_t max_rows,
+		   const struct view_filter *filter, FILE *f);
+int view_folded_write(const struct profile *p, size_t index, const struct view_filter *filter,
+		      FILE *f);
+int view_tree_write(const struct profile *p, size_t index, const struct view_filter *filter,
+		    FILE *f);
+int view_svg_write(const struct profile *p, size_t index, const char *title,
+		   const struct view_filter *filter, FILE *f);
+
+/* pprof's "Active filters:" lines: how many, and each "tagfocus=SPEC". */
+size_t view_filter_count(const struct view_filter *f);
+const char *view_filter_text(const struct view_filter *f, size_t i);
+
+/*
+ * A read-only copy of @p's struct with only the samples @f keeps, for the
+ * encoder: it shares everything else with @p (never free or change it, nor
+ * use it after @p goes); free *ret_kept, its samples array, after use.
+ */
+int view_filter_apply(const struct profile *p, const struct view_filter *f,
+		      struct profile *ret_view, struct profile_sample **ret_kept);
 void view_tree_release(struct view_tree *t);
 
 /* The unit pprof's -top and -tree choose for all values of a report

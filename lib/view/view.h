@@ -102,4 +102,32 @@ int view_write_svg(const struct profile *p, size_t index, const char *title, FIL
 int view_render(const struct profile *p, size_t index, enum view_format format,
 		size_t max_rows, const char *title, char **ret, size_t *ret_len);
 
+/*
+ * Label filters, as go tool pprof's -tagfocus and -tagignore: a view of a
+ * filtered profile shows only the samples every focus matches and no
+ * ignore does. A @spec is KEY=REGEX[,REGEX...] (a string label KEY that one
+ * regex matches, unanchored), REGEX[,REGEX...] without a key (each matches
+ * some string label as "key:value"), or a numeric range [KEY=]N, N:, :N or
+ * N:M (a numeric label KEY, or any, in it, both ends included).
+ *
+ * As in pprof, the total that percentages and the 0.5% cut-off of -top and
+ * --tree are taken of stays the whole profile's; a flame graph spans what
+ * is kept, and folded stacks add up to it.
+ */
+struct view_filter;
+
+/* Adds a focus (@ignore false) or an ignore to *f, created if NULL. -EINVAL
+ * with the reason in @why for a spec that cannot be read; -ENOMEM. */
+int view_filter_add(struct view_filter **f, bool ignore, const char *spec, char *why,
+		    size_t size);
+void view_filter_free(struct view_filter *f);
+/* Whether @s passes @f (a NULL filter keeps all). */
+bool view_filter_keeps(const struct view_filter *f, const struct profile_sample *s);
+
+/* view_render() of the samples @filter keeps (NULL: all); VIEW_PPROF
+ * writes the profile with only those samples. */
+int view_render_filtered(const struct profile *p, size_t index, enum view_format format,
+			 size_t max_rows, const char *title, const struct view_filter *filter,
+			 char **ret, size_t *ret_len);
+
 #endif

@@ -549,3 +549,189 @@ Test(view, threads_and_heap_views, .timeout = 120)
 	cr_expect_eq(r.exit_code, 64);
 	th_run_release(&r);
 }
+
+/* ---- label filters: --tagfocus and --tagignore --------------------------- */
+
+/* A wall profile by hand: threads in known functions, each sample with the
+ * labels cprof wall writes (state, syscall off the CPU, thread_id). */
+static struct profile *labelled_profile(void)
+{
+	static const struct profile_value_type types[] = { { "samples", "count" },
+							   { "wall", "nanoseconds" } };
+	static const char *const names[] = { "main", "worker", "nap", "clock_nanosleep",
+					      "wait_job", "futex_wait", "crunch" };
+	struct profile *p = NULL;
+	uint64_t loc[7];
+
+	cr_assert_eq(profile_new(&p, types, 2), 0);
+	cr_assert_eq(profile_set_period(p, "wall", "nanoseconds", 10000000), 0);
+	p->duration_nanos = 2000000000;
+	for (size_t i = 0; i < 7; i++) {
+		struct profile_line line = { 0 };
+
+		cr_assert_eq(profile_intern_function(p, names[i], names[i], "w.c", 1,
+						     &line.function_id), 0);
+		cr_assert_eq(profile_add_location(p, 0x1000 + i * 0x10, 0, &line, 1, &loc[i]), 0);
+	}
+	for (int tid = 100; tid < 104; tid++) {
+		const struct {
+			uint64_t stack[4];
+			size_t n;
+			const char *state, *syscall;
+			int64_t ms;
+		} parts[] = {
+			{ { loc[3], loc[2], loc[1], loc[0] }, 4, "sleeping", "clock_nanosleep",
+			  900 + tid },
+			{ { loc[5], loc[4], loc[1], loc[0] }, 4, "sleeping", "futex", 500 - tid },
+			{ { loc[6], loc[1], loc[0] }, 3, "running", NULL, 300 + 10 * tid },
+			{ { loc[6], loc[1], loc[0] }, 3, "runnable", NULL, 40 },
+			{ { loc[2], loc[1], loc[0] }, 3, "running", NULL, 7 },
+		};
+
+		for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+			struct profile_label labels[3] = {
+				{ .key = "thread_id", .num = tid },
+				{ .key = "state", .str = parts[i].state },
+				{ .key = "syscall", .str = parts[i].syscall },
+			};
+			int64_t v[2] = { parts[i].ms / 10, parts[i].ms * 1000000 };
+
+			cr_assert_eq(profile_add_sample(p, parts[i].stack, parts[i].n, v, labels,
+							parts[i].syscall ? 3 : 2), 0);
+		}
+	}
+	return p;
+}
+
+/*
+ * `cprof view PATH --tagfocus/--tagignore SPEC [--top N]` against `go tool
+ * pprof -top -tagfocus/-tagignore=SPEC [-nodecount=N]`: the same lines from
+ * "Active filters:" on (the totals, what is dropped, the table). Skips when go
+ * is not installed.
+ */
+static void expect_filtered_like_pprof(const char *path, bool ignore, const char *spec, int top)
+{
+	const char *opt = ignore ? "--tagignore" : "--tagfocus";
+	char go_filter[256], nodecount[32], top_arg[32];
+	const char *go_opts[3] = { go_filter, NULL, NULL };
+	char *go_out = NULL;
+	const char *mine, *theirs;
+	struct th_run r;
+
+	snprintf(go_filter, sizeof(go_filter), "-%s=%s", opt + 2, spec);
+	snprintf(nodecount, sizeof(nodecount), "-nodecount=%d", top);
+	snprintf(top_arg, sizeof(top_arg), "%d", top);
+	if (top) {
+		go_opts[1] = nodecount;
+		TH_CPROF(&r, 60000, "view", path, opt, spec, "--top", top_arg);
+	} else {
+		TH_CPROF(&r, 60000, "view", path, opt, spec);
+	}
+	cr_assert_eq(r.exit_code, 0, "cprof view %s %s: %s", opt, spec, r.err);
+	cr_assert_eq(th_pprof_top_ex(path, go_opts, &go_out), 0, "%s", go_out);
+	mine = strstr(r.out, "Active filters:\n");
+	theirs = strstr(go_out, "Active filters:\n");
+	cr_assert_not_null(mine, "no filters in cprof view's header:\n%s", r.out);
+	cr_assert_not_null(theirs, "no filters in pprof's header:\n%s", go_out);
+	/* pprof's stderr follows its stdout in go_out ("Main binary filename not
+	 * available."): the same text, then no more rows. */
+	cr_expect(!strncmp(mine, theirs, strlen(mine)) && theirs[strlen(mine)] != ' ',
+		  "%s %s: cprof view and go tool pprof differ:\n%s---\n%s", opt, spec, mine,
+		  theirs);
+	th_run_release(&r);
+	free(go_out);
+}
+
+/* Sum of the wall values of the samples whose label @key is @value. */
+static int64_t labelled_total(const struct profile *p, const char *key, const char *value)
+{
+	int64_t sum = 0;
+
+	for (size_t i = 0; i < p->nsamples; i++)
+		for (size_t l = 0; l < p->samples[i].nlabels; l++)
+			if (!strcmp(p->samples[i].labels[l].key, key) &&
+			    p->samples[i].labels[l].str &&
+			    !strcmp(p->samples[i].labels[l].str, value))
+				sum += p->samples[i].values[1];
+	return sum;
+}
+
+Test(view, tag_filters_agree_with_pprof, .timeout = 300)
+{
+	static const struct {
+		bool ignore;
+		const char *spec;
+	} filters[] = {
+		{ false, "state=sleeping" },  { true, "state=sleeping" },
+		{ false, "state=run" },       { false, "syscall=futex,nanosleep" },
+		{ false, "thread_id=101" },   { false, "thread_id=101:102" },
+		{ true, "thread_id=:101" },   { false, "state:running" },
+		{ false, "nosuchkey=x" },
+	};
+	char *pb = tmp_file("wall.pb.gz"), *out = tmp_file("sleeping.pb.gz");
+	struct profile *p = labelled_profile(), *q;
+	int64_t sleeping = labelled_total(p, "state", "sleeping");
+	struct th_run r;
+
+	write_profile(pb, p);
+	for (size_t i = 0; i < sizeof(filters) / sizeof(filters[0]); i++) {
+		expect_filtered_like_pprof(pb, filters[i].ignore, filters[i].spec, 0);
+		expect_filtered_like_pprof(pb, filters[i].ignore, filters[i].spec, 2);
+	}
+
+	/* Every view shows the same part: folded stacks add up to it, the tree's
+	 * root is it, and the profile written is the samples kept. */
+	TH_CPROF(&r, 60000, "view", pb, "--tagfocus", "state=sleeping", "--folded");
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	cr_expect_eq(folded_sum(r.out), sleeping, "folded sum vs the sleeping samples");
+	cr_expect(!strstr(r.out, "crunch"), "a running frame among the sleeping:\n%s", r.out);
+	th_run_release(&r);
+	TH_CPROF(&r, 60000, "view", pb, "--tagfocus", "state=sleeping", "--tree");
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	cr_expect(strstr(r.out, "0  all\n") && !strstr(r.out, "crunch"), "%s", r.out);
+	th_run_release(&r);
+	TH_CPROF(&r, 60000, "view", pb, "--tagfocus", "state=sleeping", "--pprof", "-o", out);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	q = th_load_profile(out);
+	cr_expect_eq(profile_total(q, 1), sleeping, "the profile written keeps the sleeping");
+	cr_expect_eq(labelled_total(q, "state", "sleeping"), sleeping);
+	profile_free(q);
+
+	/* A filter that keeps nothing says so; one that cannot be read is a usage
+	 * error. */
+	TH_CPROF(&r, 60000, "view", pb, "--tagfocus", "nosuchkey=x");
+	cr_expect_eq(r.exit_code, 0);
+	cr_expect(strstr(r.err, "no sample passes") && strstr(r.err, "labels are: thread_id, "
+								       "state, syscall"),
+		  "%s", r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 60000, "view", pb, "--tagfocus", "state=(");
+	cr_expect_eq(r.exit_code, 64);
+	cr_expect(strstr(r.err, "invalid --tagfocus 'state=('"), "%s", r.err);
+	th_run_release(&r);
+	profile_free(p);
+	free(pb);
+	free(out);
+}
+
+/* The same on a profile cprof wall wrote of wallmix (real threads, real
+ * labels), when wall can run here. */
+Test(view, tag_filters_on_a_wall_profile, .timeout = 300)
+{
+	char *pb = tmp_file("wallmix.pb.gz");
+	struct th_run r;
+	pid_t pid;
+
+	pid = TH_SPAWN("wallmix", "20", th_tmp_path("wallmix.report"));
+	TH_CPROF(&r, 60000, "wall", "-p", th_pid_str(pid), "-d", "1s", "-o", pb, "-q");
+	th_kill(pid);
+	if (r.exit_code == 3)
+		cr_skip_test("cprof wall is refused here: %s", r.err);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	expect_filtered_like_pprof(pb, false, "state=sleeping", 0);
+	expect_filtered_like_pprof(pb, true, "state=sleeping", 0);
+	expect_filtered_like_pprof(pb, false, "thread_name=sleeper,epoller", 10);
+	free(pb);
+}

@@ -259,3 +259,55 @@ Test(viewlib, formats_by_name_and_extension)
 	cr_expect_eq(f, VIEW_TREE);
 	cr_expect_eq(view_format_from_name("png", &f), -EINVAL);
 }
+
+/* --tagfocus / --tagignore: pprof's rules on one sample's labels. */
+Test(viewlib, tag_filters)
+{
+	struct profile_label labels[] = {
+		{ .key = "state", .str = "sleeping" },
+		{ .key = "syscall", .str = "futex" },
+		{ .key = "thread_id", .num = 4242 },
+	};
+	struct profile_sample s = { .labels = labels, .nlabels = 3 };
+	static const struct {
+		bool ignore;
+		const char *spec;
+		bool keeps;
+	} cases[] = {
+		{ false, "state=sleeping", true },  { false, "state=^sleep$", false },
+		{ false, "state=run,sleep", true }, { false, "state=running", false },
+		{ true, "state=sleeping", false },  { true, "state=running", true },
+		{ false, "nokey=x", false },        { true, "nokey=x", true },
+		{ false, "thread_id=4242", true },  { false, "thread_id=4241", false },
+		{ false, "thread_id=4000:5000", true }, { false, "thread_id=:4241", false },
+		{ false, "thread_id=4243:", false },    { false, "4242", true },
+		{ false, "state=4242", false },     /* a range: state is not numeric */
+		{ false, "state:sleep,syscall:fu", true }, /* no key: each matches */
+		{ false, "state:sleep,syscall:read", false },
+	};
+	char why[256];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct view_filter *f = NULL;
+
+		cr_assert_eq(view_filter_add(&f, cases[i].ignore, cases[i].spec, why, sizeof(why)),
+			     0, "%s: %s", cases[i].spec, why);
+		cr_expect_eq(view_filter_keeps(f, &s), cases[i].keeps, "%s%s",
+			     cases[i].ignore ? "ignore " : "", cases[i].spec);
+		view_filter_free(f);
+	}
+	cr_expect(view_filter_keeps(NULL, &s));
+	{
+		struct view_filter *f = NULL;
+
+		/* Repeated: every focus must match. */
+		cr_assert_eq(view_filter_add(&f, false, "state=sleeping", why, sizeof(why)), 0);
+		cr_assert_eq(view_filter_add(&f, false, "syscall=read", why, sizeof(why)), 0);
+		cr_expect(!view_filter_keeps(f, &s));
+		cr_expect_eq(view_filter_add(&f, false, "state=(", why, sizeof(why)), -EINVAL);
+		cr_expect(strstr(why, "not a regular expression"), "%s", why);
+		cr_expect_eq(view_filter_add(&f, false, "size=4mb:", why, sizeof(why)), -EOPNOTSUPP);
+		cr_expect_eq(view_filter_add(&f, false, "state=", why, sizeof(why)), -EINVAL);
+		view_filter_free(f);
+	}
+}
