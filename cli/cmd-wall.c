@@ -137,6 +137,10 @@ static void summary(const struct wall_args *a, const struct output *out,
 		    (double)st->bytes_read / 1e3, a->common.pid,
 		    st->window_ns ? (double)st->bytes_read / 1e3 / ((double)st->window_ns / 1e9) : 0,
 		    (unsigned long long)st->off_stacks, (unsigned long long)st->off_reused);
+	if (st->stacks_refused)
+		report_warning("no stacks for the time off the CPU: reading the threads' system "
+			       "calls and stacks was refused (%s); run as root, or as the target's "
+			       "user with kernel.yama.ptrace_scope = 0", strerror(-st->stacks_refused));
 	if (st->perf_refused)
 		report_warning("no stacks for the running time: %s", st->perf_error);
 	if (st->lost)

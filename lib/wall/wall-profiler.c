@@ -531,6 +531,16 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 			 strerror(-r));
 		goto out_free;
 	}
+	/* The syscall file and the stack copies need ptrace access (Yama may
+	 * allow it only to a debugger's parent): without, time is still
+	 * accounted, stackless. */
+	{
+		struct wall_look look;
+
+		r = wall_look_read(o->pid, o->pid, &look);
+		if (r == -EACCES || r == -EPERM)
+			p->stats.stacks_refused = r;
+	}
 	/* Without CPU samples the running time is still counted, stackless. */
 	r = perf_session_open(&p->perf, &p->popts);
 	if (r < 0) {

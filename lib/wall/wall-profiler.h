@@ -50,6 +50,7 @@ struct wall_profiler_stats {
 	uint64_t sampled_cpu_ns; /* perf samples x period */
 	uint64_t window_ns;
 	uint64_t symbolize_ns;
+	int stacks_refused;      /* -errno: no sleeping stacks (no ptrace access) */
 	bool perf_refused;       /* no CPU stacks: perf_event_open said no */
 	char perf_error[256];
 	bool target_exited;
