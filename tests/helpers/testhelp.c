@@ -9,6 +9,7 @@
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1730,4 +1732,20 @@ void th_session_ok(const char *kind, pid_t pid, const char *duration, int n)
 		th_run_log(&r, kind);
 	cr_assert_eq(r.exit_code, 0, "session %d (%s) failed", n, kind);
 	th_run_release(&r);
+}
+
+/* ---- servers on loopback ------------------------------------------------ */
+
+int th_free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
+
+	cr_assert(fd >= 0);
+	cr_assert(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	cr_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
 }

@@ -335,4 +335,8 @@ long th_task_tracer(pid_t pid, pid_t tid);
  */
 void th_assert_let_go(pid_t pid, bool stopped, const char *after);
 
+/* A TCP port of 127.0.0.1 that was free a moment ago (bound, read, closed):
+ * a server started on it may still lose it to another; retry then. */
+int th_free_port(void);
+
 #endif

@@ -100,20 +100,6 @@ static void make_stripped(struct stripped *s)
 	read_build_id(s->exe, s->build_id, sizeof(s->build_id));
 }
 
-static int free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
-
-	cr_assert(fd >= 0);
-	cr_assert(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-	cr_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-	port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 /* HTTP status of GET @path on 127.0.0.1:@port, 0 when nothing answers. */
 static int http_status(int port, const char *path)
 {
@@ -170,7 +156,7 @@ static pid_t start_debuginfod(const struct stripped *s, int *ret_port)
 			     DEBUGINFOD);
 	snprintf(path, sizeof(path), "/buildid/%s/debuginfo", s->build_id);
 	for (int attempt = 0; attempt < 3; attempt++) {
-		int port = free_port();
+		int port = th_free_port();
 		pid_t pid;
 
 		snprintf(port_s, sizeof(port_s), "%d", port);
