@@ -17,7 +17,7 @@
 #error "SOURCE_DIR must point at the source tree (for man/)"
 #endif
 
-static const char *commands[] = { "cpu",   "threads",      "heap", "block",
+static const char *commands[] = { "cpu",   "wall",         "threads", "heap", "block",
 				  "mutex", "threadcreate", "view" };
 
 TestSuite(cli, .init = th_init, .fini = th_cleanup);
