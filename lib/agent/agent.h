@@ -297,6 +297,72 @@ bool hooks_is_hook(uint64_t value) HIDDEN;
 /* Emit FREE for a sampled block being freed (event lock taken inside). */
 void hooks_emit_free(uint64_t addr, uint64_t size) HIDDEN;
 
+/*
+ * The paths every allocator's hooks share (hooks.c for glibc's API,
+ * hooks-api.c for jemalloc's, mimalloc's and operator new/delete).
+ * An allocation of @size bytes at @p (NULL: failed) after the countdown
+ * ran out; errno kept. */
+void hooks_alloc_slow(void *p, uint64_t size) HIDDEN;
+/* A block that may be sampled is being freed: its FREE, if it was. */
+void hooks_free_slow(void *p) HIDDEN;
+/* Before a resize of @old: takes it out of the set; true with its size. */
+bool hooks_realloc_take(void *old, uint64_t *ret_size) HIDDEN;
+/* After the resize of a block hooks_realloc_take() took: back into the set
+ * if the call @failed (the old block is still live), else its FREE. */
+void hooks_realloc_finish(void *old, uint64_t old_size, bool failed) HIDDEN;
+
+/* True, and the countdown moved on, unless @size bytes run it out. */
+static inline bool hooks_countdown_take(uint64_t size)
+{
+	if (likely(size < agent_countdown)) {
+		agent_countdown -= size;
+		return true;
+	}
+	return false;
+}
+
+/* After the real call: the rarer entry points (realloc, aligned, ...). */
+static inline void hooks_after_alloc(void *p, uint64_t size)
+{
+	if (!hooks_countdown_take(size))
+		hooks_alloc_slow(p, size);
+}
+
+/* free(NULL) needs no test of its own: the slow path finds nothing. */
+static inline bool hooks_may_be_sampled(const void *p)
+{
+	return liveset_filter_hit((uint64_t)(uintptr_t)p) && !agent_in_hook;
+}
+
+/* Before the real free: once freed, another thread may get (and we may
+ * sample) the same address. */
+static inline void hooks_before_free(void *p)
+{
+	if (unlikely(hooks_may_be_sampled(p)))
+		hooks_free_slow(p);
+}
+
+/*
+ * hooks-api.c: an allocator's own API beside malloc's (jemalloc's *allocx,
+ * mimalloc's mi_*, operator new/delete as jemalloc, tcmalloc and mimalloc
+ * define them). Their entries in agent_hooks follow glibc's.
+ */
+extern const struct hook_entry agent_api_hooks[] HIDDEN;
+extern const size_t agent_nr_api_hooks HIDDEN;
+/* Resolve the API hooks' real functions (not from a hook): only those of an
+ * allocator object (below) are kept; the rest stay NULL, so never patched. */
+void hooks_api_resolve(void) HIDDEN;
+/*
+ * The objects that implement the allocator, when it is not glibc's: their
+ * entry points call each other through their own GOT (mimalloc's malloc
+ * calls mi_malloc, jemalloc's operator delete calls free), so a hook there
+ * would count one call twice. Their heap slots are left alone; only the
+ * callers' are patched. Up to HOOKS_ALLOCATOR_MARKS addresses, one inside
+ * each such object (0: none); set by hooks_resolve().
+ */
+#define HOOKS_ALLOCATOR_MARKS 4
+extern uintptr_t hooks_allocator_marks[HOOKS_ALLOCATOR_MARKS] HIDDEN;
+
 /* --- locks.c ------------------------------------------------------------- */
 
 int hook_pthread_mutex_lock(pthread_mutex_t *m) HIDDEN;

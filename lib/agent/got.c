@@ -8,7 +8,10 @@
  *
  * Skipped: the agent (its own calls must reach the real functions), ld.so
  * (its allocations go through its own pointers, and patching it gains
- * nothing) and the vDSO (its dynamic section is not relocated).
+ * nothing) and the vDSO (its dynamic section is not relocated); and the
+ * heap hooks' slots of an object that implements the allocator (jemalloc,
+ * tcmalloc, mimalloc: agent.h's hooks_allocator_marks), whose calls to
+ * itself would otherwise count once more what its caller's hook counted.
  *
  * Slots in PT_GNU_RELRO were made read-only by ld.so after relocation (full
  * RELRO); they are made writable for the store and read-only again, exactly
@@ -256,7 +259,7 @@ static const char *needed_version(const struct dyninfo *d, size_t symidx)
 }
 
 static void do_relocs(const struct dl_phdr_info *info, const struct dyninfo *d,
-		      const ElfW(Rela) *rel, size_t bytes)
+		      const ElfW(Rela) *rel, size_t bytes, bool allocator)
 {
 	if (!rel)
 		return;
@@ -271,6 +274,9 @@ static void do_relocs(const struct dl_phdr_info *info, const struct dyninfo *d,
 		if (sym->st_name == 0 || (d->strsz && sym->st_name >= d->strsz))
 			continue;
 		h = hooks_find(d->strtab + sym->st_name);
+		/* The allocator's calls to itself (agent.h). */
+		if (h && allocator && h->events == CPROF_EVENTS_HEAP)
+			continue;
 		if (h && h->compat_version) {
 			const char *v = needed_version(d, ELF64_R_SYM(rel[i].r_info));
 
@@ -280,6 +286,15 @@ static void do_relocs(const struct dl_phdr_info *info, const struct dyninfo *d,
 		if (h)
 			do_slot(d, (uint64_t *)(info->dlpi_addr + rel[i].r_offset), h);
 	}
+}
+
+/* Does the object implement the allocator (hooks_allocator_marks)? */
+static bool is_allocator(const struct dl_phdr_info *info)
+{
+	for (int i = 0; i < HOOKS_ALLOCATOR_MARKS; i++)
+		if (hooks_allocator_marks[i] && object_contains(info, hooks_allocator_marks[i]))
+			return true;
+	return false;
 }
 
 static int walk_object(struct dl_phdr_info *info, size_t size, void *data)
@@ -293,8 +308,8 @@ static int walk_object(struct dl_phdr_info *info, size_t size, void *data)
 			return 0;
 	if (!read_dynamic(info, &d))
 		return 0;
-	do_relocs(info, &d, d.jmprel, d.jmprel_size);
-	do_relocs(info, &d, d.rela, d.rela_size);
+	do_relocs(info, &d, d.jmprel, d.jmprel_size, is_allocator(info));
+	do_relocs(info, &d, d.rela, d.rela_size, is_allocator(info));
 	return 0;
 }
 

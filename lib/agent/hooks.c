@@ -10,6 +10,7 @@
  * must pass straight through. They keep errno as the real call left it.
  */
 #include <dlfcn.h>
+#include <gnu/libc-version.h>
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -107,7 +108,7 @@ void hooks_emit_free(uint64_t addr, uint64_t size)
 }
 
 /* The countdown ran out (or was never drawn). */
-static __attribute__((noinline)) void alloc_slow(void *p, uint64_t size)
+__attribute__((noinline)) void hooks_alloc_slow(void *p, uint64_t size)
 {
 	int saved_errno = errno;
 
@@ -118,23 +119,6 @@ static __attribute__((noinline)) void alloc_slow(void *p, uint64_t size)
 		record_alloc((uint64_t)(uintptr_t)p, size);
 	agent_in_hook = 0;
 	errno = saved_errno;
-}
-
-/* True, and the countdown moved on, unless @size bytes run it out. */
-static inline bool countdown_take(uint64_t size)
-{
-	if (likely(size < agent_countdown)) {
-		agent_countdown -= size;
-		return true;
-	}
-	return false;
-}
-
-/* After the real call: the rarer entry points (realloc, aligned). */
-static inline void after_alloc(void *p, uint64_t size)
-{
-	if (!countdown_take(size))
-		alloc_slow(p, size);
 }
 
 /*
@@ -159,13 +143,7 @@ static __attribute__((noinline)) bool take_sampled(uint64_t addr, uint64_t *ret_
 	return hit;
 }
 
-/* free(NULL) needs no test of its own: the slow path finds nothing. */
-static inline bool may_be_sampled(const void *p)
-{
-	return liveset_filter_hit((uint64_t)(uintptr_t)p) && !agent_in_hook;
-}
-
-static __attribute__((noinline)) void free_slow(void *p)
+__attribute__((noinline)) void hooks_free_slow(void *p)
 {
 	uint64_t size;
 	int saved_errno = errno;
@@ -181,10 +159,7 @@ static __attribute__((noinline)) void free_slow(void *p)
 
 static void hook_free(void *p)
 {
-	/* Before the real free: once freed, another thread may get (and we may
-	 * sample) the same address. */
-	if (unlikely(may_be_sampled(p)))
-		free_slow(p);
+	hooks_before_free(p);
 	agent_real.free(p);
 }
 
@@ -193,13 +168,13 @@ static __attribute__((noinline)) void *malloc_slow(size_t size)
 {
 	void *p = agent_real.malloc(size);
 
-	alloc_slow(p, size);
+	hooks_alloc_slow(p, size);
 	return p;
 }
 
 static void *hook_malloc(size_t size)
 {
-	if (countdown_take(size))
+	if (hooks_countdown_take(size))
 		return agent_real.malloc(size);
 	return malloc_slow(size);
 }
@@ -208,7 +183,7 @@ static __attribute__((noinline)) void *calloc_slow(size_t nmemb, size_t size, si
 {
 	void *p = agent_real.calloc(nmemb, size);
 
-	alloc_slow(p, total);
+	hooks_alloc_slow(p, total);
 	return p;
 }
 
@@ -218,7 +193,7 @@ static void *hook_calloc(size_t nmemb, size_t size)
 
 	if (__builtin_mul_overflow(nmemb, size, &total))
 		total = SIZE_MAX;
-	if (countdown_take(total))
+	if (hooks_countdown_take(total))
 		return agent_real.calloc(nmemb, size);
 	return calloc_slow(nmemb, size, total);
 }
@@ -230,12 +205,12 @@ static void *hook_calloc(size_t nmemb, size_t size)
  * before the real call (it may be freed inside) and comes back if the call
  * fails, when the old block is still live.
  */
-static __attribute__((noinline)) void realloc_finish(void *old, uint64_t old_size, void *p, size_t size)
+__attribute__((noinline)) void hooks_realloc_finish(void *old, uint64_t old_size, bool failed)
 {
 	int saved_errno = errno;
 
 	agent_in_hook = 1;
-	if (!p && size != 0) {
+	if (failed) {
 		event_lock();
 		liveset_insert((uint64_t)(uintptr_t)old, old_size);
 		event_unlock();
@@ -246,7 +221,7 @@ static __attribute__((noinline)) void realloc_finish(void *old, uint64_t old_siz
 	errno = saved_errno;
 }
 
-static __attribute__((noinline)) bool realloc_take(void *old, uint64_t *ret_size)
+__attribute__((noinline)) bool hooks_realloc_take(void *old, uint64_t *ret_size)
 {
 	bool hit;
 
@@ -259,29 +234,29 @@ static __attribute__((noinline)) bool realloc_take(void *old, uint64_t *ret_size
 static void *hook_realloc(void *old, size_t size)
 {
 	uint64_t old_size = 0;
-	bool was = unlikely(may_be_sampled(old)) && realloc_take(old, &old_size);
+	bool was = unlikely(hooks_may_be_sampled(old)) && hooks_realloc_take(old, &old_size);
 	void *p = agent_real.realloc(old, size);
 
 	if (unlikely(was))
-		realloc_finish(old, old_size, p, size);
+		hooks_realloc_finish(old, old_size, !p && size != 0);
 	if (p)
-		after_alloc(p, size);
+		hooks_after_alloc(p, size);
 	return p;
 }
 
 static void *hook_reallocarray(void *old, size_t nmemb, size_t size)
 {
 	uint64_t old_size = 0;
-	bool was = unlikely(may_be_sampled(old)) && realloc_take(old, &old_size);
+	bool was = unlikely(hooks_may_be_sampled(old)) && hooks_realloc_take(old, &old_size);
 	void *p = agent_real.reallocarray(old, nmemb, size);
 	size_t total;
 
 	if (__builtin_mul_overflow(nmemb, size, &total))
 		total = SIZE_MAX;
 	if (unlikely(was))
-		realloc_finish(old, old_size, p, total);
+		hooks_realloc_finish(old, old_size, !p && total != 0);
 	if (p)
-		after_alloc(p, total);
+		hooks_after_alloc(p, total);
 	return p;
 }
 
@@ -290,7 +265,7 @@ static int hook_posix_memalign(void **ret, size_t alignment, size_t size)
 	int err = agent_real.posix_memalign(ret, alignment, size);
 
 	if (err == 0)
-		after_alloc(*ret, size);
+		hooks_after_alloc(*ret, size);
 	return err;
 }
 
@@ -298,7 +273,7 @@ static void *hook_aligned_alloc(size_t alignment, size_t size)
 {
 	void *p = agent_real.aligned_alloc(alignment, size);
 
-	after_alloc(p, size);
+	hooks_after_alloc(p, size);
 	return p;
 }
 
@@ -306,7 +281,7 @@ static void *hook_memalign(size_t alignment, size_t size)
 {
 	void *p = agent_real.memalign(alignment, size);
 
-	after_alloc(p, size);
+	hooks_after_alloc(p, size);
 	return p;
 }
 
@@ -314,7 +289,7 @@ static void *hook_valloc(size_t size)
 {
 	void *p = agent_real.valloc(size);
 
-	after_alloc(p, size);
+	hooks_after_alloc(p, size);
 	return p;
 }
 
@@ -322,7 +297,7 @@ static void *hook_pvalloc(size_t size)
 {
 	void *p = agent_real.pvalloc(size);
 
-	after_alloc(p, size);
+	hooks_after_alloc(p, size);
 	return p;
 }
 
@@ -377,6 +352,24 @@ const struct hook_entry agent_hooks[] = {
 const size_t agent_nr_hooks = sizeof(agent_hooks) / sizeof(agent_hooks[0]);
 uint32_t agent_events;
 
+uintptr_t hooks_allocator_marks[HOOKS_ALLOCATOR_MARKS];
+
+/* One address in each object that implements the allocator, unless it is
+ * glibc's (agent.h): its malloc when that is not libc's, and the names
+ * only jemalloc, mimalloc and tcmalloc define. */
+static void find_allocator_objects(void)
+{
+	static const char *const own[] = { "mallocx", "mi_malloc", "tc_malloc" };
+	Dl_info m, libc;
+
+	memset(hooks_allocator_marks, 0, sizeof(hooks_allocator_marks));
+	if (dladdr((void *)agent_real.malloc, &m) && dladdr((void *)gnu_get_libc_version, &libc) &&
+	    m.dli_fbase != libc.dli_fbase)
+		hooks_allocator_marks[0] = (uintptr_t)agent_real.malloc;
+	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+		hooks_allocator_marks[i + 1] = (uintptr_t)dlsym(RTLD_DEFAULT, own[i]);
+}
+
 int hooks_resolve(void)
 {
 	for (size_t i = 0; i < agent_nr_hooks; i++) {
@@ -389,31 +382,45 @@ int hooks_resolve(void)
 	/* Without the core four there is nothing sensible to hook. */
 	if (!agent_real.malloc || !agent_real.free || !agent_real.calloc || !agent_real.realloc)
 		return -ENOENT;
+	find_allocator_objects();
+	hooks_api_resolve();
 	return locks_resolve();
+}
+
+static const struct hook_entry *find_in(const struct hook_entry *t, size_t n, const char *name,
+					uint32_t events)
+{
+	for (size_t i = 0; i < n; i++)
+		if (*t[i].real && (t[i].events & events) && strcmp(name, t[i].name) == 0)
+			return &t[i];
+	return NULL;
 }
 
 const struct hook_entry *hooks_find(const char *name)
 {
 	uint32_t events = __atomic_load_n(&agent_events, __ATOMIC_RELAXED);
 
+	const struct hook_entry *h;
+
 	/* Cheap reject: every hooked name starts with one of these. */
 	switch (name[0]) {
 	case 'm': case 'c': case 'r': case 'f': case 'p': case 'a': case 'v': case 'd': case 's':
+	case '_': case 'x':
 		break;
 	default:
 		return NULL;
 	}
-	for (size_t i = 0; i < agent_nr_hooks; i++)
-		if (*agent_hooks[i].real && (agent_hooks[i].events & events) &&
-		    strcmp(name, agent_hooks[i].name) == 0)
-			return &agent_hooks[i];
-	return NULL;
+	h = find_in(agent_hooks, agent_nr_hooks, name, events);
+	return h ? h : find_in(agent_api_hooks, agent_nr_api_hooks, name, events);
 }
 
 bool hooks_is_hook(uint64_t value)
 {
 	for (size_t i = 0; i < agent_nr_hooks; i++)
 		if ((uint64_t)(uintptr_t)agent_hooks[i].hook == value)
+			return true;
+	for (size_t i = 0; i < agent_nr_api_hooks; i++)
+		if ((uint64_t)(uintptr_t)agent_api_hooks[i].hook == value)
 			return true;
 	return false;
 }

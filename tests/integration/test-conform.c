@@ -12,6 +12,10 @@
  *     timedlock, free) while the thread they interrupt is inside a hook
  *     must not deadlock on the agent's locks: plain and under heap, block
  *     and mutex at rate 1, "sigstorm ok" within 15 s.
+ *   - the same under other allocators (issue 15): conform-jemalloc,
+ *     -tcmalloc and -mimalloc, linked against each, add their own API
+ *     (jemalloc's *allocx, mimalloc's mi_*) and every operator new/delete;
+ *     heap at rate 1 and at the default rate.
  * A session's test names it; a difference is logged as both lines.
  */
 #include <criterion/criterion.h>
@@ -126,10 +130,13 @@ static size_t diff_outputs(const char *plain, const char *hooked, const char *se
 
 /* ---- running conform ----------------------------------------------------- */
 
+/* The program the test runs: conform, or one of its allocator builds. */
+static const char *conform_prog = "conform";
+
 /* The output of `conform ARGS...` run alone, up to and with "done". */
 static char *plain_output(const char *mode, const char *kind)
 {
-	pid_t pid = kind ? TH_SPAWN("conform", mode, kind) : TH_SPAWN("conform", mode);
+	pid_t pid = kind ? TH_SPAWN(conform_prog, mode, kind) : TH_SPAWN(conform_prog, mode);
 	char *out;
 	int r = th_read_until(pid, "done", CHECKS_TIMEOUT_MS, &out);
 
@@ -186,7 +193,7 @@ static char *session_output(const char *kind, const char *rate, bool storm, int 
 	char *out;
 	int r, status;
 
-	pid = storm ? TH_SPAWN("conform", "sigstorm", kind) : TH_SPAWN("conform", kind);
+	pid = storm ? TH_SPAWN(conform_prog, "sigstorm", kind) : TH_SPAWN(conform_prog, kind);
 	argv[argc++] = CPROF_BIN;
 	argv[argc++] = kind;
 	argv[argc++] = "-p";
@@ -236,9 +243,10 @@ static void conforms(const char *kind, const char *rate)
 
 	skip_without_ptrace();
 	if (rate)
-		snprintf(session, sizeof(session), "cprof %s --rate %s", kind, rate);
+		snprintf(session, sizeof(session), "%s: cprof %s --rate %s", conform_prog, kind, rate);
 	else
-		snprintf(session, sizeof(session), "cprof %s (its default rate)", kind);
+		snprintf(session, sizeof(session), "%s: cprof %s (its default rate)", conform_prog,
+			 kind);
 	plain = plain_output("plain", NULL);
 	hooked = session_output(kind, rate, false, CHECKS_TIMEOUT_MS, session, &done);
 	diffs = diff_outputs(plain, hooked, session);
@@ -292,6 +300,41 @@ Test(conform, mutex_default_rate)
 Test(conform, threadcreate)
 {
 	conforms("threadcreate", NULL);
+}
+
+/* ---- other allocators ------------------------------------------------------ */
+
+/* conforms() on @prog, a build of conform against another allocator. */
+static void conforms_on(const char *prog, const char *package, const char *kind, const char *rate)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, prog);
+	if (access(path, X_OK) != 0)
+		cr_skip_test("%s is not built: %s was not installed when cprof was configured "
+			     "(scripts/setup installs it)", prog, package);
+	conform_prog = prog;
+	conforms(kind, rate);
+}
+
+Test(conform, jemalloc_heap_every_call)
+{
+	conforms_on("conform-jemalloc", "libjemalloc-dev", "heap", "1");
+}
+
+Test(conform, jemalloc_heap_default_rate)
+{
+	conforms_on("conform-jemalloc", "libjemalloc-dev", "heap", NULL);
+}
+
+Test(conform, tcmalloc_heap_every_call)
+{
+	conforms_on("conform-tcmalloc", "libgoogle-perftools-dev", "heap", "1");
+}
+
+Test(conform, mimalloc_heap_every_call)
+{
+	conforms_on("conform-mimalloc", "libmimalloc-dev", "heap", "1");
 }
 
 /* ---- signal handlers inside a hook --------------------------------------- */

@@ -1581,13 +1581,19 @@ static void group_aligned(void)
 		snprintf(what, sizeof(what), "valloc(%zu)", vsizes[i]);
 		p = ALLOC(what, page_size, vsizes[i] ? vsizes[i] : 1, valloc(opaque(vsizes[i])));
 		free(p);
+#if !defined(CONFORM_JEMALLOC) /* it has none: glibc's block, freed by jemalloc */
 		/* pvalloc rounds the size up to pages (0 stays 0). */
 		snprintf(what, sizeof(what), "pvalloc(%zu)", vsizes[i]);
 		p = ALLOC(what, page_size, rounded ? rounded : 1, pvalloc(opaque(vsizes[i])));
 		free(p);
+#else
+		(void)rounded;
+#endif
 	}
 	ALLOC("valloc(SIZE_MAX - 4096)", page_size, SIZE_MAX, valloc(opaque(SIZE_MAX - 4096)));
+#if !defined(CONFORM_JEMALLOC)
 	ALLOC("pvalloc(SIZE_MAX - 4096)", page_size, SIZE_MAX, pvalloc(opaque(SIZE_MAX - 4096)));
+#endif
 }
 
 /* VmSize of this process in bytes, 0 if unknown. */
@@ -1685,6 +1691,252 @@ static void group_many_blocks(void)
 	say("256 blocks: contents kept=%s usable >= asked=%s", yn(kept), yn(usable));
 }
 
+/* ---- allocators beyond glibc's (conform-jemalloc, -tcmalloc, -mimalloc) ------ */
+
+#if defined(CONFORM_JEMALLOC)
+#include <jemalloc/jemalloc.h>
+
+/* jemalloc's own API. Nothing printed depends on the heap's layout: an
+ * in-place grow of a large block is "grew or unchanged", never which. */
+static void group_jemalloc(void)
+{
+	unsigned char *p, *q;
+	size_t n;
+
+	p = ALLOC("mallocx(100, 0)", 16, 100, mallocx(opaque(100), 0));
+	if (!p)
+		return;
+	say("sallocx(mallocx(100)): %zu nallocx(100): %zu", sallocx(p, 0), nallocx(opaque(100), 0));
+	fill(p, 100, 1);
+	q = ALLOC("rallocx 100 -> 5000", 16, 5000, rallocx(p, opaque(5000), 0));
+	if (!q)
+		return;
+	say("rallocx 100 -> 5000: contents kept=%s", yn(filled(q, 100, 1)));
+	p = q;
+	q = ALLOC("rallocx to PTRDIFF_MAX", 16, SIZE_MAX, rallocx(p, opaque(PTRDIFF_MAX), 0));
+	say("rallocx to PTRDIFF_MAX: old block intact=%s", yn(!q && filled(p, 100, 1)));
+	if (q)
+		p = q;
+	errno = SENTINEL;
+	n = xallocx(p, opaque(5000), 0, 0);
+	say("xallocx same class 5000: %zu errno=%s", n, en(errno));
+	errno = SENTINEL;
+	n = xallocx(p, opaque(1 << 20), 0, 0);
+	say("xallocx small -> 1 MiB (not in place): %zu errno=%s kept=%s", n, en(errno),
+	    yn(filled(p, 100, 1)));
+	errno = SENTINEL;
+	sdallocx(escape(p), opaque(5000), 0);
+	say("sdallocx(p, 5000): errno=%s", en(errno));
+
+	p = ALLOC("mallocx(1 MiB)", 16, 1 << 20, mallocx(opaque(1 << 20), 0));
+	if (!p)
+		return;
+	fill(p, 1000, 2);
+	errno = SENTINEL;
+	n = xallocx(p, opaque(256 << 10), 0, 0);
+	say("xallocx shrink 1 MiB -> 256 KiB: %zu errno=%s kept=%s", n, en(errno),
+	    yn(filled(p, 1000, 2)));
+	errno = SENTINEL;
+	n = xallocx(p, opaque(300 << 10), opaque(100 << 10), 0);
+	say("xallocx grow 256 KiB -> 300+100 KiB: grew or unchanged=%s errno=%s kept=%s",
+	    yn(n == (256 << 10) || (n >= (300 << 10) && n <= (400 << 10))), en(errno),
+	    yn(filled(p, 1000, 2)));
+	errno = SENTINEL;
+	n = xallocx(p, opaque(SIZE_MAX / 2), 0, 0);
+	say("xallocx to SIZE_MAX/2: unchanged=%s errno=%s", yn(n >= (256 << 10) && n < (1u << 30)),
+	    en(errno));
+	errno = SENTINEL;
+	dallocx(escape(p), 0);
+	say("dallocx(1 MiB block): errno=%s", en(errno));
+
+	p = ALLOC("mallocx(64, ALIGN(4096))", 4096, 64, mallocx(opaque(64), MALLOCX_ALIGN(4096)));
+	sdallocx(p, 64, MALLOCX_ALIGN(4096));
+	p = ALLOC("mallocx(5000, ZERO)", 16, 5000, mallocx(opaque(5000), MALLOCX_ZERO));
+	if (p)
+		say("mallocx(5000, ZERO): zeroed=%s", yn(zeroed(p, 5000)));
+	dallocx(p, 0);
+	ALLOC("mallocx(PTRDIFF_MAX + 1)", 16, SIZE_MAX, mallocx(opaque((size_t)PTRDIFF_MAX + 1), 0));
+}
+#endif
+
+#if defined(CONFORM_CXX)
+/* operator new/delete as the allocator linked in defines them, by their
+ * mangled names (this file is C; only the nothrow forms may fail here). */
+typedef size_t align_val;
+void *_Znwm(size_t);
+void *_Znam(size_t);
+void *_ZnwmRKSt9nothrow_t(size_t, const void *);
+void *_ZnamRKSt9nothrow_t(size_t, const void *);
+void *_ZnwmSt11align_val_t(size_t, align_val);
+void *_ZnamSt11align_val_t(size_t, align_val);
+void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t, align_val, const void *);
+void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t, align_val, const void *);
+void _ZdlPv(void *);
+void _ZdaPv(void *);
+void _ZdlPvm(void *, size_t);
+void _ZdaPvm(void *, size_t);
+void _ZdlPvSt11align_val_t(void *, align_val);
+void _ZdaPvSt11align_val_t(void *, align_val);
+void _ZdlPvmSt11align_val_t(void *, size_t, align_val);
+void _ZdaPvmSt11align_val_t(void *, size_t, align_val);
+void _ZdlPvRKSt9nothrow_t(void *, const void *);
+void _ZdaPvRKSt9nothrow_t(void *, const void *);
+void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *, align_val, const void *);
+void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *, align_val, const void *);
+
+static const char nothrow_arg;
+
+/* "WHAT: ...", contents written and read back, then @del's errno. */
+#define NEW_DELETE(what, align, n, call, del)                                          \
+	do {                                                                           \
+		unsigned char *nd_p = ALLOC(what, align, (n) ? (n) : 1, call);           \
+		if (nd_p) {                                                              \
+			fill(nd_p, (n), 4);                                              \
+			say("%s: contents kept=%s", what, yn(filled(escape(nd_p), (n), 4))); \
+		}                                                                      \
+		errno = SENTINEL;                                                      \
+		del;                                                                   \
+		say("%s: delete errno=%s", what, en(errno));                           \
+	} while (0)
+
+static void group_operator_new(void)
+{
+	static const size_t sizes[] = { 0, 24, 5000, 200000 };
+	const void *nt = &nothrow_arg;
+	char w[96];
+
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t n = sizes[i];
+
+#define CASE(name, align, call, del)                                                   \
+	snprintf(w, sizeof(w), "%s(%zu)", name, n);                                    \
+	NEW_DELETE(w, align, n, call, del)
+		CASE("new/delete", 16, _Znwm(opaque(n)), _ZdlPv(nd_p));
+		CASE("new[]/delete[]", 16, _Znam(opaque(n)), _ZdaPv(nd_p));
+		CASE("new/sized delete", 16, _Znwm(opaque(n)), _ZdlPvm(nd_p, n));
+		CASE("new[]/sized delete[]", 16, _Znam(opaque(n)), _ZdaPvm(nd_p, n));
+		CASE("new nothrow/delete nothrow", 16, _ZnwmRKSt9nothrow_t(opaque(n), nt),
+		     _ZdlPvRKSt9nothrow_t(nd_p, nt));
+		CASE("new[] nothrow/delete[] nothrow", 16, _ZnamRKSt9nothrow_t(opaque(n), nt),
+		     _ZdaPvRKSt9nothrow_t(nd_p, nt));
+		CASE("new aligned 4096/delete aligned", 4096, _ZnwmSt11align_val_t(opaque(n), 4096),
+		     _ZdlPvSt11align_val_t(nd_p, 4096));
+		CASE("new[] aligned 64/delete[] aligned", 64, _ZnamSt11align_val_t(opaque(n), 64),
+		     _ZdaPvSt11align_val_t(nd_p, 64));
+		CASE("new aligned 64/sized aligned delete", 64, _ZnwmSt11align_val_t(opaque(n), 64),
+		     _ZdlPvmSt11align_val_t(nd_p, n, 64));
+		CASE("new[] aligned 4096/sized aligned delete[]", 4096,
+		     _ZnamSt11align_val_t(opaque(n), 4096), _ZdaPvmSt11align_val_t(nd_p, n, 4096));
+		CASE("new aligned nothrow/delete aligned nothrow", 256,
+		     _ZnwmSt11align_val_tRKSt9nothrow_t(opaque(n), 256, nt),
+		     _ZdlPvSt11align_val_tRKSt9nothrow_t(nd_p, 256, nt));
+		CASE("new[] aligned nothrow/delete[] aligned nothrow", 256,
+		     _ZnamSt11align_val_tRKSt9nothrow_t(opaque(n), 256, nt),
+		     _ZdaPvSt11align_val_tRKSt9nothrow_t(nd_p, 256, nt));
+#undef CASE
+	}
+	ALLOC("new nothrow(PTRDIFF_MAX)", 16, SIZE_MAX, _ZnwmRKSt9nothrow_t(opaque(PTRDIFF_MAX), nt));
+	ALLOC("new[] nothrow(PTRDIFF_MAX)", 16, SIZE_MAX, _ZnamRKSt9nothrow_t(opaque(PTRDIFF_MAX), nt));
+	ALLOC("new aligned nothrow(PTRDIFF_MAX, 64)", 64, SIZE_MAX,
+	      _ZnwmSt11align_val_tRKSt9nothrow_t(opaque(PTRDIFF_MAX), 64, nt));
+	ALLOC("new[] aligned nothrow(PTRDIFF_MAX, 64)", 64, SIZE_MAX,
+	      _ZnamSt11align_val_tRKSt9nothrow_t(opaque(PTRDIFF_MAX), 64, nt));
+	errno = SENTINEL;
+	_ZdlPv(escape(NULL));
+	_ZdaPv(escape(NULL));
+	_ZdlPvRKSt9nothrow_t(escape(NULL), nt);
+	say("delete(NULL), delete[](NULL), delete nothrow(NULL): errno=%s", en(errno));
+}
+#endif
+
+#if defined(CONFORM_MIMALLOC)
+#include <mimalloc.h>
+
+/* mimalloc's own API, failures included (mi_reallocf frees on failure). */
+static void group_mimalloc(void)
+{
+	unsigned char *p, *q;
+	char *s;
+
+	p = ALLOC("mi_malloc(100)", 16, 100, mi_malloc(opaque(100)));
+	if (!p)
+		return;
+	fill(p, 100, 1);
+	q = ALLOC("mi_realloc 100 -> 5000", 16, 5000, mi_realloc(p, opaque(5000)));
+	if (!q)
+		return;
+	say("mi_realloc 100 -> 5000: contents kept=%s", yn(filled(q, 100, 1)));
+	p = q;
+	q = ALLOC("mi_realloc to PTRDIFF_MAX", 16, SIZE_MAX, mi_realloc(p, opaque(PTRDIFF_MAX)));
+	say("mi_realloc to PTRDIFF_MAX: old block intact=%s", yn(!q && filled(p, 100, 1)));
+	if (q)
+		p = q;
+	q = ALLOC("mi_expand 5000 -> 100", 16, 100, mi_expand(p, opaque(100)));
+	say("mi_expand 5000 -> 100: same block=%s kept=%s", yn(q == p), yn(filled(p, 100, 1)));
+	q = ALLOC("mi_expand to PTRDIFF_MAX", 16, SIZE_MAX, mi_expand(p, opaque(PTRDIFF_MAX)));
+	q = ALLOC("mi_reallocn (50, 100)", 16, 5000, mi_reallocn(p, opaque(50), opaque(100)));
+	if (q)
+		p = q;
+	q = ALLOC("mi_reallocn overflow", 16, SIZE_MAX, mi_reallocn(p, opaque(SIZE_MAX / 2), opaque(4)));
+	say("mi_reallocn overflow: old block intact=%s", yn(!q && filled(p, 100, 1)));
+	q = ALLOC("mi_rezalloc 5000 -> 9000", 16, 9000, mi_rezalloc(p, opaque(9000)));
+	if (q) {
+		say("mi_rezalloc: kept=%s", yn(filled(q, 100, 1)));
+		p = q;
+	}
+	q = ALLOC("mi_reallocf to PTRDIFF_MAX (frees)", 16, SIZE_MAX, mi_reallocf(p, opaque(PTRDIFF_MAX)));
+	if (q)
+		mi_free(q);
+	p = ALLOC("mi_reallocf(NULL, 64)", 16, 64, mi_reallocf(escape(NULL), opaque(64)));
+	mi_free_size(p, 64);
+	p = ALLOC("mi_recalloc(NULL, 10, 10)", 16, 100, mi_recalloc(escape(NULL), opaque(10), opaque(10)));
+	if (p)
+		say("mi_recalloc: zeroed=%s", yn(zeroed(p, 100)));
+	mi_cfree(p);
+
+	p = ALLOC("mi_zalloc(5000)", 16, 5000, mi_zalloc(opaque(5000)));
+	if (p)
+		say("mi_zalloc(5000): zeroed=%s", yn(zeroed(p, 5000)));
+	mi_free(p);
+	p = ALLOC("mi_calloc(1000, 4)", 16, 4000, mi_calloc(opaque(1000), opaque(4)));
+	mi_free(p);
+	ALLOC("mi_calloc overflow", 16, SIZE_MAX, mi_calloc(opaque(SIZE_MAX / 2 + 1), opaque(2)));
+	ALLOC("mi_mallocn overflow", 16, SIZE_MAX, mi_mallocn(opaque(SIZE_MAX / 2 + 1), opaque(2)));
+	ALLOC("mi_malloc(PTRDIFF_MAX)", 16, SIZE_MAX, mi_malloc(opaque(PTRDIFF_MAX)));
+	p = ALLOC("mi_malloc_small(64)", 16, 64, mi_malloc_small(opaque(64)));
+	mi_free(p);
+	p = ALLOC("mi_zalloc_small(64)", 16, 64, mi_zalloc_small(opaque(64)));
+	mi_free(p);
+	p = ALLOC("mi_malloc_aligned(100, 4096)", 4096, 100, mi_malloc_aligned(opaque(100), 4096));
+	mi_free_aligned(p, 4096);
+	p = ALLOC("mi_zalloc_aligned(100, 64)", 64, 100, mi_zalloc_aligned(opaque(100), 64));
+	mi_free_size_aligned(p, 100, 64);
+	p = ALLOC("mi_calloc_aligned(10, 10, 64)", 64, 100, mi_calloc_aligned(opaque(10), opaque(10), 64));
+	q = ALLOC("mi_realloc_aligned 100 -> 9000", 64, 9000, mi_realloc_aligned(p, opaque(9000), 64));
+	mi_free(q ? q : p);
+	p = ALLOC("mi_new(100)", 16, 100, mi_new(opaque(100)));
+	mi_free(p);
+	p = ALLOC("mi_new_n(10, 10)", 16, 100, mi_new_n(opaque(10), opaque(10)));
+	mi_free(p);
+	p = ALLOC("mi_new_aligned(100, 256)", 256, 100, mi_new_aligned(opaque(100), 256));
+	mi_free(p);
+	ALLOC("mi_new_nothrow(PTRDIFF_MAX)", 16, SIZE_MAX, mi_new_nothrow(opaque(PTRDIFF_MAX)));
+	ALLOC("mi_new_aligned_nothrow(PTRDIFF_MAX, 64)", 64, SIZE_MAX,
+	      mi_new_aligned_nothrow(opaque(PTRDIFF_MAX), 64));
+	errno = SENTINEL;
+	s = escape(mi_strdup("conformance"));
+	say("mi_strdup: %s errno=%s", s ? s : "(null)", en(errno));
+	mi_free(s);
+	errno = SENTINEL;
+	s = escape(mi_strndup("conformance", opaque(4)));
+	say("mi_strndup(4): %s errno=%s", s ? s : "(null)", en(errno));
+	mi_free(s);
+	errno = SENTINEL;
+	mi_free(escape(NULL));
+	say("mi_free(NULL): errno=%s", en(errno));
+}
+#endif
+
 /* ---- dlopen --------------------------------------------------------------------- */
 
 static void group_dlopen(void)
@@ -1758,6 +2010,15 @@ static const struct group groups[] = {
 	G(aligned),
 	G(many_blocks),
 	G(rlimit_as),
+#if defined(CONFORM_JEMALLOC)
+	G(jemalloc),
+#endif
+#if defined(CONFORM_CXX)
+	G(operator_new),
+#endif
+#if defined(CONFORM_MIMALLOC)
+	G(mimalloc),
+#endif
 	G(dlopen),
 };
 #define NR_GROUPS (sizeof(groups) / sizeof(groups[0]))
