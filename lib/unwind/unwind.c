@@ -229,3 +229,8 @@ size_t unwinder_stack_used(const struct unwinder *u, bool *ret_ran_off)
 	*ret_ran_off = u->ran_off;
 	return u->used;
 }
+
+const uint64_t *unwinder_frame_sps(const struct unwinder *u)
+{
+	return u->sps;
+}

@@ -66,6 +66,11 @@ int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t 
  */
 size_t unwinder_stack_used(const struct unwinder *u, bool *ret_ran_off);
 
+/* The stack pointer of each frame of the last unwinder_unwind(), as many
+ * as it returned (0 where libdw did not say): frame i > 0 was called from
+ * the return address stored at its sp - 8. Valid until the next call. */
+const uint64_t *unwinder_frame_sps(const struct unwinder *u);
+
 /*
  * rules.c: the agent's rule (lib/agent/wire.h, CPROF_RULE) for stepping
  * over the frame that return address @key returns into: 0, -ENOENT (no

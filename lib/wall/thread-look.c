@@ -140,19 +140,24 @@ static int read_syscall(pid_t pid, pid_t tid, struct wall_look *ret)
 	return parse_syscall(buf, ret);
 }
 
+/* The call first: a running thread needs nothing more. */
 int wall_look_read(pid_t pid, pid_t tid, struct wall_look *ret)
 {
 	char buf[1024];
 	const char *f;
-	int r = read_stat(pid, tid, buf, sizeof(buf));
+	int r = read_syscall(pid, tid, ret);
 
+	ret->state = 'R';
+	if (r < 0 || (ret->syscall < 0 && !ret->sp))
+		return r;
+	r = read_stat(pid, tid, buf, sizeof(buf));
 	if (r < 0)
 		return r;
 	f = stat_field(buf, 3);
 	if (!f)
 		return -EIO;
 	ret->state = *f;
-	return read_syscall(pid, tid, ret);
+	return 0;
 }
 
 static bool same_look(const struct wall_look *a, const struct wall_look *b)
@@ -178,6 +183,7 @@ static int unwind_into(struct unwinder *unw, const struct wall_look *look, const
 	struct unwind_input in = { .stack = buf, .stack_size = len, .stack_start = look->sp,
 				   .sp_pc_only = true };
 	uint64_t pcs[MAX_FRAMES];
+	const uint64_t *sps;
 	int n;
 
 	in.regs[UNWIND_REG_RSP] = look->sp;
@@ -187,12 +193,44 @@ static int unwind_into(struct unwinder *unw, const struct wall_look *look, const
 		pcs[0] = look->pc;
 		n = 1;
 	}
-	if (GROW(st->pcs, (size_t)n, st->pcs_alloc) < 0)
+	if (GROW(st->pcs, (size_t)n, st->pcs_alloc) < 0 ||
+	    GROW(st->slots, (size_t)n, st->slots_alloc) < 0)
 		return -ENOMEM;
 	memcpy(st->pcs, pcs, (size_t)n * sizeof(*pcs));
 	st->npcs = (size_t)n;
+	sps = unwinder_frame_sps(unw);
+	for (int i = 1; i < n; i++)
+		st->slots[i - 1] = sps && sps[i] >= 8 ? sps[i] - 8 : 0;
 	st->want = MIN(unwinder_stack_used(unw, ret_ran_off) + COPY_MARGIN, (size_t)MAX_COPY);
 	return 0;
+}
+
+/*
+ * The chain @st was unwound from, read again word by word: asleep at the
+ * same place with the same return addresses in the same slots, the walk
+ * would give the same frames (its rules depend on the pcs and sp alone).
+ */
+static bool chain_unchanged(pid_t tid, const struct wall_off_stack *st, uint64_t *ret_read)
+{
+	uint64_t words[MAX_FRAMES];
+	struct iovec local[MAX_FRAMES], remote[MAX_FRAMES];
+	size_t n = st->npcs - 1;
+	ssize_t got;
+
+	for (size_t i = 0; i < n; i++) {
+		if (!st->slots[i])
+			return false;
+		local[i] = (struct iovec){ &words[i], sizeof(words[i]) };
+		remote[i] = (struct iovec){ (void *)(uintptr_t)st->slots[i], sizeof(words[i]) };
+	}
+	got = n ? process_vm_readv(tid, local, n, remote, n, 0) : 0;
+	if (got != (ssize_t)(n * sizeof(uint64_t)))
+		return false;
+	*ret_read += (uint64_t)got;
+	for (size_t i = 0; i < n; i++)
+		if (words[i] != st->pcs[i + 1] + 1)
+			return false;
+	return true;
 }
 
 int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
@@ -207,6 +245,15 @@ int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
 	int r;
 
 	*ret_read = 0;
+	if (st->valid && same_look(look, &st->look) && chain_unchanged(tid, st, ret_read)) {
+		r = read_syscall(pid, tid, &again);
+		if (r < 0)
+			return r;
+		if (!same_look(look, &again))
+			return -EAGAIN;
+		st->look.state = look->state;
+		return 0;
+	}
 	if (!m)
 		return -ENOENT;
 	room = (size_t)MIN(m->end - look->sp, (uint64_t)MAX_COPY);
@@ -224,7 +271,7 @@ int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
 			goto out_free;
 		*ret_read += len;
 		/* Woke in between: the copy may mix two stacks. */
-		r = wall_look_read(pid, tid, &again);
+		r = read_syscall(pid, tid, &again);
 		if (r < 0)
 			goto out_free;
 		if (!same_look(look, &again)) {
@@ -262,5 +309,6 @@ void wall_off_stack_release(struct wall_off_stack *st)
 {
 	free(st->bytes);
 	free(st->pcs);
+	free(st->slots);
 	memset(st, 0, sizeof(*st));
 }

@@ -30,6 +30,8 @@ struct wall_off_stack {
 	size_t want;      /* bytes to copy next time: what the walk read */
 	uint64_t *pcs;    /* leaf first, as unwinder_unwind() gives them */
 	size_t npcs, pcs_alloc;
+	uint64_t *slots;  /* where pcs[i + 1] + 1 was read from: the chain */
+	size_t slots_alloc;
 	bool valid;
 	bool rooted;      /* the walk was not cut short by the copy's end */
 };
@@ -44,7 +46,8 @@ int wall_look_read(pid_t pid, pid_t tid, struct wall_look *ret);
 /*
  * Copies and unwinds the stack of @tid, asleep as @look says, into @st.
  * Returns 1 when @st was taken now, 0 when @st already held this very
- * stack (the same bytes: nothing unwound again), -EAGAIN when the thread
+ * stack (asleep at the same place, every return address of its chain
+ * still in its slot: nothing copied or unwound again), -EAGAIN when the thread
  * woke while it was copied (@st unchanged), other -errno.
  * @ret_read gets the bytes read from the target.
  */

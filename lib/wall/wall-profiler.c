@@ -72,6 +72,7 @@ struct wall_profiler {
 	uint64_t tick_ns, start_mono, end_mono, next_tick, last_liveness;
 	bool started, running;
 	uint64_t rng;
+	uint64_t tick_cost; /* smoothed */
 	struct wall_profiler_stats stats;
 	uint64_t pcs[MAX_FRAMES], locs[MAX_FRAMES];
 };
@@ -287,6 +288,8 @@ static void take_off_stack(struct wall_profiler *p, struct wall_thread *t,
 	if (r == 1) {
 		p->stats.off_stacks++;
 		p->stats.off_rooted += t->off.rooted;
+	} else if (r == 0) {
+		p->stats.off_reused++;
 	}
 }
 
@@ -461,11 +464,12 @@ static int take_tick(struct wall_profiler *p)
 	int r = tick(p);
 
 	took = now_monotonic_ns() - t0;
+	p->tick_cost = p->tick_cost ? (3 * p->tick_cost + took) / 4 : took;
 	/* +-25% at random: a thread whose cycle is a multiple of the tick
 	 * would otherwise be seen in the same phase of it every time. */
 	p->rng = p->rng * 6364136223846793005ULL + 1442695040888963407ULL;
 	p->next_tick = t0 + MAX(p->tick_ns * 3 / 4 + (p->rng >> 33) % (p->tick_ns / 2 + 1),
-				took * TICK_DUTY);
+				p->tick_cost * TICK_DUTY);
 	return r;
 }
 
@@ -563,10 +567,11 @@ int wall_profiler_start(struct wall_profiler *p)
 	p->profile->time_nanos = (int64_t)now_realtime_ns();
 	p->start_mono = now_monotonic_ns();
 	p->last_liveness = p->start_mono;
-	r = take_tick(p); /* the baseline: nothing accounted yet */
+	r = tick(p); /* the baseline: nothing accounted yet */
 	if (r < 0)
 		return r;
 	p->started = true;
+	p->next_tick = now_monotonic_ns() + p->tick_ns;
 	if (p->perf) {
 		r = perf_session_enable(p->perf);
 		if (r < 0)
