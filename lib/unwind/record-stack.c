@@ -45,7 +45,7 @@ static void teach_rules(struct record_stacks *s, const uint64_t *pcs, int n)
 int record_stacks_pcs(struct record_stacks *s, const uint64_t *regs, const uint8_t *stack,
 		      size_t stack_size, bool walked, uint64_t *ret_pcs, size_t max)
 {
-	struct unwind_input in;
+	struct unwind_input in = { 0 }; /* every field: sp_pc_only too */
 	size_t n;
 	int r;
 
