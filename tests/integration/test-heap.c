@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "agent/wire.h"
+#include "heap-accuracy.h"
 #include "testhelp.h"
 
 TestSuite(heap, .init = th_init, .fini = th_cleanup, .timeout = 240);
@@ -37,71 +38,9 @@ static void skip_without_ptrace(void)
 		cr_skip_test("cprof heap needs ptrace of the target: run as root");
 }
 
-/* ---- the truth heapsites writes ---------------------------------------- */
-
-struct site_truth {
-	char name[32];
-	uint64_t objects, bytes;
-};
-
-static size_t read_truth(const char *path, struct site_truth *t, size_t max)
-{
-	char line[256];
-	size_t n = 0;
-	FILE *f = NULL;
-
-	for (int i = 0; i < 100 && !(f = fopen(path, "re")); i++)
-		th_sleep_ms(50);
-	cr_assert_not_null(f, "heapsites wrote no report %s", path);
-	while (n < max && fgets(line, sizeof(line), f)) {
-		unsigned long long o, b;
-
-		if (sscanf(line, "%31s %llu %llu", t[n].name, &o, &b) == 3) {
-			t[n].objects = o;
-			t[n].bytes = b;
-			n++;
-		}
-	}
-	fclose(f);
-	return n;
-}
-
-static const struct site_truth *truth_of(const struct site_truth *t, size_t n, const char *name)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!strcmp(t[i].name, name))
-			return &t[i];
-	cr_assert_fail("no truth for %s", name);
-	return NULL;
-}
-
-static double rel_err(double got, double want)
-{
-	return want ? fabs(got - want) / want : (got ? 1.0 : 0.0);
-}
-
 Test(heap, seed000_accuracy)
 {
-	static const struct {
-		const char *name;
-		uint64_t size;
-	} sites[] = {
-		{ "a_512k", 512 << 10 }, { "a_256k_1", 256 << 10 }, { "a_1k", 1024 },
-		{ "a_256k_2", 256 << 10 }, { "a_512", 512 },	  { "a_256k_3", 256 << 10 },
-		{ "a_256", 256 },	   { "a_256k_4", 256 << 10 }, { "a_16", 16 },
-		{ "b_1k", 1024 },	   { "b_512", 512 },	  { "b_256", 256 },
-		{ "b_16", 16 },		   { "retain_4k", 4096 },
-	};
-	const uint64_t rate = 1024;
 	const char *report = th_tmp_path("heapsites.report");
-	const char *out = th_tmp_path("heap-accuracy.pb.gz");
-	struct site_truth truth[32];
-	struct th_func_sum *sums[4];
-	size_t nsums[4], ntruth;
-	const struct site_truth *live;
-	struct profile *p;
-	struct th_run r;
-	int vi[4];
 	pid_t pid;
 
 	skip_without_ptrace();
@@ -113,78 +52,7 @@ Test(heap, seed000_accuracy)
 	 * runs after it spread from -9.9% to +7.4% around 0).
 	 */
 	pid = TH_SPAWN("heapsites", "30", report, "256", "4000");
-	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "16s", "--rate", "1024", "-o", out,
-		 "--index", "alloc_space");
-	th_run_log(&r, "cprof heap");
-	cr_assert_eq(r.exit_code, 0);
-	cr_assert(!strstr(r.err, "lost"), "samples were lost: %s", r.err);
-	kill(pid, SIGUSR2);
-	ntruth = read_truth(report, truth, 32);
-	th_kill(pid);
-
-	p = th_load_profile(out);
-	vi[0] = th_sample_type(p, "alloc_objects", "count");
-	vi[1] = th_sample_type(p, "alloc_space", "bytes");
-	vi[2] = th_sample_type(p, "inuse_objects", "count");
-	vi[3] = th_sample_type(p, "inuse_space", "bytes");
-	for (int i = 0; i < 4; i++) {
-		cr_assert_eq(vi[i], i, "sample type %d in Go's order", i);
-		th_func_sums(p, (size_t)vi[i], &sums[i], &nsums[i]);
-	}
-	cr_assert_str_eq(p->period_type.type, "space");
-	cr_assert_str_eq(p->period_type.unit, "bytes");
-	cr_assert_eq(p->period, (int64_t)rate);
-	cr_assert_str_eq(p->default_sample_type, "alloc_space");
-
-	for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); i++) {
-		const struct site_truth *t = truth_of(truth, ntruth, sites[i].name);
-		struct th_func_sum ao = th_func_get(sums[0], nsums[0], sites[i].name);
-		struct th_func_sum as = th_func_get(sums[1], nsums[1], sites[i].name);
-		double expected = (double)t->objects * (1 - exp(-(double)sites[i].size / rate));
-		double limit = sites[i].size >= rate ? 0.03 : 0.15;
-		double eo = rel_err((double)ao.flat, (double)t->objects);
-		double eb = rel_err((double)as.flat, (double)t->bytes);
-
-		cr_log_info("%-9s truth %8llu objects %12llu bytes; cprof %8lld (%+.1f%%) %12lld "
-			    "(%+.1f%%); ~%.0f samples", sites[i].name,
-			    (unsigned long long)t->objects, (unsigned long long)t->bytes,
-			    (long long)ao.flat, 100.0 * ((double)ao.flat / t->objects - 1),
-			    (long long)as.flat, 100.0 * ((double)as.flat / t->bytes - 1), expected);
-		cr_assert_geq(expected, 400, "%s: only %.0f expected samples: run longer",
-			      sites[i].name, expected);
-		cr_expect_leq(eo, limit, "%s: alloc_objects off by %.1f%%", sites[i].name, eo * 100);
-		cr_expect_leq(eb, limit, "%s: alloc_space off by %.1f%%", sites[i].name, eb * 100);
-		if (strcmp(sites[i].name, "retain_4k")) {
-			struct th_func_sum is = th_func_get(sums[3], nsums[3], sites[i].name);
-
-			/* At most the one block in flight when the hooks went. */
-			cr_expect_leq(is.flat, (int64_t)(sites[i].size * 2),
-				      "%s frees at once, yet %lld bytes in use", sites[i].name,
-				      (long long)is.flat);
-		}
-	}
-	live = truth_of(truth, ntruth, "live_retain_4k");
-	{
-		struct th_func_sum io = th_func_get(sums[2], nsums[2], "retain_4k");
-		struct th_func_sum is = th_func_get(sums[3], nsums[3], "retain_4k");
-
-		cr_log_info("retain_4k live: truth %llu objects %llu bytes; cprof %lld, %lld",
-			    (unsigned long long)live->objects, (unsigned long long)live->bytes,
-			    (long long)io.flat, (long long)is.flat);
-		cr_expect_leq(rel_err((double)is.flat, (double)live->bytes), 0.15);
-		cr_expect_leq(rel_err((double)io.flat, (double)live->objects), 0.15);
-	}
-	/* Every sample says its block size. */
-	for (size_t i = 0; i < p->nsamples; i++) {
-		const struct profile_label *l = th_label(&p->samples[i], "bytes");
-
-		cr_assert(l && !l->str && l->num > 0, "sample %zu has no numeric bytes label", i);
-	}
-	th_assert_pprof_ok(out);
-	for (int i = 0; i < 4; i++)
-		free(sums[i]);
-	profile_free(p);
-	th_run_release(&r);
+	check_heapsites_accuracy(pid, report, "1024", 1024, "16s", "glibc");
 }
 
 Test(heap, debug1_text_and_index)

@@ -1,0 +1,173 @@
+/*
+ * The accuracy check on seed 000's pattern (tests/targets/heapsites), shared
+ * by test-heap (glibc) and test-heap-alloc (jemalloc, tcmalloc, mimalloc):
+ * cprof heap against the truth the target counts itself over exactly the
+ * window the agent hooks its malloc slot. Every site within 15%, sites at or
+ * above the rate within 3%, the retained live set within 15%, sites that
+ * free at once ~0 in use, Go's sample types and period.
+ */
+#ifndef CPROF_TEST_HEAP_ACCURACY_H
+#define CPROF_TEST_HEAP_ACCURACY_H
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testhelp.h"
+
+struct site_truth {
+	char name[32];
+	uint64_t objects, bytes;
+};
+
+static size_t read_truth(const char *path, struct site_truth *t, size_t max)
+{
+	char line[256];
+	size_t n = 0;
+	FILE *f = NULL;
+
+	for (int i = 0; i < 100 && !(f = fopen(path, "re")); i++)
+		th_sleep_ms(50);
+	cr_assert_not_null(f, "heapsites wrote no report %s", path);
+	while (n < max && fgets(line, sizeof(line), f)) {
+		unsigned long long o, b;
+
+		if (sscanf(line, "%31s %llu %llu", t[n].name, &o, &b) == 3) {
+			t[n].objects = o;
+			t[n].bytes = b;
+			n++;
+		}
+	}
+	fclose(f);
+	return n;
+}
+
+static const struct site_truth *truth_of(const struct site_truth *t, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(t[i].name, name))
+			return &t[i];
+	cr_assert_fail("no truth for %s", name);
+	return NULL;
+}
+
+static double rel_err(double got, double want)
+{
+	return want ? fabs(got - want) / want : (got ? 1.0 : 0.0);
+}
+
+/* A site's samples: what each of its allocations was expected to give. */
+static double expected_samples(const struct site_truth *t, uint64_t rate)
+{
+	double avg = t->objects ? (double)t->bytes / (double)t->objects : 0;
+
+	return (double)t->objects * (1 - exp(-avg / (double)rate));
+}
+
+/* One site against its truth (logged), its in-use bytes at most @inuse_max. */
+static void check_site(const struct site_truth *t, struct th_func_sum *const sums[4],
+		       const size_t nsums[4], uint64_t rate, int64_t inuse_max)
+{
+	struct th_func_sum ao = th_func_get(sums[0], nsums[0], t->name);
+	struct th_func_sum as = th_func_get(sums[1], nsums[1], t->name);
+	double avg = (double)t->bytes / (double)t->objects, expected = expected_samples(t, rate);
+	double limit = avg >= (double)rate ? 0.03 : 0.15;
+	double eo = rel_err((double)ao.flat, (double)t->objects);
+	double eb = rel_err((double)as.flat, (double)t->bytes);
+
+	cr_log_info("%-9s truth %8llu objects %12llu bytes; cprof %8lld (%+.1f%%) %12lld "
+		    "(%+.1f%%); ~%.0f samples", t->name, (unsigned long long)t->objects,
+		    (unsigned long long)t->bytes, (long long)ao.flat,
+		    100.0 * ((double)ao.flat / (double)t->objects - 1), (long long)as.flat,
+		    100.0 * ((double)as.flat / (double)t->bytes - 1), expected);
+	cr_assert_geq(expected, 400, "%s: only %.0f expected samples: run longer", t->name, expected);
+	cr_expect_leq(eo, limit, "%s: alloc_objects off by %.1f%%", t->name, eo * 100);
+	cr_expect_leq(eb, limit, "%s: alloc_space off by %.1f%%", t->name, eb * 100);
+	if (inuse_max >= 0) {
+		struct th_func_sum is = th_func_get(sums[3], nsums[3], t->name);
+
+		/* At most the one block in flight when the hooks went. */
+		cr_expect_leq(is.flat, inuse_max, "%s frees at once, yet %lld bytes in use", t->name,
+			      (long long)is.flat);
+	}
+}
+
+/*
+ * Runs the heapsites target @prog (spawned by the caller as @pid, its
+ * report at @report) under `cprof heap --rate @rate -d @duration` and checks
+ * the profile against its truth. @what names the allocator in the log.
+ */
+static void check_heapsites_accuracy(pid_t pid, const char *report, const char *rate_arg,
+				     uint64_t rate, const char *duration, const char *what)
+{
+	static const char *const sites[] = {
+		"a_512k", "a_256k_1", "a_1k", "a_256k_2", "a_512", "a_256k_3", "a_256",
+		"a_256k_4", "a_16", "b_1k", "b_512", "b_256", "b_16", "retain_4k",
+	};
+	const char *out = th_tmp_path("heap-accuracy.pb.gz");
+	struct site_truth truth[32];
+	struct th_func_sum *sums[4];
+	size_t nsums[4], ntruth;
+	const struct site_truth *live;
+	struct profile *p;
+	struct th_run r;
+	int vi[4];
+
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", duration, "--rate", rate_arg, "-o",
+		 out, "--index", "alloc_space");
+	th_run_log(&r, "cprof heap");
+	cr_assert_eq(r.exit_code, 0, "%s: cprof heap exited %d", what, r.exit_code);
+	cr_assert(!strstr(r.err, "lost"), "%s: samples were lost: %s", what, r.err);
+	kill(pid, SIGUSR2);
+	ntruth = read_truth(report, truth, 32);
+	th_kill(pid);
+
+	p = th_load_profile(out);
+	vi[0] = th_sample_type(p, "alloc_objects", "count");
+	vi[1] = th_sample_type(p, "alloc_space", "bytes");
+	vi[2] = th_sample_type(p, "inuse_objects", "count");
+	vi[3] = th_sample_type(p, "inuse_space", "bytes");
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(vi[i], i, "sample type %d in Go's order", i);
+		th_func_sums(p, (size_t)vi[i], &sums[i], &nsums[i]);
+	}
+	cr_assert_str_eq(p->period_type.type, "space");
+	cr_assert_str_eq(p->period_type.unit, "bytes");
+	cr_assert_eq(p->period, (int64_t)rate);
+	cr_assert_str_eq(p->default_sample_type, "alloc_space");
+
+	cr_log_info("%s:", what);
+	for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); i++) {
+		const struct site_truth *t = truth_of(truth, ntruth, sites[i]);
+		int64_t max_block = t->objects ? (int64_t)(t->bytes / t->objects) * 4 : 0;
+
+		check_site(t, sums, nsums, rate, strcmp(sites[i], "retain_4k") ? max_block : -1);
+	}
+	live = truth_of(truth, ntruth, "live_retain_4k");
+	{
+		struct th_func_sum io = th_func_get(sums[2], nsums[2], "retain_4k");
+		struct th_func_sum is = th_func_get(sums[3], nsums[3], "retain_4k");
+
+		cr_log_info("retain_4k live: truth %llu objects %llu bytes; cprof %lld, %lld",
+			    (unsigned long long)live->objects, (unsigned long long)live->bytes,
+			    (long long)io.flat, (long long)is.flat);
+		cr_expect_leq(rel_err((double)is.flat, (double)live->bytes), 0.15);
+		cr_expect_leq(rel_err((double)io.flat, (double)live->objects), 0.15);
+	}
+	/* Every sample says its block size. */
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct profile_label *l = th_label(&p->samples[i], "bytes");
+
+		cr_assert(l && !l->str && l->num > 0, "sample %zu has no numeric bytes label", i);
+	}
+	th_assert_pprof_ok(out);
+	for (int i = 0; i < 4; i++)
+		free(sums[i]);
+	profile_free(p);
+	th_run_release(&r);
+}
+
+#endif
