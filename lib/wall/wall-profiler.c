@@ -234,6 +234,8 @@ static int by_time(const void *a, const void *b)
 /* A preempted thread's wait for a CPU ends when it is back on one. */
 static void settle_switches(struct wall_thread *t)
 {
+	if (!t->nswitches)
+		return;
 	qsort(t->switches, t->nswitches, sizeof(*t->switches), by_time);
 	for (size_t i = 0; i < t->nswitches; i++) {
 		const struct cpu_switch *sw = &t->switches[i];
