@@ -15,6 +15,7 @@
 #include "agent-window.h"
 #include "commands.h"
 #include "heap-keep.h"
+#include "heap/allocator.h"
 #include "heap/heap.h"
 #include "pprof/pprof.h"
 #include "interrupt.h"
@@ -455,6 +456,32 @@ static int keep_serve_on(int lfd, struct channel *ch, const struct target *t,
 	return 0;
 }
 
+/*
+ * An allocator inside the executable (linked statically, or under a prefix
+ * of its own) is called directly, through no GOT slot the agent could
+ * patch: say so and which, rather than write an empty profile.
+ */
+static int preflight_allocator(const struct target *t)
+{
+	struct heap_allocator a;
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", t->pid);
+	if (heap_allocator_inspect(path, &a) < 0 || a.hookable)
+		return 0;
+	if (!strcmp(a.symbol, "malloc") && !strcmp(a.name, "its own malloc"))
+		report_error("cannot profile the heap of pid %d (%s): its executable defines malloc "
+			     "itself", t->pid, t->comm);
+	else
+		report_error("cannot profile the heap of pid %d (%s): %s is linked into its "
+			     "executable (it defines %s)", t->pid, t->comm, a.name, a.symbol);
+	report_hint("cprof heap hooks allocator calls through GOT slots, and the executable's own "
+		    "calls to %s go through none; profile a build that uses %s as a shared library "
+		    "(or LD_PRELOADs it)", a.symbol,
+		    strcmp(a.name, "its own malloc") ? a.name : "the C library's malloc or an allocator");
+	return EXIT_TARGET;
+}
+
 int cmd_heap(int argc, char **argv)
 {
 	struct channel_handlers handlers = { .alloc = on_alloc, .free = on_free, .live = on_live };
@@ -484,6 +511,9 @@ int cmd_heap(int argc, char **argv)
 	if (code >= 0)
 		return code;
 	code = preflight_not_traced(&t, "load the agent into");
+	if (code)
+		return code;
+	code = preflight_allocator(&t);
 	if (code)
 		return code;
 	r = output_prepare(&out, a.common.output, a.debug == 0 && a.common.format == VIEW_PPROF,

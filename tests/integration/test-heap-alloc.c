@@ -12,6 +12,7 @@
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "heap-accuracy.h"
@@ -93,4 +94,47 @@ Test(heap_alloc, mimalloc_linked)
 Test(heap_alloc, mimalloc_preloaded)
 {
 	preloaded(LIBDIR "libmimalloc.so.2", "libmimalloc2.0");
+}
+
+/* ---- allocators cprof cannot hook: said plainly, exit 2 ----------------- */
+
+/* cprof heap on @prog refuses with exit 2 and says @expect. */
+static void refused(const char *prog, const char *expect)
+{
+	char path[4096];
+	struct th_run r;
+	pid_t pid;
+
+	if (geteuid() != 0)
+		cr_skip_test("cprof heap needs ptrace of the target: run as root");
+	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, prog);
+	if (access(path, X_OK) != 0)
+		cr_skip_test("%s is not built: libjemalloc-dev was not installed when cprof was "
+			     "configured (scripts/setup installs it)", prog);
+	pid = TH_SPAWN(prog, "20");
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "1s", "-o",
+		 th_tmp_path("refused.pb.gz"));
+	th_run_log(&r, prog);
+	cr_expect_eq(r.exit_code, 2, "%s: exit %d, not 2", prog, r.exit_code);
+	cr_expect(strstr(r.err, expect), "%s: cprof did not say '%s':\n%s", prog, expect, r.err);
+	cr_expect(strstr(r.err, "GOT"), "%s: cprof did not say why:\n%s", prog, r.err);
+	cr_expect(access(th_tmp_path("refused.pb.gz"), F_OK) != 0, "%s: a profile was written", prog);
+	th_assert_let_go(pid, false, prog);
+	th_kill(pid);
+	th_run_release(&r);
+}
+
+Test(heap_alloc, own_malloc_refused)
+{
+	refused("ownmalloc", "its executable defines malloc itself");
+}
+
+Test(heap_alloc, prefixed_jemalloc_refused)
+{
+	refused("ownmalloc-prefix", "jemalloc is linked into its executable (it defines je_malloc)");
+}
+
+Test(heap_alloc, static_jemalloc_refused)
+{
+	refused("ownmalloc-jemalloc", "jemalloc is linked into its executable (it defines malloc)");
 }
