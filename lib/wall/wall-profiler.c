@@ -50,6 +50,7 @@ struct wall_thread {
 	size_t nswitches, switches_alloc;
 	uint64_t preempted_at;   /* perf time it was taken off a CPU; 0: not */
 	uint64_t preempted_wait; /* waits after preemptions not yet accounted */
+	uint64_t owed_ns;        /* counted twice so far: off the CPU, then waiting */
 	bool looked;
 	struct wall_off_stack off;
 	uint64_t *run_pcs;   /* its last CPU sample's stack */
@@ -345,7 +346,7 @@ static int add_runnable(struct wall_profiler *p, struct wall_thread *t, uint64_t
 static int account(struct wall_profiler *p, struct wall_thread *t)
 {
 	struct wall_clocks c;
-	uint64_t now, dt, drun, ddelay, off;
+	uint64_t now, dt, drun, ddelay, off, owed;
 	const struct wall_off_stack *st = &t->off;
 	int r;
 
@@ -356,7 +357,22 @@ static int account(struct wall_profiler *p, struct wall_thread *t)
 	dt = now > t->last_ns ? now - t->last_ns : 0;
 	drun = c.run_ns - MIN(c.run_ns, t->clk.run_ns);
 	ddelay = c.delay_ns - MIN(c.delay_ns, t->clk.delay_ns);
-	off = dt > drun + ddelay ? dt - drun - ddelay : 0;
+	/*
+	 * The kernel adds a wait for a CPU to the clock when the wait ends,
+	 * and run time at its own ticks: a wait that began before the last
+	 * tick was counted off the CPU then and comes again now. What an
+	 * interval holds beyond its length is owed by the next ones, so that
+	 * a thread's time adds up to its life.
+	 */
+	if (dt >= drun + ddelay) {
+		off = dt - drun - ddelay;
+		owed = MIN(off, t->owed_ns);
+		off -= owed;
+		t->owed_ns -= owed;
+	} else {
+		off = 0;
+		t->owed_ns += drun + ddelay - dt;
+	}
 	t->clk = c;
 	t->last_ns = now;
 	settle_switches(t);
