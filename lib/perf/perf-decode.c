@@ -142,6 +142,21 @@ static void dispatch_switch(struct perf_session *s, struct cursor *c, uint16_t m
 			      misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT, h->arg);
 }
 
+/* PERF_RECORD_FORK and _EXIT: pid, ppid, tid, ptid, time, then the id. */
+static void dispatch_task(struct perf_session *s, struct cursor *c, bool exited,
+			  const struct perf_handlers *h)
+{
+	uint32_t ids[4];
+	uint64_t time;
+
+	if (!take(c, ids, sizeof(ids)) || !take_u64(c, &time)) {
+		s->stats.bad++;
+		return;
+	}
+	if ((pid_t)ids[0] == s->opts.pid && h->task)
+		h->task((pid_t)ids[2], time, exited, h->arg);
+}
+
 int perf_record_dispatch(struct perf_session *s, const uint8_t *rec, size_t size,
 			 const struct perf_handlers *h)
 {
@@ -172,6 +187,10 @@ int perf_record_dispatch(struct perf_session *s, const uint8_t *rec, size_t size
 		return h->sample ? h->sample(&sample, h->arg) : 0;
 	case PERF_RECORD_COMM:
 		dispatch_comm(s, &c, h);
+		return 0;
+	case PERF_RECORD_FORK:
+	case PERF_RECORD_EXIT:
+		dispatch_task(s, &c, hdr->type == PERF_RECORD_EXIT, h);
 		return 0;
 	case PERF_RECORD_SWITCH:
 		dispatch_switch(s, &c, hdr->misc, h);

@@ -36,6 +36,7 @@ struct perf_opts {
 	bool kernel;          /* count time in the kernel too (needs privilege) */
 	bool kernel_stacks;   /* and record the kernel's call chain (needs @kernel) */
 	bool context_switch;  /* and every switch of a target thread off and on a CPU */
+	bool task;            /* and the birth and the end of every target thread */
 };
 
 /* Kernel frames kept per sample (kernel.perf_event_max_stack is 127). */
@@ -71,6 +72,9 @@ struct perf_handlers {
 	/* With context_switch: @tid left a CPU (@out), taken from it if
 	 * @preempted, or came back onto one, at @time (perf clock). */
 	void (*cpu_switch)(pid_t tid, uint64_t time, bool out, bool preempted, void *arg);
+	/* With task: thread @tid of the target was born (@exited false) or
+	 * ended at @time (perf clock). */
+	void (*task)(pid_t tid, uint64_t time, bool exited, void *arg);
 	void *arg;
 };
 

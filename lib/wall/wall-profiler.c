@@ -21,6 +21,8 @@
 #define RING_PAGES 256
 /* PERF_RECORD_SWITCH: header and sample id (pid, tid, time, cpu). */
 #define SWITCH_RECORD_BYTES 32
+/* PERF_RECORD_FORK, _EXIT: header, four ids, time, sample id. */
+#define TASK_RECORD_BYTES 56
 #define LIVENESS_NS (100ULL * 1000 * 1000)
 /* A tick may take this share of cprof's time at most: more threads, rarer
  * ticks (every interval is still accounted in full). */
@@ -51,6 +53,7 @@ struct wall_thread {
 	uint64_t preempted_at;   /* perf time it was taken off a CPU; 0: not */
 	uint64_t preempted_wait; /* waits after preemptions not yet accounted */
 	uint64_t owed_ns;        /* counted twice so far: off the CPU, then waiting */
+	bool exited;             /* perf said it ended: accounted to its end */
 	bool looked;
 	struct wall_off_stack off;
 	uint64_t *run_pcs;   /* its last CPU sample's stack */
@@ -69,6 +72,7 @@ struct wall_profiler {
 	struct wall_thread *threads;
 	size_t nthreads, threads_alloc;
 	struct u64map by_tid; /* tid -> index + 1 */
+	struct u64map births; /* tid -> perf time of birth, for threads not seen yet */
 	const char *process_name;
 	uint64_t tick_ns, start_mono, end_mono, next_tick, last_liveness;
 	bool started, running;
@@ -252,10 +256,34 @@ static void settle_switches(struct wall_thread *t)
 	t->nswitches = 0;
 }
 
+static int add_final(struct wall_profiler *p, struct wall_thread *t, uint64_t end);
+
+/*
+ * Births are kept until the thread is first seen (its clocks start there);
+ * an end is accounted at once, from the last tick to the exact time, on the
+ * stack the thread was last seen on: no clock can be read after it.
+ */
+static void on_task(pid_t tid, uint64_t time, bool exited, void *arg)
+{
+	struct wall_profiler *p = arg;
+	struct wall_thread *t = thread_of(p, tid);
+
+	p->stats.bytes_read += TASK_RECORD_BYTES;
+	if (!exited) {
+		u64map_put(&p->births, (uint64_t)tid, time); /* only a better guess */
+		return;
+	}
+	if (!t || !t->alive || t->exited || !p->started)
+		return;
+	t->exited = true;
+	if (time > t->last_ns)
+		add_final(p, t, time); /* out of memory: the profile misses its end */
+}
+
 static int drain(struct wall_profiler *p)
 {
 	struct perf_handlers h = { .sample = on_sample, .comm = on_comm,
-				   .cpu_switch = on_cpu_switch, .arg = p };
+				   .cpu_switch = on_cpu_switch, .task = on_task, .arg = p };
 	const struct perf_stats *ps;
 	int r;
 
@@ -335,6 +363,22 @@ static int add_runnable(struct wall_profiler *p, struct wall_thread *t, uint64_t
 	if (r == 0)
 		r = add_wait(p, t, false, ddelay - preempted);
 	return r;
+}
+
+/* From the last tick to the thread's end: where it was last seen. */
+static int add_final(struct wall_profiler *p, struct wall_thread *t, uint64_t end)
+{
+	const struct wall_off_stack *st = &t->off;
+	uint64_t ns = end - t->last_ns;
+
+	t->last_ns = end;
+	p->stats.off_ns += ns;
+	if (st->valid)
+		return add_time(p, t->tid, st->pcs, st->npcs, 0, state_name(st->look.state),
+				st->look.syscall, ns);
+	if (t->nrun)
+		return add_time(p, t->tid, t->run_pcs, t->nrun, 0, "running", -1, ns);
+	return add_time(p, t->tid, NULL, 0, ADDR_OFF_UNSEEN, "sleeping", -1, ns);
 }
 
 /*
@@ -425,7 +469,8 @@ static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64
 	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) == 0)
 		t->name = profile_intern(p->profile, buf);
 	p->stats.threads++;
-	if (p->started && wall_thread_birth_ns(p->opts.pid, tid, &birth) == 0 &&
+	if (p->started && (u64map_get(&p->births, (uint64_t)tid, &birth) ||
+			   wall_thread_birth_ns(p->opts.pid, tid, &birth) == 0) &&
 	    birth >= p->start_mono) {
 		t->last_ns = birth; /* its clocks count from there */
 		return t;
@@ -464,7 +509,7 @@ static int tick(struct wall_profiler *p)
 				continue;
 		}
 		t->listed = true;
-		if (t->alive && account(p, t) == -ESRCH)
+		if (t->alive && (t->exited || account(p, t) == -ESRCH))
 			thread_gone(t);
 	}
 	free(tids);
@@ -522,6 +567,7 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 		return -ENOMEM;
 	p->opts = *o;
 	u64map_init(&p->by_tid);
+	u64map_init(&p->births);
 	p->rng = now_monotonic_ns() ^ (uint64_t)o->pid;
 	p->tick_ns = 1000000000ULL / (o->hz ? o->hz : 100);
 	p->popts = (struct perf_opts){
@@ -531,6 +577,7 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 		.stack_bytes = STACK_BYTES,
 		.ring_pages = RING_PAGES,
 		.context_switch = true,
+		.task = true,
 	};
 	r = profile_new(&p->profile, wall_types, ARRAY_SIZE(wall_types));
 	if (r == 0)
@@ -718,6 +765,7 @@ void wall_profiler_free(struct wall_profiler *p)
 	}
 	free(p->threads);
 	u64map_release(&p->by_tid);
+	u64map_release(&p->births);
 	maps_release(&p->maps);
 	unwinder_free(p->unw);
 	symbolizer_free(p->sym);
