@@ -36,11 +36,6 @@ bool interrupt_requested(void)
 	return requested != 0;
 }
 
-int interrupt_signal(void)
-{
-	return requested;
-}
-
 void interrupt_reset(void)
 {
 	requested = 0;

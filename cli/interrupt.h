@@ -12,7 +12,5 @@ void interrupt_install(void);
 bool interrupt_requested(void);
 /* Forgets a request and handles the next SIGINT/SIGTERM again. */
 void interrupt_reset(void);
-/* The signal that asked to stop, 0 if none. */
-int interrupt_signal(void);
 
 #endif

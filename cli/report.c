@@ -17,11 +17,6 @@ void report_set_quiet(bool q)
 	quiet = q;
 }
 
-bool report_quiet(void)
-{
-	return quiet;
-}
-
 static void vreport(const char *prefix, const char *fmt, va_list ap)
 {
 	report_progress_done();

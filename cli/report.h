@@ -30,7 +30,6 @@ void report_error_text(const char *prefix, const char *text);
 
 /* Quiet mode silences notes and progress, never errors or warnings. */
 void report_set_quiet(bool quiet);
-bool report_quiet(void);
 
 /* A progress line redrawn in place, only when stderr is a terminal. */
 void report_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -179,17 +179,3 @@ int pprof_encode_gzip(const struct profile *p, uint8_t **ret_buf, size_t *ret_le
 	free(raw);
 	return r;
 }
-
-int pprof_write_fd(const struct profile *p, int fd)
-{
-	uint8_t *gz;
-	size_t gzlen;
-	int r;
-
-	r = pprof_encode_gzip(p, &gz, &gzlen);
-	if (r < 0)
-		return r;
-	r = write_full(fd, gz, gzlen);
-	free(gz);
-	return r;
-}

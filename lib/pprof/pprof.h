@@ -21,12 +21,6 @@ int pprof_gzip(const uint8_t *in, size_t len, uint8_t **ret_buf, size_t *ret_len
 int pprof_encode_gzip(const struct profile *p, uint8_t **ret_buf, size_t *ret_len);
 
 /*
- * Encodes and gzips @p and writes all of it to @fd. Returns 0, or -errno of
- * the first failed write (ENOSPC, EIO, ...): a short write is an error.
- */
-int pprof_write_fd(const struct profile *p, int fd);
-
-/*
  * Decodes a pprof file's bytes (gzip detected by its magic, members may be
  * concatenated) into a new profile, renumbering ids in the order they appear.
  * Returns -EBADMSG for anything malformed (corrupt gzip, bad protobuf, an
