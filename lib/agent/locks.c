@@ -7,8 +7,8 @@
  *   block is timed around the real call.
  * - block: a wait of d nanoseconds at rate r is always recorded when d >= r,
  *   else with probability d / r; cprof counts the short ones as r
- *   nanoseconds (wire.h, EVENT): the unbiased version of Go's sampler that
- *   seed 001 proposes.
+ *   nanoseconds (wire.h, EVENT), as Go's blockevent() and saveblockevent()
+ *   do.
  * - mutex: a thread that waits registers in a small table keyed by the
  *   lock's address (the sum of waiters' start times and their number). An
  *   unlock of a lock with waiters is charged the time they have waited so

@@ -349,8 +349,8 @@ enum cprof_wire_event_kind {
  * caused it (regs and stack as in ALLOC, same offsets). Values:
  *   BLOCK: `value` = the wait d in nanoseconds. A wait of d >= rate is
  *     always recorded; a shorter one with probability d / rate, and cprof
- *     counts it as rate nanoseconds and rate / d events (seed 001's
- *     unbiased estimator: expected sums equal the true totals, whatever the
+ *     counts it as rate nanoseconds and rate / d events (Go's
+ *     saveblockevent(): expected sums equal the true totals, whatever the
  *     mix of durations);
  *   MUTEX: `value` = the nanoseconds other threads had been waiting for
  *     this lock while the unlocking thread held it (since it took it, or

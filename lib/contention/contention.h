@@ -9,7 +9,7 @@
  *   threadcreate   sample type threadcreate/count.
  *
  * Estimates, not raw sums: a block wait d shorter than the rate r counts
- * r nanoseconds and r / d events (seed 001's unbiased estimator; the agent
+ * r nanoseconds and r / d events (Go's saveblockevent() since 1.17; the agent
  * kept it with probability d / r); a mutex record counts rate times (one
  * in rate was kept), its delay too (Go's SetMutexProfileFraction).
  */

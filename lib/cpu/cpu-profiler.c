@@ -55,10 +55,10 @@ struct cpu_profiler {
 /*
  * A system-wide event's clock ticks in wall time on each cpu, so a workload
  * that wakes on a round timer (every 4 or 10 ms) is seen at the same phase
- * every time: at exactly 100 Hz the total of such a target came out 17% low
- * (and 0.87-1.55x in DESIGN.md's trials). A period 1/73 longer than asked
- * shares no small multiple with round timers and sweeps their phase within a
- * fraction of a second. The profile records the period really used.
+ * every time, and its total comes out too low or too high. A period 1/73
+ * longer than asked shares no small multiple with round timers and sweeps
+ * their phase within a fraction of a second. The profile records the period
+ * really used.
  */
 static uint64_t sampling_period(const struct cpu_profiler_opts *o)
 {

@@ -8,7 +8,7 @@
  *   pprof: alloc_objects/count, alloc_space/bytes, inuse_objects/count,
  *   inuse_space/bytes; period_type space/bytes, period = rate; the numeric
  *   label "bytes" = the bucket's block size; values unbiased per bucket
- *   with scaleHeapSample: x / (1 - exp(-avg_size / rate)) (seed 000);
+ *   with Go's scaleHeapSample: x / (1 - exp(-avg_size / rate));
  *
  *   text (debug=1): "heap profile: I: IB [A: AB] @ heap/2*rate", then one
  *   "i: ib [a: ab] @ 0xPC ..." line per bucket, most inuse bytes first,
@@ -78,7 +78,7 @@ double heap_alloc_factor(const struct heap *h);
  * snapshot). */
 double heap_inuse_factor(const struct heap *h);
 
-/* The scale of seed 000: 1 / (1 - exp(-avg / rate)); 1 when rate <= 1. */
+/* scaleHeapSample's: 1 / (1 - exp(-avg / rate)); 1 when rate <= 1. */
 double heap_scale(double count, double bytes, uint64_t rate);
 
 /*

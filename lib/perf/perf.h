@@ -3,7 +3,7 @@
  * cpu, and decoding records into samples with user registers and a copy of the
  * user stack (for offline DWARF unwinding in lib/unwind).
  *
- * Two scopes (DESIGN.md, "CPU sampling with perf_event_open"):
+ * Two scopes:
  * - PERF_SCOPE_SYSTEM: one cpu-clock event per cpu for every task, samples of
  *   other processes dropped here. Counts short-lived threads correctly, which
  *   per-thread events cannot. Needs CAP_PERFMON / root (or paranoid <= 0).

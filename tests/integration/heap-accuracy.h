@@ -1,5 +1,5 @@
 /*
- * The accuracy check on seed 000's pattern (tests/targets/heapsites), shared
+ * The accuracy check on Go's heap-sampling pattern (tests/targets/heapsites), shared
  * by test-heap (glibc) and test-heap-alloc (jemalloc, tcmalloc, mimalloc):
  * cprof heap against the truth the target counts itself over exactly the
  * window the agent hooks its malloc slot. Every site within 15%, sites at or

@@ -1,6 +1,6 @@
 /*
  * cprof heap on real processes:
- *   - accuracy on seed 000's pattern (tests/targets/heapsites), against the
+ *   - accuracy on Go's heap-sampling pattern (tests/targets/heapsites), against the
  *     truth the target counts itself over exactly the window the agent
  *     hooks its malloc: every site within 15%, sites at or above the rate
  *     within 3%, the retained live set within 15%, freeing sites ~0;

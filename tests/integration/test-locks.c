@@ -2,7 +2,7 @@
  * cprof block, mutex and threadcreate on tests/targets/locks, whose truth
  * is what it measured itself around every wait, over exactly the window
  * the agent hooked it:
- *   - block is unbiased (seed 001): site A waits once for D, site B ten
+ *   - block is unbiased (Go's saveblockevent()): site A waits once for D, site B ten
  *     times for D/10; at a rate between the two, both totals are within
  *     15% of the truth and of each other; waits of 1x, 2x, 3x a base with
  *     equal totals stay equal at a rate of 2x the base;

@@ -1,7 +1,8 @@
 /*
  * heapsites SECONDS REPORT [RETAIN_BLOCKS [ROUNDS_PER_SECOND]]
  *
- * Ground truth for cprof heap: seed 000's allocation pattern in C. Loop A
+ * Ground truth for cprof heap: the allocation pattern Go's heap sampling is
+ * judged by (sizes on both sides of the rate, at sites of their own). Loop A
  * allocates 512 KiB, 256 KiB, 1 KiB, 256 KiB, 512 B, 256 KiB, 256 B,
  * 256 KiB, 16 B, loop B 1 KiB, 512 B, 256 B, 16 B, each at its own noinline
  * site, freed at once; site retain_4k keeps a ring of RETAIN_BLOCKS (default

@@ -16,7 +16,8 @@
  *
  * Modes:
  *   ab      site_a waits once for 10*BASE, site_b ten times for BASE:
- *           equal true totals, very different durations (seed 001).
+ *           equal true totals, very different durations (what Go's
+ *           saveblockevent() must not tell apart).
  *   three   site_1x, site_2x, site_3x wait BASE, 2*BASE, 3*BASE, with
  *           counts 6:3:2, so equal totals.
  *   holders the mutex profile: holder_long keeps the lock 10*BASE,
