@@ -14,6 +14,7 @@
 #include "report.h"
 #include "runbook.h"
 #include "threads/threads.h"
+#include "util/util.h"
 
 #define CMD "threads"
 
@@ -184,8 +185,8 @@ out_write:
 		goto out_abort;
 	}
 	if (strcmp(a.common.output, "-"))
-		report_note("wrote %s: %zu threads, paused %.3f ms", output_name(&out), s->nstopped,
-			    (double)s->pause_ns / 1e6);
+		report_note("wrote %s: %zu %s, paused %.3f ms", output_name(&out), s->nstopped,
+			    plural(s->nstopped, "thread", "threads"), (double)s->pause_ns / 1e6);
 	if (profile)
 		report_unsymbolized(profile);
 	code = runbook_end(&a, s, profile);

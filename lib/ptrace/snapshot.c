@@ -21,10 +21,24 @@
 #define MAX_LISTINGS 64
 /* Below rsp lies the red zone, which leaf functions use without moving rsp. */
 #define RED_ZONE 128
-/* How long a stop may take before we look whether the thread is a zombie. */
-#define ZOMBIE_CHECK_NS (2ULL * 1000 * 1000)
+/*
+ * The longest the tracer sleeps between two looks. Its waking up (at
+ * SCHED_FIFO) is a scheduling point on its cpu: a thread we woke to take its
+ * stop may otherwise wait behind a busy thread until that one's time slice
+ * ends, milliseconds later.
+ */
+#define NAP_NS (50ULL * 1000)
+/* How long the stops may stall before we look at the state of the threads
+ * not stopped yet: a zombie or a thread in uninterruptible sleep. */
+#define STALL_NS (2ULL * 1000 * 1000)
 /* How long a thread in uninterruptible sleep may keep the others stopped. */
 #define D_STATE_GRACE_NS (5ULL * 1000 * 1000)
+
+/* tid -> index in snap->threads, open addressing; a slot holds index + 1. */
+struct tid_index {
+	uint32_t *slots;
+	size_t size; /* a power of two, at least twice the number of threads */
+};
 
 struct tracer {
 	struct ptrace_snapshot *snap;
@@ -32,14 +46,67 @@ struct tracer {
 	int result;
 	bool *reported; /* per thread: its stop (or exit) was seen */
 	size_t reported_alloc;
+	size_t unreported;
+	struct tid_index index;
+	uint64_t copy_ns; /* spent copying threads so far */
+	uint64_t progress_ns; /* the last report, or the last look at /proc */
 };
 
-static struct ptrace_thread *find_thread(struct ptrace_snapshot *s, pid_t tid)
+static size_t tid_slot(const struct tid_index *x, pid_t tid)
 {
+	return ((uint32_t)tid * 2654435761u) & (x->size - 1);
+}
+
+static void tid_index_put(struct tid_index *x, pid_t tid, size_t i)
+{
+	size_t k = tid_slot(x, tid);
+
+	while (x->slots[k])
+		k = (k + 1) & (x->size - 1);
+	x->slots[k] = (uint32_t)i + 1;
+}
+
+/* Makes room for @n threads: rehashes the @s->nthreads known so far. */
+static int tid_index_reserve(struct tid_index *x, const struct ptrace_snapshot *s, size_t n)
+{
+	size_t size = x->size ? x->size : 64;
+	uint32_t *slots;
+
+	if (n * 2 <= x->size)
+		return 0;
+	while (size < n * 2)
+		size *= 2;
+	slots = calloc(size, sizeof(*slots));
+	if (!slots)
+		return -ENOMEM;
+	free(x->slots);
+	x->slots = slots;
+	x->size = size;
 	for (size_t i = 0; i < s->nthreads; i++)
-		if (s->threads[i].tid == tid)
-			return &s->threads[i];
-	return NULL;
+		tid_index_put(x, s->threads[i].tid, i);
+	return 0;
+}
+
+/* The index of thread @tid in @s->threads, -1 if it is not there. */
+static ssize_t find_thread(const struct tracer *t, pid_t tid)
+{
+	const struct tid_index *x = &t->index;
+
+	if (!x->size)
+		return -1;
+	for (size_t k = tid_slot(x, tid); x->slots[k]; k = (k + 1) & (x->size - 1))
+		if (t->snap->threads[x->slots[k] - 1].tid == tid)
+			return (ssize_t)x->slots[k] - 1;
+	return -1;
+}
+
+static void mark_reported(struct tracer *t, size_t i)
+{
+	if (t->reported[i])
+		return;
+	t->reported[i] = true;
+	t->unreported--;
+	t->progress_ns = now_monotonic_ns();
 }
 
 static int add_thread(struct tracer *t, pid_t tid)
@@ -54,18 +121,23 @@ static int add_thread(struct tracer *t, pid_t tid)
 	r = GROW(t->reported, s->nthreads + 1, t->reported_alloc);
 	if (r < 0)
 		return r;
+	r = tid_index_reserve(&t->index, s, s->nthreads + 1);
+	if (r < 0)
+		return r;
 	th = &s->threads[s->nthreads];
 	memset(th, 0, sizeof(*th));
 	th->tid = tid;
 	th->syscall = -1;
 	t->reported[s->nthreads] = false;
+	t->unreported++;
+	tid_index_put(&t->index, tid, s->nthreads);
 	s->nthreads++;
 	/* SEIZE sends no SIGSTOP; INTERRUPT asks for a trap the tracee takes
 	 * as soon as it can, reported as PTRACE_EVENT_STOP. */
 	if (ptrace(PTRACE_SEIZE, tid, 0, 0) < 0) {
 		th->result = errno == ESRCH ? PTRACE_THREAD_EXITED : PTRACE_THREAD_REFUSED;
 		th->error = -errno;
-		t->reported[s->nthreads - 1] = true;
+		mark_reported(t, s->nthreads - 1);
 		return 0;
 	}
 	if (!s->first_interrupt_ns)
@@ -73,7 +145,7 @@ static int add_thread(struct tracer *t, pid_t tid)
 	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0) {
 		/* Only ESRCH is possible here: it died between the two calls. */
 		th->result = PTRACE_THREAD_EXITED;
-		t->reported[s->nthreads - 1] = true;
+		mark_reported(t, s->nthreads - 1);
 		return 0;
 	}
 	th->result = PTRACE_THREAD_NOT_STOPPED;
@@ -92,7 +164,7 @@ static int seize_new_threads(struct tracer *t)
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n; i++) {
-		if (find_thread(t->snap, tids[i]))
+		if (find_thread(t, tids[i]) >= 0)
 			continue;
 		r = add_thread(t, tids[i]);
 		if (r < 0)
@@ -145,10 +217,10 @@ static void check_unstoppable(struct tracer *t)
 			continue;
 		if (target_thread_state(s->pid, s->threads[i].tid, &state) < 0 ||
 		    state == 'Z' || state == 'X') {
-			t->reported[i] = true;
+			mark_reported(t, i);
 			s->threads[i].result = PTRACE_THREAD_EXITED;
 		} else if (state == 'D' && grace_over) {
-			t->reported[i] = true;
+			mark_reported(t, i);
 			s->threads[i].result = PTRACE_THREAD_NOT_STOPPED;
 		}
 	}
@@ -156,52 +228,110 @@ static void check_unstoppable(struct tracer *t)
 
 static void copy_thread(struct tracer *t, struct ptrace_thread *th);
 
+/*
+ * Thread @i reported @status (or @gone: it was reaped by nobody we know).
+ * Each thread is copied as soon as it is seen stopped: the copies then cost
+ * no pause of their own, they fill time spent waiting for the slowest.
+ */
+static void take_report(struct tracer *t, size_t i, int status, bool gone)
+{
+	struct ptrace_thread *th = &t->snap->threads[i];
+
+	mark_reported(t, i);
+	if (gone)
+		th->result = PTRACE_THREAD_EXITED;
+	else
+		classify_stop(th, status);
+	if (th->result == PTRACE_THREAD_STOPPED) {
+		uint64_t start = now_monotonic_ns();
+
+		copy_thread(t, th);
+		t->copy_ns += now_monotonic_ns() - start;
+	}
+}
 
 /*
- * Collects stops until every thread reported or the deadline passed. Each
- * thread is copied as soon as it is seen stopped: the copies then cost no
- * pause of their own, they fill time spent waiting for the slowest thread.
+ * Looks at every thread still awaited, one waitid(P_PID) each: the kernel
+ * finds that tid directly, where waitid(P_ALL) would walk every tracee,
+ * stops already collected included, on every call.
+ */
+static void poll_threads(struct tracer *t)
+{
+	struct ptrace_snapshot *s = t->snap;
+
+	for (size_t i = 0; i < s->nthreads && t->unreported; i++) {
+		int status;
+		pid_t w;
+
+		if (t->reported[i])
+			continue;
+		w = ptrace_peek_stop(s->threads[i].tid, &status);
+		if (w != 0) /* w < 0: ECHILD, gone and reaped by nobody we know */
+			take_report(t, i, status, w < 0);
+	}
+}
+
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL) };
+
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * Sleeps until a tracee reports (every ptrace stop and exit sends the
+ * tracer's process SIGCHLD, blocked in this thread and in the caller) or
+ * @until.
+ * Sleep, don't spin: the threads we interrupted need a cpu to reach their
+ * stop, and a tracer at SCHED_FIFO that polls keeps its cpu from them.
+ */
+static void sleep_until_report(uint64_t until)
+{
+	uint64_t now = now_monotonic_ns(), left = until > now ? until - now : 0;
+	struct timespec ts = { (time_t)(left / 1000000000ULL), (long)(left % 1000000000ULL) };
+	sigset_t chld;
+
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigtimedwait(&chld, NULL, &ts);
+}
+
+/*
+ * Collects stops until every thread reported or the deadline passed. A
+ * round looks at every awaited thread, then sleeps until a report comes,
+ * and for at least four times as long as the round's looking took: each
+ * stop sends a SIGCHLD, and a round per stop would cost time quadratic in
+ * the number of threads, and the cpu the others need to reach their stop
+ * (looking takes the lock their stops take, sighand->siglock). Reading the
+ * state of every awaited thread in /proc (check_unstoppable()) costs more
+ * than a round: it waits until the stops have stalled (a round found none,
+ * and none came for a while).
  */
 static void wait_for_stops(struct tracer *t, uint64_t deadline)
 {
-	struct ptrace_snapshot *s = t->snap;
-	uint64_t next_check = now_monotonic_ns() + ZOMBIE_CHECK_NS;
-	const struct timespec poll_interval = { 0, 20000 };
-
+	t->progress_ns = now_monotonic_ns();
 	for (;;) {
-		size_t waiting = 0;
+		uint64_t start = now_monotonic_ns(), copied = t->copy_ns, looked, now, wake;
+		size_t awaited = t->unreported;
 
-		for (size_t i = 0; i < s->nthreads; i++) {
-			int status;
-			pid_t w;
-
-			if (t->reported[i])
-				continue;
-			w = ptrace_peek_stop(s->threads[i].tid, &status);
-			if (w == 0) {
-				waiting++;
-				continue;
-			}
-			t->reported[i] = true;
-			if (w < 0) /* ECHILD: gone and reaped by nobody we know */
-				s->threads[i].result = PTRACE_THREAD_EXITED;
-			else
-				classify_stop(&s->threads[i], status);
-			if (s->threads[i].result == PTRACE_THREAD_STOPPED)
-				copy_thread(t, &s->threads[i]);
-		}
-		if (!waiting || now_monotonic_ns() >= deadline)
+		poll_threads(t);
+		now = now_monotonic_ns();
+		looked = now - start - (t->copy_ns - copied);
+		if (!t->unreported || now >= deadline)
 			return;
-		if (now_monotonic_ns() >= next_check) {
+		if (t->unreported == awaited && now - t->progress_ns >= STALL_NS) {
 			check_unstoppable(t);
-			next_check = now_monotonic_ns() + ZOMBIE_CHECK_NS;
+			t->progress_ns = now_monotonic_ns();
+			if (!t->unreported)
+				return;
 		}
-		/*
-		 * Sleep, don't spin: the threads we interrupted need a cpu to
-		 * reach their stop, and at SCHED_FIFO a spinning tracer would
-		 * keep its cpu from them (measured: 35-150 ms pauses).
-		 */
-		nanosleep(&poll_interval, NULL);
+		wake = t->progress_ns + STALL_NS;
+		if (wake > now + NAP_NS)
+			wake = now + NAP_NS;
+		sleep_until_report(wake < deadline ? wake : deadline);
+		now = now_monotonic_ns();
+		if (now - start < 4 * looked)
+			sleep_ns(4 * looked - (now - start));
 	}
 }
 
@@ -335,7 +465,7 @@ int ptrace_snapshot_take(struct ptrace_snapshot *ret, pid_t pid,
 {
 	struct ptrace_snapshot s = { .pid = pid };
 	struct tracer t = { .snap = &s, .opts = o };
-	sigset_t all, old;
+	sigset_t all, old, chld;
 	pthread_t th;
 	int r;
 
@@ -345,13 +475,17 @@ int ptrace_snapshot_take(struct ptrace_snapshot *ret, pid_t pid,
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	r = pthread_create(&th, NULL, tracer_main, &t);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (r) {
-		free(t.reported);
+	/* SIGCHLD stays blocked here until the end: it is the tracer's
+	 * wake-up, and a thread that lets it in would swallow it. */
+	chld = old;
+	sigaddset(&chld, SIGCHLD);
+	pthread_sigmask(SIG_SETMASK, r ? &old : &chld, NULL);
+	if (r)
 		return -r;
-	}
 	pthread_join(th, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	free(t.reported);
+	free(t.index.slots);
 	if (t.result < 0) {
 		ptrace_snapshot_release(&s);
 		return t.result == -ESRCH || !target_alive(pid) ? -ESRCH : t.result;

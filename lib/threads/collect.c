@@ -73,8 +73,9 @@ static int compare_tid(const void *a, const void *b)
 	return (x->tid > y->tid) - (x->tid < y->tid);
 }
 
+/* @before: sorted by tid. */
 static int record_threads(struct threads_snapshot *s, const struct ptrace_snapshot *ps,
-			  struct thread_record *before, size_t nbefore, struct unwinder *unw)
+			  const struct thread_record *before, size_t nbefore, struct unwinder *unw)
 {
 	uint64_t pcs[MAX_FRAMES];
 
@@ -84,6 +85,7 @@ static int record_threads(struct threads_snapshot *s, const struct ptrace_snapsh
 	for (size_t i = 0; i < ps->nthreads; i++) {
 		const struct ptrace_thread *pt = &ps->threads[i];
 		struct thread_record *t = &s->threads[s->nthreads++];
+		const struct thread_record *b;
 		int n;
 
 		t->tid = pt->tid;
@@ -92,15 +94,14 @@ static int record_threads(struct threads_snapshot *s, const struct ptrace_snapsh
 		t->syscall = pt->syscall < 0 ? -1 : pt->syscall;
 		t->syscall_arg[0] = pt->user.regs[UNWIND_REG_RDI];
 		t->syscall_arg[1] = pt->user.regs[UNWIND_REG_RSI];
-		t->state = '?';
-		for (size_t j = 0; j < nbefore; j++)
-			if (before[j].tid == t->tid) {
-				memcpy(t->name, before[j].name, sizeof(t->name));
-				t->state = before[j].state;
-				t->cpu_ns = before[j].cpu_ns;
-			}
-		if (t->state == '?') /* born during the snapshot */
+		b = bsearch(t, before, nbefore, sizeof(*before), compare_tid);
+		if (b) {
+			memcpy(t->name, b->name, sizeof(t->name));
+			t->state = b->state;
+			t->cpu_ns = b->cpu_ns;
+		} else { /* born during the snapshot */
 			read_thread_proc(s->pid, t);
+		}
 		/* A container's numbering: read after the pause, not before. */
 		if (s->other_pidns)
 			t->ns_tid = target_ns_tid(s->pid, t->tid);
@@ -148,6 +149,8 @@ static int read_before(pid_t pid, struct thread_record **ret, size_t *ret_n)
 		read_thread_proc(pid, &recs[i]);
 	}
 	free(tids);
+	/* Sorted: record_threads() finds each thread's record by tid. */
+	qsort(recs, n, sizeof(*recs), compare_tid);
 	*ret = recs;
 	*ret_n = n;
 	return 0;

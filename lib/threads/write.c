@@ -14,9 +14,10 @@ static bool has_stack(const struct thread_record *t)
 
 static void pause_line(const struct threads_snapshot *s, FILE *f)
 {
-	fprintf(f, "# paused %.3f ms for %zu threads of pid %d (%s): %.3f ms until all had "
+	fprintf(f, "# paused %.3f ms for %zu %s of pid %d (%s): %.3f ms until all had "
 		   "stopped\n",
-		(double)s->pause_ns / 1e6, s->nstopped, s->pid, s->comm,
+		(double)s->pause_ns / 1e6, s->nstopped, plural(s->nstopped, "thread", "threads"),
+		s->pid, s->comm,
 		(double)s->stopping_ns / 1e6);
 }
 
@@ -37,8 +38,8 @@ int threads_build_profile(const struct threads_snapshot *s, const char *command_
 	r = profile_set_period(p, "threads", "count", 1);
 	if (r < 0)
 		goto out_free;
-	snprintf(buf, sizeof(buf), "paused %.3f ms for %zu threads", (double)s->pause_ns / 1e6,
-		 s->nstopped);
+	snprintf(buf, sizeof(buf), "paused %.3f ms for %zu %s", (double)s->pause_ns / 1e6,
+		 s->nstopped, plural(s->nstopped, "thread", "threads"));
 	r = profile_add_comment(p, buf);
 	if (r < 0)
 		goto out_free;

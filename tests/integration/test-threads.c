@@ -318,7 +318,7 @@ static void parse_debug2(const char *out, struct debug2 *d)
 	cr_assert(d->text);
 	nlines = split_lines(d->text, &d->lines);
 	cr_assert(nlines >= 2, "debug=2 output too short:\n%s", out);
-	cr_assert_eq(sscanf(d->lines[0], "# paused %lf ms for %zu threads of pid %d (%63[^)])",
+	cr_assert_eq(sscanf(d->lines[0], "# paused %lf ms for %zu %*[a-z] of pid %d (%63[^)])",
 			    &d->pause_ms, &d->nthreads, &d->pid, d->comm),
 		     4, "bad pause line: '%s'", d->lines[0]);
 	cr_assert_str_empty(d->lines[1], "no blank line after the pause line");
@@ -532,7 +532,7 @@ static void check_debug1(const struct target *t, const char *out)
 	cr_assert(nlines >= 3, "debug=1 output too short:\n%s", out);
 	cr_assert_eq(sscanf(lines[0], "threads profile: total %zu", &total), 1, "bad first line '%s'",
 		     lines[0]);
-	cr_assert_eq(sscanf(lines[1], "# paused %lf ms for %*u threads of pid %d", &pause_ms, &pid), 2,
+	cr_assert_eq(sscanf(lines[1], "# paused %lf ms for %*u %*[a-z] of pid %d", &pause_ms, &pid), 2,
 		     "bad pause line '%s'", lines[1]);
 	cr_log_info("debug=1 at %d threads: paused %.3f ms", t->n, pause_ms);
 	cr_assert_eq(pid, t->pid);
@@ -1156,6 +1156,117 @@ Test(threads, one_thread_traced)
 	th_assert_let_go(t.pid, false, "after the tracer of one thread left");
 	assert_responds(&t, "with one thread traced");
 	th_kill(t.pid);
+}
+
+/* ---- ten thousand threads --------------------------------------------- */
+
+#define MANY_THREADS 10000
+
+/* A number from /proc/sys/kernel/@name, or @fallback. */
+static long sysctl_long(const char *name, long fallback)
+{
+	char path[128];
+	long v = fallback;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/sys/kernel/%s", name);
+	f = fopen(path, "re");
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = fallback;
+		fclose(f);
+	}
+	return v;
+}
+
+/* Why this machine cannot start @n more threads, or NULL if it can. */
+static const char *cannot_start_threads(long n, char *why, size_t size)
+{
+	long tasks = th_dir_entries("/proc"); /* processes: a floor on tasks */
+	long threads_max = sysctl_long("threads-max", 0), pid_max = sysctl_long("pid_max", 0);
+
+	if (threads_max && threads_max - tasks < n * 2)
+		return snprintf(why, size, "kernel.threads-max is %ld", threads_max), why;
+	if (pid_max && pid_max - tasks < n * 2)
+		return snprintf(why, size, "kernel.pid_max is %ld", pid_max), why;
+	return NULL;
+}
+
+/*
+ * Checks the debug=2 output of the mostly sleeping target (threads N
+ * --spinners 1): N - 1 threads in the three blocking kinds in turn, one
+ * spinner, the main thread. Each is listed once, under its name, with its
+ * kind's function as its innermost own frame and its kind's state.
+ */
+static void check_sleepers(pid_t pid, int n, const char *out)
+{
+	static char seen[NKINDS][MANY_THREADS];
+	int per_kind[NKINDS] = { 0 }, sleepers = n - 1;
+	struct debug2 d;
+
+	memset(seen, 0, sizeof(seen));
+	parse_debug2(out, &d);
+	cr_assert_eq(d.pid, pid);
+	cr_assert_eq(d.nthreads, (size_t)n + 1, "the pause line counts %zu threads, not %d",
+		     d.nthreads, n + 1);
+	cr_assert_eq(d.n, (size_t)n + 1, "%zu thread blocks, expected %d", d.n, n + 1);
+	for (size_t i = 0; i < d.n; i++) {
+		const struct tblock *b = &d.t[i];
+		const struct frame *f = first_target_frame(b, NULL);
+		int k, number;
+
+		if (i > 0)
+			cr_assert(b->tid > d.t[i - 1].tid, "blocks are not sorted by tid");
+		cr_assert(f, "thread %d \"%s\" [%s]: no frame from the target program", b->tid,
+			  b->name, b->state);
+		if (b->tid == pid) {
+			cr_assert_str_eq(f->func, "main");
+			continue;
+		}
+		k = kind_of_name(b->name, &number);
+		cr_assert(k >= 0 && number >= 0 && number < MANY_THREADS,
+			  "thread %d has an unexpected name \"%s\"", b->tid, b->name);
+		cr_assert(!seen[k][number], "thread \"%s\" appears twice", b->name);
+		seen[k][number] = 1;
+		per_kind[k]++;
+		cr_assert_str_eq(f->func, kinds[k].func, "thread %d \"%s\": innermost own frame is %s",
+				 b->tid, b->name, f->func);
+		cr_assert_str_eq(b->state, kinds[k].state, "thread %d \"%s\" is [%s], expected [%s]",
+				 b->tid, b->name, b->state, kinds[k].state);
+	}
+	for (int k = 0; k < NKINDS - 1; k++)
+		cr_assert_eq(per_kind[k], (sleepers - k + 2) / 3, "%d \"%s\" threads of %d",
+			     per_kind[k], kinds[k].prefix, n);
+	cr_assert_eq(per_kind[NKINDS - 1], 1, "%d spinning threads", per_kind[NKINDS - 1]);
+	cr_log_info("%d threads: paused %.3f ms, %.1f us per thread", n, d.pause_ms,
+		    d.pause_ms * 1000.0 / (double)(n + 1));
+	debug2_release(&d);
+}
+
+/*
+ * A server's worth of threads, nearly all asleep: every one of 10,000 is
+ * stopped, listed under its name and in its state, and let go. Skipped
+ * where the kernel's limits do not leave room for them.
+ */
+Test(threads, ten_thousand_threads, .timeout = 120)
+{
+	char nbuf[16], pid[16], why[128];
+	const char *report = th_tmp_path("report");
+	struct th_run r;
+	pid_t target;
+
+	if (cannot_start_threads(MANY_THREADS, why, sizeof(why)))
+		cr_skip_test("%d threads do not fit here: %s", MANY_THREADS, why);
+	snprintf(nbuf, sizeof(nbuf), "%d", MANY_THREADS);
+	target = TH_SPAWN("threads", nbuf, TARGET_SECONDS, "--spinners", "1", "--spin-nice", "19",
+			  "--report", report);
+	snprintf(pid, sizeof(pid), "%d", (int)target);
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", pid, "--debug", "2");
+	assert_run(&r, 0, "cprof threads at 10,000 threads");
+	th_assert_let_go(target, false, "after a snapshot of 10,000 threads");
+	check_sleepers(target, MANY_THREADS, r.out);
+	th_run_release(&r);
+	th_kill(target);
 }
 
 /* ---- threads born and ending during snapshots -------------------------- */

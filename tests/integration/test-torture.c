@@ -978,7 +978,7 @@ static const char *check_profile(enum command cmd, const char *path, bool alive,
 		for (size_t i = 0; i < p->nsamples; i++)
 			total += p->samples[i].values[0];
 		for (size_t i = 0; i < p->ncomments; i++)
-			if (sscanf(p->comments[i], "paused %*f ms for %zu threads", &said) == 1)
+			if (sscanf(p->comments[i], "paused %*f ms for %zu thread", &said) == 1)
 				break;
 		said_threads = said;
 		if (th_sample_type(p, "threads", "count") != 0)
@@ -1003,7 +1003,7 @@ static const char *check_text(const char *text, size_t len, bool alive, bool gon
 {
 	size_t said = 0, headers = 0;
 
-	if (sscanf(text, "# paused %*f ms for %zu threads", &said) != 1)
+	if (sscanf(text, "# paused %*f ms for %zu thread", &said) != 1)
 		return snprintf(why, size, "no '# paused' line first"), why;
 	said_threads = said;
 	if (len < 2 || text[len - 1] != '\n' || text[len - 2] != '\n')

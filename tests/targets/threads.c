@@ -1,5 +1,5 @@
 /*
- * threads N SECONDS [--report FILE] [--spin-nice NICE] [--dstate] [--gap]
+ * threads N SECONDS [--report FILE] [--spin-nice NICE] [--spinners K] [--dstate] [--gap]
  *
  * The ground truth for `cprof threads`. N threads (a multiple of 4) in four
  * kinds, interleaved by creation order (thread i is kind i % 4, number i / 4):
@@ -13,6 +13,11 @@
  * own under its own name. "ready" is printed (and flushed) once every thread
  * is where it should be: the blocking ones are seen in state S inside their
  * system call (/proc/self/task/TID/syscall), the spinning ones have started.
+ *
+ * --spinners K: a process whose threads mostly sleep, as servers' do: the
+ * first N - K threads are the three blocking kinds in turn (thread i is kind
+ * i % 3, number i / 3), the last K spin ("spin-0" ...). N need not be a
+ * multiple of 4 then.
  *
  * --spin-nice NICE: the spinning threads run at that nice value (per
  * thread). At N = 256 there are 64 of them on what may be a 2-core machine:
@@ -39,10 +44,12 @@
  * stopped by a snapshot like any other thread, so a gap is how long that
  * thread was frozen; a tool that stops threads one after the other, in tid
  * order, freezes the first and the last at different times and for
- * different lengths. The main thread then takes commands on stdin, one per
- * line, each answered on stdout:
+ * different lengths. "spin-0" also records its largest gap between two
+ * clock readings: what a busy thread of the target sees (a stop, plus any
+ * time the scheduler gave its cpu to another thread). The main thread then
+ * takes commands on stdin, one per line, each answered on stdout:
  *   r   reset the largest gaps (answers "ok" once both threads have seen it)
- *   g   answers "gap MAX_NS first NS last NS"
+ *   g   answers "gap MAX_NS first NS last NS spin NS"
  *   i   answers "gap-threads TID TID fifo|other"
  * End of stdin ends the process.
  *
@@ -67,6 +74,7 @@
 
 #define NOINLINE __attribute__((noinline, noclone, used))
 #define READY_TIMEOUT_NS (20ULL * 1000000000ULL)
+#define MAX_THREADS 16384
 
 enum kind { KIND_COND, KIND_SLEEP, KIND_PIPE, KIND_SPIN, NKINDS };
 
@@ -103,6 +111,10 @@ struct gap {
 
 static atomic_uint gap_gen;
 static struct gap gaps[2] = { { .name = "gap-first" }, { .name = "gap-last" } };
+/* The gap "spin-0" sees, with --gap and --spinners only. */
+static struct gap spin_gap = { .name = "spin-0" };
+static int gap_mode;
+static int nspinners = -1; /* -1: a quarter of the threads, interleaved */
 static int gap_fifo = 1;
 
 static uint64_t now_ns(void)
@@ -150,14 +162,37 @@ NOINLINE int read_from_pipe(void)
 	return 3;
 }
 
-NOINLINE int spin_forever(void)
+/* Keeps in @gp the largest gap between two clock readings (reset like the
+ * gap threads'). */
+static void time_gap(struct gap *gp, uint64_t *prev, uint64_t *max, unsigned *seen)
 {
-	uint64_t n = 0;
+	uint64_t t = now_ns();
+	unsigned g = atomic_load_explicit(&gap_gen, memory_order_relaxed);
+
+	if (g != *seen) {
+		*max = 0;
+		*seen = g;
+		atomic_store(&gp->max, 0);
+		atomic_store(&gp->ack, g);
+	} else if (t - *prev > *max) {
+		*max = t - *prev;
+		atomic_store(&gp->max, *max);
+	}
+	*prev = t;
+}
+
+/* @gp: NULL, or where to keep the largest gap this thread sees. */
+NOINLINE int spin_forever(struct gap *gp)
+{
+	uint64_t n = 0, prev = now_ns(), max = 0;
+	unsigned seen = atomic_load(&gap_gen);
 
 	atomic_fetch_add(&arrived, 1);
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		n++;
 		__asm__ volatile("" : "+r"(n));
+		if (gp)
+			time_gap(gp, &prev, &max, &seen);
 	}
 	atomic_fetch_add(&spins, n);
 	return 4;
@@ -188,6 +223,26 @@ static void *vfork_main(void *arg)
 	return (void *)(intptr_t)wait_in_vfork();
 }
 
+/* Thread @i of @n: interleaved kinds, or sleepers first and K spinners last. */
+static void assign_kind(struct worker *w, int i, int n)
+{
+	if (nspinners < 0) {
+		w->kind = (enum kind)(i % NKINDS);
+		w->number = i / NKINDS;
+	} else if (i >= n - nspinners) {
+		w->kind = KIND_SPIN;
+		w->number = i - (n - nspinners);
+	} else {
+		w->kind = (enum kind)(i % KIND_SPIN);
+		w->number = i / KIND_SPIN;
+	}
+}
+
+static int timed_spinner(const struct worker *w)
+{
+	return gap_mode && nspinners > 0 && w->kind == KIND_SPIN && w->number == 0;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -210,7 +265,7 @@ static void *worker_main(void *arg)
 		r = read_from_pipe();
 		break;
 	case KIND_SPIN:
-		r = spin_forever();
+		r = spin_forever(timed_spinner(w) ? &spin_gap : NULL);
 		break;
 	default:
 		break;
@@ -380,19 +435,7 @@ static void *gap_main(void *arg)
 	pthread_setname_np(pthread_self(), gp->name);
 	atomic_store(&gp->tid, (int)syscall(SYS_gettid));
 	while (!atomic_load(&stop)) {
-		uint64_t t = now_ns();
-		unsigned g = atomic_load(&gap_gen);
-
-		if (g != seen) {
-			max = 0;
-			seen = g;
-			atomic_store(&gp->max, 0);
-			atomic_store(&gp->ack, g);
-		} else if (t - prev > max) {
-			max = t - prev;
-			atomic_store(&gp->max, max);
-		}
-		prev = t;
+		time_gap(gp, &prev, &max, &seen);
 		nanosleep(&nap, NULL);
 	}
 	return NULL;
@@ -429,7 +472,8 @@ static void gap_reset(void)
 	uint64_t deadline = now_ns() + 1000000000ULL;
 	const struct timespec tick = { 0, 50000 };
 
-	while ((atomic_load(&gaps[0].ack) != g || atomic_load(&gaps[1].ack) != g) &&
+	while ((atomic_load(&gaps[0].ack) != g || atomic_load(&gaps[1].ack) != g ||
+		(gap_mode && nspinners > 0 && atomic_load(&spin_gap.ack) != g)) &&
 	       now_ns() < deadline)
 		nanosleep(&tick, NULL);
 }
@@ -464,9 +508,10 @@ static void serve_commands(uint64_t end)
 			case 'g': {
 				uint64_t a = atomic_load(&gaps[0].max), b = atomic_load(&gaps[1].max);
 
-				printf("gap %llu first %llu last %llu\n",
+				printf("gap %llu first %llu last %llu spin %llu\n",
 				       (unsigned long long)(a > b ? a : b), (unsigned long long)a,
-				       (unsigned long long)b);
+				       (unsigned long long)b,
+				       (unsigned long long)atomic_load(&spin_gap.max));
 				break;
 			}
 			case 'i':
@@ -490,9 +535,10 @@ static void serve_commands(uint64_t end)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: threads N SECONDS [--report FILE] [--spin-nice NICE] [--dstate] "
-			"[--gap]\n"
-			"  N: number of threads, a multiple of 4 (at most 4096)\n");
+	fprintf(stderr, "usage: threads N SECONDS [--report FILE] [--spin-nice NICE] "
+			"[--spinners K] [--dstate] [--gap]\n"
+			"  N: number of threads, a multiple of 4 unless K is given (at most "
+			"%d)\n", MAX_THREADS);
 	exit(64);
 }
 
@@ -502,22 +548,26 @@ int main(int argc, char **argv)
 	pthread_attr_t attr;
 	double seconds;
 	uint64_t end;
-	int n, gap = 0, dstate = 0;
+	int n, dstate = 0;
 	char *e;
 
 	if (argc < 3)
 		usage();
 	n = (int)strtol(argv[1], &e, 10);
-	if (*e || n < 4 || n % 4 || n > 4096)
+	if (*e || n < 4 || n > MAX_THREADS)
 		usage();
 	seconds = strtod(argv[2], &e);
 	if (*e || seconds <= 0)
 		usage();
 	for (int i = 3; i < argc; i++) {
 		if (!strcmp(argv[i], "--gap")) {
-			gap = 1;
+			gap_mode = 1;
 		} else if (!strcmp(argv[i], "--dstate")) {
 			dstate = 1;
+		} else if (!strcmp(argv[i], "--spinners") && i + 1 < argc) {
+			nspinners = (int)strtol(argv[++i], &e, 10);
+			if (*e || nspinners < 0 || nspinners > n)
+				usage();
 		} else if (!strcmp(argv[i], "--spin-nice") && i + 1 < argc) {
 			spin_nice = (int)strtol(argv[++i], &e, 10);
 			if (*e || spin_nice < -20 || spin_nice > 19)
@@ -529,6 +579,8 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
+	if (nspinners < 0 && n % 4)
+		usage();
 	run_seconds = seconds;
 	end = now_ns() + (uint64_t)(seconds * 1e9);
 
@@ -542,7 +594,7 @@ int main(int argc, char **argv)
 	w = calloc((size_t)n, sizeof(*w));
 	if (!w)
 		return 1;
-	if (gap && start_gap_thread(&gaps[0]) < 0) {
+	if (gap_mode && start_gap_thread(&gaps[0]) < 0) {
 		fprintf(stderr, "threads: cannot start the gap threads\n");
 		return 1;
 	}
@@ -550,8 +602,7 @@ int main(int argc, char **argv)
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
 	for (int i = 0; i < n; i++) {
-		w[i].kind = (enum kind)(i % NKINDS);
-		w[i].number = i / NKINDS;
+		assign_kind(&w[i], i, n);
 		if (pthread_create(&w[i].thread, &attr, worker_main, &w[i]) != 0) {
 			fprintf(stderr, "threads: pthread_create failed at thread %d\n", i);
 			return 1;
@@ -566,14 +617,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "threads: the vfork thread did not reach state D\n");
 		return 1;
 	}
-	if (gap && start_gap_thread(&gaps[1]) < 0) {
+	if (gap_mode && start_gap_thread(&gaps[1]) < 0) {
 		fprintf(stderr, "threads: cannot start the gap threads\n");
 		return 1;
 	}
 	printf("ready\n");
 	fflush(stdout);
 
-	if (gap) {
+	if (gap_mode) {
 		serve_commands(end);
 	} else {
 		struct timespec ts = { (time_t)(end / 1000000000ULL), (long)(end % 1000000000ULL) };
