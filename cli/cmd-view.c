@@ -54,7 +54,8 @@ static void view_help(void)
 	       "      --tagignore KEY=REGEX\n"
 	       "                    leave out the samples --tagfocus would keep\n"
 	       "  -o, --output OUT  where to write (default stdout); without a view option\n"
-	       "                    the view follows OUT's extension: .svg, .folded, .txt\n"
+	       "                    the view follows OUT's extension: .svg, .folded, .txt,\n"
+	       "                    .pb.gz (the profile, as filtered); else the table\n"
 	       "  -h, --help        show this help\n");
 }
 
@@ -156,8 +157,10 @@ static int parse_args(int argc, char **argv, struct view_args *a)
 	a->file = argv[optind];
 	if (!a->format_given && a->output)
 		a->format = view_format_from_path(a->output);
-	if (!a->format_given && a->format == VIEW_PPROF)
-		a->format = VIEW_TOP; /* -o x.pb.gz: the table, not a copy (--pprof is) */
+	/* -o x.pb.gz (or .pb) writes a profile, as every command's -o does
+	 * (what the filters keep); any other name the table. */
+	if (!a->format_given && a->format == VIEW_PPROF && !view_path_names_pprof(a->output))
+		a->format = VIEW_TOP;
 	return 0;
 }
 

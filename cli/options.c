@@ -74,7 +74,7 @@ int option_common(const char *cmd, int c, char **argv, struct common_opts *o)
 		o->format_given = true;
 		return 0;
 	case OPT_TOP:
-		return option_int(cmd, "--top", optarg, 1, 100000, &o->top);
+		return option_int(cmd, "--top", optarg, 1, 1000000, &o->top);
 	case OPT_JSON:
 		o->json = true;
 		return 0;

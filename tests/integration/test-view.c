@@ -735,3 +735,44 @@ Test(view, tag_filters_on_a_wall_profile, .timeout = 300)
 	expect_filtered_like_pprof(pb, false, "thread_name=sleeper,epoller", 10);
 	free(pb);
 }
+
+/* -o picks the format by its extension, as every command's does: a .pb.gz
+ * is the profile (what the filters keep), anything unknown the table. */
+Test(view, output_name_picks_profile_or_table, .timeout = 120)
+{
+	char *pb = tmp_file("wallmix-o.pb.gz"), *kept = tmp_file("kept.pb.gz");
+	char *table = tmp_file("kept.out");
+	struct profile *whole, *part;
+	uint8_t *buf;
+	size_t len;
+	struct th_run r;
+	pid_t pid;
+
+	pid = TH_SPAWN("wallmix", "20", th_tmp_path("wallmix-o.report"));
+	TH_CPROF(&r, 60000, "wall", "-p", th_pid_str(pid), "-d", "1s", "-o", pb, "-q");
+	th_kill(pid);
+	if (r.exit_code == 3)
+		cr_skip_test("cprof wall is refused here: %s", r.err);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 60000, "view", pb, "--tagfocus", "thread_name=sleeper", "-o", kept);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	whole = th_load_profile(pb);
+	part = th_load_profile(kept);
+	cr_expect_gt(profile_total(part, 1), 0);
+	cr_expect_lt(profile_total(part, 1), profile_total(whole, 1) / 2,
+		     "the filter was not applied to the profile written");
+	TH_CPROF(&r, 60000, "view", pb, "-o", table);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	cr_assert_eq(th_read_file(table, &buf, &len), 0);
+	cr_expect(!th_is_gzip(buf, len) && memmem(buf, len, "flat%", 5),
+		  "-o kept.out is not the table");
+	free(buf);
+	profile_free(whole);
+	profile_free(part);
+	free(pb);
+	free(kept);
+	free(table);
+}
