@@ -415,6 +415,28 @@ static void detach_all(struct tracer *t)
 	s->last_detach_ns = now_monotonic_ns();
 }
 
+/*
+ * True if the process has as many threads as we hold stopped: then it has
+ * none we do not know (every one we hold is one of its threads), and the
+ * listing of /proc/PID/task, long at thousands of threads, can be spared.
+ * Any other count, a thread in uninterruptible sleep or a zombie leader
+ * say, leads to the listing.
+ */
+static bool all_known_stopped(const struct ptrace_snapshot *s)
+{
+	char path[64], buf[4096];
+	size_t stopped = 0;
+	const char *p;
+
+	for (size_t i = 0; i < s->nthreads; i++)
+		stopped += s->threads[i].result == PTRACE_THREAD_STOPPED;
+	snprintf(path, sizeof(path), "/proc/%d/status", s->pid);
+	if (proc_read(path, buf, sizeof(buf), NULL) < 0)
+		return false;
+	p = strstr(buf, "\nThreads:");
+	return p && strtoul(p + 9, NULL, 10) == stopped;
+}
+
 static bool all_refused(const struct ptrace_snapshot *s)
 {
 	for (size_t i = 0; i < s->nthreads; i++)
@@ -443,7 +465,8 @@ static void *tracer_main(void *arg)
 	 * with every thread known so far stopped (a stopped thread clones nothing). */
 	for (;;) {
 		wait_for_stops(t, deadline);
-		if (s->listings >= MAX_LISTINGS || now_monotonic_ns() >= deadline)
+		if (s->listings >= MAX_LISTINGS || now_monotonic_ns() >= deadline ||
+		    all_known_stopped(s))
 			break;
 		added = seize_new_threads(t);
 		if (added <= 0)
