@@ -73,6 +73,8 @@ struct call {
 	bool fxsave;
 	uint64_t sigmask; /* the chosen thread's, put back by the trampoline */
 	uint64_t longest_look_ns; /* the longest a refused thread was held, this round */
+	pid_t late_tid;           /* interrupted, not stopped within STOP_TIMEOUT_NS */
+	uint64_t late_since;      /* when it was interrupted */
 };
 
 /* ---- memory of the target -------------------------------------------- */
@@ -520,9 +522,9 @@ static int seize_error(struct call *c, pid_t tid, int err)
 	if (proc_read(path, buf, sizeof(buf) - 1, &n) == 0) {
 		buf[n] = '\0';
 		p = strstr(buf, "TracerPid:");
-		/* This thread: a thread seized earlier that never stopped. */
+		/* This thread: seized in an earlier round, its stop late. */
 		if (p && atoi(p + 10) == gettid())
-			return -EAGAIN;
+			return -EALREADY;
 		if (p && atoi(p + 10) > 0)
 			return -EBUSY;
 	}
@@ -537,15 +539,27 @@ static int try_thread(struct call *c, pid_t tid)
 	int status, k;
 
 	c->rep->tried++;
-	if (ptrace(PTRACE_SEIZE, tid, 0, PTRACE_O_TRACESYSGOOD) < 0)
-		return errno == ESRCH ? -EAGAIN : seize_error(c, tid, errno);
 	t0 = now_monotonic_ns();
-	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0)
+	if (ptrace(PTRACE_SEIZE, tid, 0, PTRACE_O_TRACESYSGOOD) < 0) {
+		if (errno == ESRCH)
+			return -EAGAIN;
+		k = seize_error(c, tid, errno);
+		/* Interrupted in an earlier round and not stopped by then (a
+		 * busy machine, a disk wait): the stop is still on its way. */
+		if (k != -EALREADY)
+			return k;
+		if (tid == c->late_tid)
+			t0 = c->late_since;
+	} else if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0) {
 		return -EAGAIN;
+	}
 	k = wait_stop(tid, &status, STOP_TIMEOUT_NS, false);
 	if (k < 0) {
-		/* Uninterruptible sleep: it stays seized until this thread ends. */
+		/* Uninterruptible sleep or no CPU for it: it stays seized, and
+		 * the next round waits for its stop again. */
 		snprintf(c->rep->why, sizeof(c->rep->why), "thread %d did not stop", tid);
+		c->late_tid = tid;
+		c->late_since = t0;
 		return -EAGAIN;
 	}
 	if (status >> 16 != PTRACE_EVENT_STOP) {
