@@ -13,7 +13,7 @@
 #include "output.h"
 #include "preflight.h"
 #include "report.h"
-#include "runbook.h"
+#include "sampler.h"
 #include "target/target.h"
 #include "util/parse.h"
 #include "util/util.h"
@@ -134,42 +134,10 @@ static void report_kernel_refused(void)
 	report_hint("run as root or with CAP_PERFMON, or `sysctl kernel.perf_event_paranoid=1`");
 }
 
-/* Samples until the duration is over, Ctrl-C, or the target exits. */
-static int sample_window(struct cpu_profiler *p, const struct cpu_args *a,
-			 const struct target *t)
+static void summary(const void *profiler, const void *args, const struct output *out)
 {
-	uint64_t start = now_monotonic_ns(), next_progress = start;
-	char total[32], done[32];
-
-	format_duration(a->duration_ns, total, sizeof(total));
-	while (!interrupt_requested()) {
-		uint64_t now = now_monotonic_ns(), left;
-		unsigned long long n;
-		int r;
-
-		if (now - start >= a->duration_ns)
-			break;
-		left = a->duration_ns - (now - start);
-		r = cpu_profiler_poll(p, (int)MIN(left / 1000000 + 1, 100ULL));
-		if (r == -ESRCH)
-			return r;
-		if (r < 0)
-			return r;
-		if (now >= next_progress) {
-			format_duration((now - start) / 1000000000ULL * 1000000000ULL, done,
-					sizeof(done));
-			n = cpu_profiler_stats(p)->samples;
-			report_progress("sampling pid %d (%s): %s / %s, %llu %s", t->pid,
-					t->comm, done, total, n, plural(n, "sample", "samples"));
-			next_progress = now + 1000000000ULL;
-		}
-	}
-	return 0;
-}
-
-static void summary(const struct cpu_args *a, const struct output *out,
-		    const struct cpu_profiler_stats *st)
-{
+	const struct cpu_profiler_stats *st = cpu_profiler_stats(profiler);
+	const struct cpu_args *a = args;
 	char window[32];
 
 	format_duration(st->window_ns, window, sizeof(window));
@@ -188,32 +156,60 @@ static void summary(const struct cpu_args *a, const struct output *out,
 			       plural(st->samples, "stack", "stacks"));
 }
 
-static int runbook_end(const struct cpu_args *a, const struct profile *profile,
-			  const struct cpu_profiler_stats *st)
+static int op_start(void *p)
 {
-	struct runbook_facts f = {
-		.command = CMD,
-		.pid = a->common.pid,
-		.output = a->common.output,
-		.duration_ns = st->window_ns,
-		.samples = st->samples,
-		.lost = st->lost,
-		.pause_ns = -1,
-		.profile = profile,
-	};
-
-	return runbook_report(&a->common, &f) < 0 ? EXIT_FAIL : EXIT_OK;
+	return cpu_profiler_start(p);
 }
+
+static int op_poll(void *p, int timeout_ms)
+{
+	return cpu_profiler_poll(p, timeout_ms);
+}
+
+static int op_stop(void *p)
+{
+	return cpu_profiler_stop(p);
+}
+
+static int op_finish(void *p, struct profile **ret)
+{
+	return cpu_profiler_finish(p, ret);
+}
+
+static void op_facts(const void *p, struct sampler_facts *ret)
+{
+	const struct cpu_profiler_stats *st = cpu_profiler_stats(p);
+
+	*ret = (struct sampler_facts){ .window_ns = st->window_ns, .samples = st->samples,
+				       .lost = st->lost, .target_exited = st->target_exited };
+}
+
+static void op_progress(const void *p, char *buf, size_t size)
+{
+	unsigned long long n = cpu_profiler_stats(p)->samples;
+
+	snprintf(buf, size, "%llu %s", n, plural(n, "sample", "samples"));
+}
+
+static const struct sampler_ops cpu_ops = {
+	.command = CMD,
+	.start = op_start,
+	.poll = op_poll,
+	.stop = op_stop,
+	.finish = op_finish,
+	.facts = op_facts,
+	.progress = op_progress,
+	.summary = summary,
+};
 
 int cmd_cpu(int argc, char **argv)
 {
 	struct cpu_profiler_opts popts;
 	struct cpu_profiler *p = NULL;
-	struct profile *profile = NULL;
 	struct cpu_args a;
 	struct output out;
 	struct target t;
-	char why[1024], cmdline[1024], title[256];
+	char why[1024], cmdline[1024];
 	int r, code;
 
 	code = parse_args(argc, argv, &a);
@@ -250,52 +246,15 @@ int cmd_cpu(int argc, char **argv)
 	r = cpu_profiler_new(&p, &popts, why, sizeof(why));
 	if (r < 0) {
 		report_error_text(NULL, why);
-		code = r == -EACCES || r == -EPERM ? EXIT_PERMISSION
-		       : r == -ESRCH		   ? EXIT_TARGET
-						   : EXIT_FAIL;
+		code = sampler_setup_exit_code(r);
 		goto out_abort;
 	}
-	r = cpu_profiler_start(p);
-	if (r < 0) {
-		report_error("cannot start sampling pid %d: %s", a.common.pid, strerror(-r));
-		code = EXIT_FAIL;
-		goto out_abort;
-	}
-	r = sample_window(p, &a, &t);
-	if (r < 0 && r != -ESRCH) {
-		report_error("sampling pid %d failed: %s", a.common.pid, strerror(-r));
-		code = EXIT_FAIL;
-		goto out_abort;
-	}
-	cpu_profiler_stop(p);
-	report_progress_done();
-	if (cpu_profiler_stats(p)->target_exited)
-		report_warning("pid %d exited during the profile; writing what was collected",
-			       a.common.pid);
-	else if (interrupt_requested())
-		report_note("interrupted; writing what was collected");
-
-	r = cpu_profiler_finish(p, &profile);
-	if (r < 0) {
-		report_error("cannot build the profile: %s", strerror(-r));
-		code = EXIT_FAIL;
-		goto out_abort;
-	}
-	runbook_title(CMD, a.common.pid, profile, title, sizeof(title));
-	r = output_commit_view(&out, profile, a.common.format, title);
-	if (r < 0) {
-		code = output_report_failure(&out, r);
-		goto out_free;
-	}
-	summary(&a, &out, cpu_profiler_stats(p));
-	report_unsymbolized(profile);
-	code = runbook_end(&a, profile, cpu_profiler_stats(p));
-	goto out_free;
+	code = sampler_run(&cpu_ops, p, &a, &a.common, a.duration_ns, &t, &out);
+	cpu_profiler_free(p);
+	return code;
 
 out_abort:
 	output_abort(&out);
-out_free:
-	profile_free(profile);
 	cpu_profiler_free(p);
 	return code;
 }

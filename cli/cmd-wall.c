@@ -11,7 +11,7 @@
 #include "output.h"
 #include "preflight.h"
 #include "report.h"
-#include "runbook.h"
+#include "sampler.h"
 #include "target/target.h"
 #include "util/parse.h"
 #include "util/util.h"
@@ -89,39 +89,10 @@ static int parse_args(int argc, char **argv, struct wall_args *a)
 	return option_output_finish(CMD, &a->common, "wall.pb.gz");
 }
 
-/* Samples until the duration is over, Ctrl-C, or the target exits. */
-static int sample_window(struct wall_profiler *p, const struct wall_args *a,
-			 const struct target *t)
+static void summary(const void *profiler, const void *args, const struct output *out)
 {
-	uint64_t start = now_monotonic_ns(), next_progress = start;
-	char total[32], done[32];
-
-	format_duration(a->duration_ns, total, sizeof(total));
-	while (!interrupt_requested()) {
-		uint64_t now = now_monotonic_ns(), left;
-		int r;
-
-		if (now - start >= a->duration_ns)
-			break;
-		left = a->duration_ns - (now - start);
-		r = wall_profiler_poll(p, (int)MIN(left / 1000000 + 1, 100ULL));
-		if (r < 0)
-			return r;
-		if (now >= next_progress) {
-			format_duration((now - start) / 1000000000ULL * 1000000000ULL, done,
-					sizeof(done));
-			report_progress("sampling pid %d (%s): %s / %s, %llu threads", t->pid,
-					t->comm, done, total,
-					(unsigned long long)wall_profiler_stats(p)->threads);
-			next_progress = now + 1000000000ULL;
-		}
-	}
-	return 0;
-}
-
-static void summary(const struct wall_args *a, const struct output *out,
-		    const struct wall_profiler_stats *st)
-{
+	const struct wall_profiler_stats *st = wall_profiler_stats(profiler);
+	const struct wall_args *a = args;
 	char window[32];
 	uint64_t looked = st->off_stacks + st->off_reused + st->off_unknown;
 
@@ -152,32 +123,61 @@ static void summary(const struct wall_args *a, const struct output *out,
 			       (unsigned long long)st->off_unknown, (unsigned long long)looked);
 }
 
-static int runbook_end(const struct wall_args *a, const struct profile *profile,
-		       const struct wall_profiler_stats *st)
+static int op_start(void *p)
 {
-	struct runbook_facts f = {
-		.command = CMD,
-		.pid = a->common.pid,
-		.output = a->common.output,
-		.duration_ns = st->window_ns,
-		.samples = st->ticks,
-		.lost = st->lost,
-		.pause_ns = -1,
-		.profile = profile,
-	};
-
-	return runbook_report(&a->common, &f) < 0 ? EXIT_FAIL : EXIT_OK;
+	return wall_profiler_start(p);
 }
+
+static int op_poll(void *p, int timeout_ms)
+{
+	return wall_profiler_poll(p, timeout_ms);
+}
+
+static int op_stop(void *p)
+{
+	return wall_profiler_stop(p);
+}
+
+static int op_finish(void *p, struct profile **ret)
+{
+	return wall_profiler_finish(p, ret);
+}
+
+/* Its samples, for --json: the looks at every thread. */
+static void op_facts(const void *p, struct sampler_facts *ret)
+{
+	const struct wall_profiler_stats *st = wall_profiler_stats(p);
+
+	*ret = (struct sampler_facts){ .window_ns = st->window_ns, .samples = st->ticks,
+				       .lost = st->lost, .target_exited = st->target_exited };
+}
+
+static void op_progress(const void *p, char *buf, size_t size)
+{
+	unsigned long long n = wall_profiler_stats(p)->threads;
+
+	snprintf(buf, size, "%llu %s", n, plural(n, "thread", "threads"));
+}
+
+static const struct sampler_ops wall_ops = {
+	.command = CMD,
+	.start = op_start,
+	.poll = op_poll,
+	.stop = op_stop,
+	.finish = op_finish,
+	.facts = op_facts,
+	.progress = op_progress,
+	.summary = summary,
+};
 
 int cmd_wall(int argc, char **argv)
 {
 	struct wall_profiler_opts popts;
 	struct wall_profiler *p = NULL;
-	struct profile *profile = NULL;
 	struct wall_args a;
 	struct output out;
 	struct target t;
-	char why[1024], cmdline[1024], title[256];
+	char why[1024], cmdline[1024];
 	int r, code;
 
 	code = parse_args(argc, argv, &a);
@@ -206,52 +206,10 @@ int cmd_wall(int argc, char **argv)
 	r = wall_profiler_new(&p, &popts, why, sizeof(why));
 	if (r < 0) {
 		report_error_text(NULL, why);
-		code = r == -EACCES || r == -EPERM ? EXIT_PERMISSION
-		       : r == -ESRCH		   ? EXIT_TARGET
-						   : EXIT_FAIL;
-		goto out_abort;
+		output_abort(&out);
+		return sampler_setup_exit_code(r);
 	}
-	r = wall_profiler_start(p);
-	if (r < 0) {
-		report_error("cannot start sampling pid %d: %s", a.common.pid, strerror(-r));
-		code = r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
-		goto out_abort;
-	}
-	r = sample_window(p, &a, &t);
-	if (r < 0 && r != -ESRCH) {
-		report_error("sampling pid %d failed: %s", a.common.pid, strerror(-r));
-		code = EXIT_FAIL;
-		goto out_abort;
-	}
-	wall_profiler_stop(p);
-	report_progress_done();
-	if (wall_profiler_stats(p)->target_exited)
-		report_warning("pid %d exited during the profile; writing what was collected",
-			       a.common.pid);
-	else if (interrupt_requested())
-		report_note("interrupted; writing what was collected");
-
-	r = wall_profiler_finish(p, &profile);
-	if (r < 0) {
-		report_error("cannot build the profile: %s", strerror(-r));
-		code = EXIT_FAIL;
-		goto out_abort;
-	}
-	runbook_title(CMD, a.common.pid, profile, title, sizeof(title));
-	r = output_commit_view(&out, profile, a.common.format, title);
-	if (r < 0) {
-		code = output_report_failure(&out, r);
-		goto out_free;
-	}
-	summary(&a, &out, wall_profiler_stats(p));
-	report_unsymbolized(profile);
-	code = runbook_end(&a, profile, wall_profiler_stats(p));
-	goto out_free;
-
-out_abort:
-	output_abort(&out);
-out_free:
-	profile_free(profile);
+	code = sampler_run(&wall_ops, p, &a, &a.common, a.duration_ns, &t, &out);
 	wall_profiler_free(p);
 	return code;
 }
