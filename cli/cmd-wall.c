@@ -183,17 +183,9 @@ int cmd_wall(int argc, char **argv)
 	code = parse_args(argc, argv, &a);
 	if (code)
 		return code < 0 ? EXIT_OK : code;
-	report_set_quiet(a.common.quiet);
-
-	code = preflight_target(a.common.pid, &t);
+	code = preflight_command(&a.common, a.common.format == VIEW_PPROF, &t, &out);
 	if (code)
 		return code;
-	a.common.pid = t.pid; /* the process, when a thread's id was given */
-	r = output_prepare(&out, a.common.output, a.common.format == VIEW_PPROF, why, sizeof(why));
-	if (r < 0) {
-		report_error_text(NULL, why);
-		return EXIT_OUTPUT;
-	}
 	preflight_raise_nofile();
 	interrupt_install();
 

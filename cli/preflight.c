@@ -121,3 +121,21 @@ int preflight_not_traced(const struct target *t, const char *what)
 	report_hint("a process has one tracer at a time; detach the debugger or strace first");
 	return EXIT_TARGET;
 }
+
+int preflight_command(struct common_opts *o, bool binary, struct target *ret_target,
+		      struct output *ret_out)
+{
+	char why[1024];
+	int code;
+
+	report_set_quiet(o->quiet);
+	code = preflight_target(o->pid, ret_target);
+	if (code)
+		return code;
+	o->pid = ret_target->pid;
+	if (output_prepare(ret_out, o->output, binary, why, sizeof(why)) < 0) {
+		report_error_text(NULL, why);
+		return EXIT_OUTPUT;
+	}
+	return 0;
+}
