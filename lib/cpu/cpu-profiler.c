@@ -176,24 +176,6 @@ static int drain(struct cpu_profiler *p)
 	return r;
 }
 
-static int profile_header(struct cpu_profiler *p)
-{
-	char buf[64];
-	int r;
-
-	r = profile_set_period(p->profile, "cpu", "nanoseconds", (int64_t)p->popts.period_ns);
-	if (r < 0)
-		return r;
-	if (target_process_name(p->opts.pid, buf, sizeof(buf)) < 0)
-		snprintf(buf, sizeof(buf), "%d", p->opts.pid);
-	p->process_name = profile_intern(p->profile, buf);
-	if (!p->process_name)
-		return -ENOMEM;
-	if (p->opts.command_line)
-		return profile_add_comment(p->profile, p->opts.command_line);
-	return 0;
-}
-
 int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *o, char *err,
 		     size_t errlen)
 {
@@ -220,7 +202,8 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 	r = profile_new(&p->profile, cpu_types, ARRAY_SIZE(cpu_types));
 	if (r < 0)
 		goto out_free;
-	r = profile_header(p);
+	r = profile_begin_process(p->profile, o->pid, "cpu", "nanoseconds",
+				  (int64_t)p->popts.period_ns, o->command_line, &p->process_name);
 	if (r < 0)
 		goto out_free;
 	if (o->kernel_stacks) {

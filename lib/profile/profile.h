@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "util/util.h"
 
@@ -147,6 +148,14 @@ int profile_add_location(struct profile *p, uint64_t address, uint64_t mapping_i
 int profile_add_sample(struct profile *p, const uint64_t *location_ids, size_t nlocations,
 		       const int64_t *values, const struct profile_label *labels,
 		       size_t nlabels);
+
+/*
+ * profile-process.c: the period @type/@unit/@period, the process's name
+ * interned (@ret_process_name, for threads gone by then) and the command
+ * line as the first comment.
+ */
+int profile_begin_process(struct profile *p, pid_t pid, const char *type, const char *unit,
+			  int64_t period, const char *command_line, const char **ret_process_name);
 
 /* Sum of sample values of type index @i (saturated; 0 past the last type). */
 int64_t profile_total(const struct profile *p, size_t i);

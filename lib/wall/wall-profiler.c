@@ -538,24 +538,6 @@ static int take_tick(struct wall_profiler *p)
 
 /* ---- the window -------------------------------------------------------- */
 
-static int profile_header(struct wall_profiler *p)
-{
-	char buf[64];
-	int r;
-
-	r = profile_set_period(p->profile, "wall", "nanoseconds", (int64_t)p->tick_ns);
-	if (r < 0)
-		return r;
-	if (target_process_name(p->opts.pid, buf, sizeof(buf)) < 0)
-		snprintf(buf, sizeof(buf), "%d", p->opts.pid);
-	p->process_name = profile_intern(p->profile, buf);
-	if (!p->process_name)
-		return -ENOMEM;
-	if (p->opts.command_line)
-		return profile_add_comment(p->profile, p->opts.command_line);
-	return 0;
-}
-
 int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opts *o, char *err,
 		      size_t errlen)
 {
@@ -581,7 +563,8 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 	};
 	r = profile_new(&p->profile, wall_types, ARRAY_SIZE(wall_types));
 	if (r == 0)
-		r = profile_header(p);
+		r = profile_begin_process(p->profile, o->pid, "wall", "nanoseconds",
+					  (int64_t)p->tick_ns, o->command_line, &p->process_name);
 	if (r < 0)
 		goto out_free;
 	r = symbolizer_new(&p->sym, o->pid);
