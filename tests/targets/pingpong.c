@@ -1,11 +1,15 @@
 /*
- * pingpong SECONDS REPORT [MODE]
+ * pingpong SECONDS REPORT [MODE [RATE]]
  *
  * Two threads hand a token back and forth as fast as the scheduler lets
  * them, so that each sleeps and wakes once per round trip: a target that
  * does little but switch (scripts/bench-wall). MODE "pipe" (the default):
  * one byte over two pipes, read() and write(); "cond": a turn under a
- * mutex with two condition variables (futex waits). The main thread only
+ * mutex with two condition variables (futex waits). RATE (round trips a
+ * second; 0, the default: as fast as they go) paces the ping thread, 10
+ * round trips at a time, with absolute sleeps: the switches a second are
+ * then chosen, and what a round trip costs shows in the CPU time. The
+ * main thread only
  * waits for SIGUSR2 and then writes to REPORT (beside, then renamed):
  *   round_trips N  token round trips so far
  *   switches S     context switches of the process so far (getrusage:
@@ -24,6 +28,7 @@
 #include <unistd.h>
 
 static uint64_t round_trips; /* written by the ping thread only */
+static uint64_t pace_ns;     /* between two batches of 10; 0: none */
 static const char *report_path;
 
 /* pipe mode: ping writes to_pong[1] and reads to_ping[0]; pong the reverse. */
@@ -42,12 +47,33 @@ static void pass(int fd_out, int fd_in)
 		exit(1);
 }
 
+/* After each round trip of the ping thread: counts it, and every 10 sleeps
+ * until the next batch is due (@next: its time, CLOCK_MONOTONIC ns). */
+static void count_round_trip(uint64_t *next)
+{
+	struct timespec ts;
+
+	uint64_t now;
+
+	__atomic_store_n(&round_trips, round_trips + 1, __ATOMIC_RELAXED);
+	if (!pace_ns || round_trips % 10)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	/* Late (a busy machine): no burst to catch up, the pace goes on from now. */
+	*next = *next + pace_ns > now ? *next + pace_ns : now;
+	ts = (struct timespec){ (time_t)(*next / 1000000000ull), (long)(*next % 1000000000ull) };
+	clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+}
+
 static void *pipe_ping(void *arg)
 {
+	uint64_t next = 0;
+
 	(void)arg;
 	for (;;) {
 		pass(to_pong[1], to_ping[0]);
-		__atomic_store_n(&round_trips, round_trips + 1, __ATOMIC_RELAXED);
+		count_round_trip(&next);
 	}
 	return NULL;
 }
@@ -77,10 +103,12 @@ static void take_turn(int me)
 
 static void *cond_ping(void *arg)
 {
+	uint64_t next = 0;
+
 	(void)arg;
 	for (;;) {
 		take_turn(0);
-		__atomic_store_n(&round_trips, round_trips + 1, __ATOMIC_RELAXED);
+		count_round_trip(&next);
 	}
 	return NULL;
 }
@@ -117,15 +145,19 @@ static void write_report(void)
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 3 ? argv[3] : "pipe";
+	long rate = argc > 4 ? atol(argv[4]) : 0;
 	void *(*ping)(void *), *(*pong)(void *);
 	pthread_t a, b;
 	sigset_t usr2;
 	int sig;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: pingpong SECONDS REPORT [pipe|cond]\n");
+		fprintf(stderr, "usage: pingpong SECONDS REPORT [pipe|cond [RATE]]\n");
 		return 2;
 	}
+	if (rate < 0 || rate > 10000000)
+		return 2;
+	pace_ns = rate ? 10 * 1000000000ull / (uint64_t)rate : 0;
 	report_path = argv[2];
 	if (!strcmp(mode, "pipe")) {
 		if (pipe(to_pong) || pipe(to_ping))
