@@ -106,7 +106,11 @@ static char *exchange(int port, const char *req, const char *until)
 	return buf;
 }
 
-/* Waits up to 10 s for @port to accept a connection while @pid lives. */
+/*
+ * Waits up to 10 s for @port to accept a connection while @pid lives. A
+ * server that lost the port to another exits (redis, memcached and nginx
+ * all do): alive a moment after the connection, it is ours that answered.
+ */
 static bool wait_listening(pid_t pid, int port)
 {
 	for (int i = 0; i < 200 && th_alive(pid); i++) {
@@ -114,7 +118,8 @@ static bool wait_listening(pid_t pid, int port)
 
 		if (fd >= 0) {
 			close(fd);
-			return true;
+			th_sleep_ms(100);
+			return th_alive(pid);
 		}
 		th_sleep_ms(50);
 	}
