@@ -715,21 +715,28 @@ Test(view, tag_filters_agree_with_pprof, .timeout = 300)
 	free(out);
 }
 
-/* The same on a profile cprof wall wrote of wallmix (real threads, real
- * labels), when wall can run here. */
-Test(view, tag_filters_on_a_wall_profile, .timeout = 300)
+/* A 1 s cprof wall profile of wallmix in @pb (real threads, real labels);
+ * skips the test when wall is refused here. */
+static void wallmix_profile(const char *pb, const char *report)
 {
-	char *pb = tmp_file("wallmix.pb.gz");
 	struct th_run r;
 	pid_t pid;
 
-	pid = TH_SPAWN("wallmix", "20", th_tmp_path("wallmix.report"));
+	pid = TH_SPAWN("wallmix", "20", th_tmp_path(report));
 	TH_CPROF(&r, 60000, "wall", "-p", th_pid_str(pid), "-d", "1s", "-o", pb, "-q");
 	th_kill(pid);
 	if (r.exit_code == 3)
 		cr_skip_test("cprof wall is refused here: %s", r.err);
 	cr_assert_eq(r.exit_code, 0, "%s", r.err);
 	th_run_release(&r);
+}
+
+/* The same on a profile cprof wall wrote of wallmix. */
+Test(view, tag_filters_on_a_wall_profile, .timeout = 300)
+{
+	char *pb = tmp_file("wallmix.pb.gz");
+
+	wallmix_profile(pb, "wallmix.report");
 	expect_filtered_like_pprof(pb, false, "state=sleeping", 0);
 	expect_filtered_like_pprof(pb, true, "state=sleeping", 0);
 	expect_filtered_like_pprof(pb, false, "thread_name=sleeper,epoller", 10);
@@ -746,15 +753,8 @@ Test(view, output_name_picks_profile_or_table, .timeout = 120)
 	uint8_t *buf;
 	size_t len;
 	struct th_run r;
-	pid_t pid;
 
-	pid = TH_SPAWN("wallmix", "20", th_tmp_path("wallmix-o.report"));
-	TH_CPROF(&r, 60000, "wall", "-p", th_pid_str(pid), "-d", "1s", "-o", pb, "-q");
-	th_kill(pid);
-	if (r.exit_code == 3)
-		cr_skip_test("cprof wall is refused here: %s", r.err);
-	cr_assert_eq(r.exit_code, 0, "%s", r.err);
-	th_run_release(&r);
+	wallmix_profile(pb, "wallmix-o.report");
 	TH_CPROF(&r, 60000, "view", pb, "--tagfocus", "thread_name=sleeper", "-o", kept);
 	cr_assert_eq(r.exit_code, 0, "%s", r.err);
 	th_run_release(&r);
