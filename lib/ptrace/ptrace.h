@@ -66,7 +66,10 @@ struct ptrace_snapshot {
 
 struct ptrace_snapshot_opts {
 	size_t max_stack;      /* bytes copied per thread at most (from rsp - 128) */
-	unsigned stop_timeout_ms; /* how long to wait for all threads to stop */
+	/* How long the stops may stall (no thread stopping) before the threads
+	 * not stopped yet are given up; the pause never lasts more than ten
+	 * times that. */
+	unsigned stop_timeout_ms;
 	const struct maps *maps;  /* read beforehand: bounds the stack copies */
 };
 

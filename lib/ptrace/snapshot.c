@@ -16,6 +16,8 @@
 #include "target/target.h"
 #include "util/util.h"
 
+/* The pause is never longer than this many times opts->stop_timeout_ms. */
+#define STALLS_AT_MOST 10
 /* Give up listing after this many rounds: a fork bomb of threads must not
  * keep the others stopped. */
 #define MAX_LISTINGS 64
@@ -297,7 +299,11 @@ static void sleep_until_report(uint64_t until)
 }
 
 /*
- * Collects stops until every thread reported or the deadline passed. A
+ * Collects stops until every thread reported, the stops stalled for
+ * @stall_ns (none came: the rest cannot stop, or not soon; those are given
+ * up), or @deadline passed. Thousands of threads on a busy machine can take
+ * seconds to stop, each in its turn on a cpu: as long as they do, they are
+ * waited for. A
  * round looks at every awaited thread, then sleeps until a report comes,
  * and for at least four times as long as the round's looking took: each
  * stop sends a SIGCHLD, and a round per stop would cost time quadratic in
@@ -307,7 +313,7 @@ static void sleep_until_report(uint64_t until)
  * than a round: it waits until the stops have stalled (a round found none,
  * and none came for a while).
  */
-static void wait_for_stops(struct tracer *t, uint64_t deadline)
+static void wait_for_stops(struct tracer *t, uint64_t stall_ns, uint64_t deadline)
 {
 	t->progress_ns = now_monotonic_ns();
 	for (;;) {
@@ -317,7 +323,7 @@ static void wait_for_stops(struct tracer *t, uint64_t deadline)
 		poll_threads(t);
 		now = now_monotonic_ns();
 		looked = now - start - (t->copy_ns - copied);
-		if (!t->unreported || now >= deadline)
+		if (!t->unreported || now >= deadline || now - t->progress_ns >= stall_ns)
 			return;
 		if (t->unreported == awaited && now - t->progress_ns >= STALL_NS) {
 			check_unstoppable(t);
@@ -449,7 +455,7 @@ static void *tracer_main(void *arg)
 {
 	struct tracer *t = arg;
 	struct ptrace_snapshot *s = t->snap;
-	uint64_t deadline;
+	uint64_t stall, deadline;
 	struct sched_param sp = { .sched_priority = 1 };
 	int added;
 
@@ -460,11 +466,12 @@ static void *tracer_main(void *arg)
 		t->result = added;
 		goto out_detach;
 	}
-	deadline = now_monotonic_ns() + (uint64_t)t->opts->stop_timeout_ms * 1000000ULL;
+	stall = (uint64_t)t->opts->stop_timeout_ms * 1000000ULL;
+	deadline = now_monotonic_ns() + STALLS_AT_MOST * stall;
 	/* Threads born while we seize: list again until a listing brings none,
 	 * with every thread known so far stopped (a stopped thread clones nothing). */
 	for (;;) {
-		wait_for_stops(t, deadline);
+		wait_for_stops(t, stall, deadline);
 		if (s->listings >= MAX_LISTINGS || now_monotonic_ns() >= deadline ||
 		    all_known_stopped(s))
 			break;

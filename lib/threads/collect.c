@@ -16,10 +16,7 @@
 #define MAX_FRAMES 256
 /* Thread stacks in use are a few KiB; deep recursion gets this much. */
 #define MAX_STACK (256 * 1024)
-/* How long the threads may take to stop: a base, and a share per thread,
- * since each takes its turn on a cpu to reach its stop. */
 #define STOP_TIMEOUT_MS 1000
-#define STOP_TIMEOUT_US_PER_THREAD 100
 
 /* State, name and CPU time of one thread, from /proc/PID/task/TID/stat. */
 static void read_thread_proc(pid_t pid, struct thread_record *t)
@@ -196,7 +193,6 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, s
 		snprintf(err, errlen, "cannot list the threads of pid %d: %s", pid, strerror(-r));
 		goto out_free;
 	}
-	po.stop_timeout_ms += (unsigned)(nbefore * STOP_TIMEOUT_US_PER_THREAD / 1000);
 	s->time_nanos = (int64_t)now_realtime_ns();
 	r = ptrace_snapshot_take(&ps, pid, &po);
 	if (r < 0) {
