@@ -114,14 +114,6 @@ static enum perf_scope choose_scope(const char *mode)
 	return perf_system_scope_allowed() ? PERF_SCOPE_SYSTEM : PERF_SCOPE_THREAD;
 }
 
-static bool kernel_time_allowed(void)
-{
-	int paranoid = 2;
-
-	return geteuid() == 0 ||
-	       (proc_sysctl_int("kernel/perf_event_paranoid", &paranoid) == 0 && paranoid <= 1);
-}
-
 static void report_kernel_refused(void)
 {
 	int paranoid = -100;
@@ -218,7 +210,7 @@ int cmd_cpu(int argc, char **argv)
 	code = preflight_command(&a.common, a.common.format == VIEW_PPROF, &t, &out);
 	if (code)
 		return code;
-	if (a.kernel && !kernel_time_allowed()) {
+	if (a.kernel && !perf_kernel_samples_allowed()) {
 		report_kernel_refused();
 		code = EXIT_PERMISSION;
 		goto out_abort;
@@ -231,7 +223,7 @@ int cmd_cpu(int argc, char **argv)
 		.pid = a.common.pid,
 		.hz = a.hz,
 		.scope = choose_scope(a.mode),
-		.kernel = kernel_time_allowed(),
+		.kernel = perf_kernel_samples_allowed(),
 		.kernel_stacks = a.kernel,
 		.command_line = cmdline,
 	};

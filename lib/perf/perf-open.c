@@ -349,6 +349,14 @@ void perf_session_free(struct perf_session *s)
 	free(s);
 }
 
+bool perf_kernel_samples_allowed(void)
+{
+	int paranoid = 2;
+
+	return geteuid() == 0 ||
+	       (proc_sysctl_int("kernel/perf_event_paranoid", &paranoid) == 0 && paranoid <= 1);
+}
+
 bool perf_system_scope_allowed(void)
 {
 	int paranoid = 2;

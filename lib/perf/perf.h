@@ -110,6 +110,9 @@ void perf_session_free(struct perf_session *s);
  */
 void perf_strerror(int err, const struct perf_opts *o, char *buf, size_t size);
 
+/* Whether this process may take samples in the kernel (root, paranoid <= 1). */
+bool perf_kernel_samples_allowed(void);
+
 /* Whether this process may open system-wide events (root, CAP_PERFMON, paranoid). */
 bool perf_system_scope_allowed(void);
 

@@ -54,6 +54,7 @@ struct wall_thread {
 	uint64_t preempted_wait; /* waits after preemptions not yet accounted */
 	uint64_t owed_ns;        /* counted twice so far: off the CPU, then waiting */
 	bool exited;             /* perf said it ended: accounted to its end */
+	int64_t run_unsampled;   /* run time the clock counted beyond the samples */
 	bool looked;
 	struct wall_off_stack off;
 	uint64_t *run_pcs;   /* its last CPU sample's stack */
@@ -120,7 +121,7 @@ static int synthetic_location(struct wall_profiler *p, uint64_t addr, uint64_t *
 {
 	static const char *const names[] = {
 		[ADDR_OFF_UNSEEN] = "[off-CPU: stack not seen]",
-		[ADDR_RUN_UNSAMPLED] = "[running: no CPU samples]",
+		[ADDR_RUN_UNSAMPLED] = "[running: not sampled]",
 	};
 	struct profile_line line = { 0 };
 	int r;
@@ -174,12 +175,20 @@ static int add_time(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, siz
 
 /* ---- CPU samples ------------------------------------------------------- */
 
-static int keep_run_stack(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, size_t n)
+static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64_t now);
+
+/* A sample's thread keeps its stack, and its period counts against the
+ * thread's run time (one born since the last tick is added now). */
+static int keep_run_stack(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, size_t n,
+			  uint64_t period)
 {
 	struct wall_thread *t = thread_of(p, tid);
 
+	if (!t && p->started)
+		t = add_thread(p, tid, now_monotonic_ns());
 	if (!t)
 		return 0;
+	t->run_unsampled -= (int64_t)period;
 	if (GROW(t->run_pcs, n, t->run_alloc) < 0)
 		return -ENOMEM;
 	memcpy(t->run_pcs, pcs, n * sizeof(*pcs));
@@ -201,7 +210,7 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	}
 	p->stats.sampled_cpu_ns += s->period;
 	p->stats.bytes_read += s->user.stack_size + sizeof(s->user.regs);
-	r = keep_run_stack(p, s->tid, p->pcs, (size_t)n);
+	r = keep_run_stack(p, s->tid, p->pcs, (size_t)n, s->period);
 	if (r < 0)
 		return r;
 	return add_time(p, s->tid, p->pcs, (size_t)n, 0, "running", -1, s->period);
@@ -365,6 +374,24 @@ static int add_runnable(struct wall_profiler *p, struct wall_thread *t, uint64_t
 	return r;
 }
 
+/*
+ * Run time no sample stands for: in the kernel when samples there are not
+ * allowed (they are dropped), or all of it without perf. A period of slack
+ * is left for a sample still in its ring.
+ */
+static int add_unsampled(struct wall_profiler *p, struct wall_thread *t, uint64_t drun)
+{
+	int64_t slack = p->perf ? (int64_t)p->tick_ns : 0, ns;
+
+	t->run_unsampled += (int64_t)drun;
+	if (t->run_unsampled <= slack)
+		return 0;
+	ns = t->run_unsampled - slack;
+	t->run_unsampled -= ns;
+	p->stats.unsampled_run_ns += (uint64_t)ns;
+	return add_time(p, t->tid, NULL, 0, ADDR_RUN_UNSAMPLED, "running", -1, (uint64_t)ns);
+}
+
 /* From the last tick to the thread's end: where it was last seen. */
 static int add_final(struct wall_profiler *p, struct wall_thread *t, uint64_t end)
 {
@@ -437,8 +464,8 @@ static int account(struct wall_profiler *p, struct wall_thread *t)
 	}
 	if (r == 0 && ddelay)
 		r = add_runnable(p, t, ddelay);
-	if (r == 0 && drun && !p->perf)
-		r = add_time(p, t->tid, NULL, 0, ADDR_RUN_UNSAMPLED, "running", -1, drun);
+	if (r == 0)
+		r = add_unsampled(p, t, drun);
 	return r;
 }
 
@@ -560,6 +587,8 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 		.ring_pages = RING_PAGES,
 		.context_switch = true,
 		.task = true,
+		/* Samples in system calls carry the call's user stack. */
+		.kernel = perf_kernel_samples_allowed(),
 	};
 	r = profile_new(&p->profile, wall_types, ARRAY_SIZE(wall_types));
 	if (r == 0)
@@ -700,7 +729,7 @@ static int add_comments(struct wall_profiler *p)
 
 	if (p->stats.perf_refused) {
 		snprintf(c, sizeof(c), "no CPU stacks: perf_event_open refused (%s); running time "
-			 "is in [running: no CPU samples]", p->stats.perf_error);
+			 "is in [running: not sampled]", p->stats.perf_error);
 		r = profile_add_comment(p->profile, c);
 	}
 	if (r == 0 && p->stats.lost) {

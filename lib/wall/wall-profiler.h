@@ -48,6 +48,7 @@ struct wall_profiler_stats {
 	uint64_t accounted_ns;   /* wall time given to samples, all threads */
 	uint64_t running_ns, runnable_ns, off_ns; /* the kernel's figures, summed */
 	uint64_t sampled_cpu_ns; /* perf samples x period */
+	uint64_t unsampled_run_ns; /* run time no sample stood for */
 	uint64_t window_ns;
 	uint64_t symbolize_ns;
 	int stacks_refused;      /* -errno: no sleeping stacks (no ptrace access) */
