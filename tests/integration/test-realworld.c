@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,28 @@
 #define WINDOW "2s"
 #define MAX_THREADS 256
 
-TestSuite(realworld, .init = th_init, .fini = th_cleanup, .timeout = 240);
+/*
+ * nginx's workers are not our children: killed with its master (as the
+ * cleanup kills every child, by pid, when a test fails), they would live
+ * on, reparented to init. Their pids, to be killed after the master.
+ */
+static pid_t nginx_workers[8];
+static size_t nworkers;
+
+static void kill_workers(void)
+{
+	for (size_t i = 0; i < nworkers; i++)
+		kill(nginx_workers[i], SIGKILL);
+	nworkers = 0;
+}
+
+static void fini(void)
+{
+	th_cleanup(); /* the master first: it would start new workers */
+	kill_workers();
+}
+
+TestSuite(realworld, .init = th_init, .fini = fini, .timeout = 240);
 
 struct server {
 	const char *name;
@@ -530,10 +552,14 @@ static void expect_answer(const struct server *s, const char *req, const char *w
 	free(got);
 }
 
+/* nginx's master ends its workers on SIGTERM (waited for 5 s). */
 static void stop(struct server *s)
 {
 	th_kill(s->load);
-	th_kill(s->started);
+	th_signal(s->started, SIGTERM);
+	if (th_wait_exit(s->started, 5000) == -1)
+		th_kill(s->started);
+	kill_workers();
 }
 
 /* ---- the servers ---------------------------------------------------------- */
@@ -609,26 +635,27 @@ static const char *const *nginx_argv(struct server *s)
 	return argv;
 }
 
-/* A worker of nginx's master @master (the one that serves, profiled). */
+/* The workers of nginx's master @master, remembered for kill_workers();
+ * returns the first (the one profiled: each serves connections). */
 static pid_t nginx_worker(pid_t master)
 {
 	char path[64], buf[256];
-	long child = 0;
 
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)master, (int)master);
-	for (int i = 0; i < 100; i++) {
+	for (int i = 0; i < 100 && nworkers == 0; i++) {
 		FILE *f = fopen(path, "re");
+		char *p = buf, *end;
 
 		if (f && fgets(buf, sizeof(buf), f))
-			child = strtol(buf, NULL, 10);
+			for (long c; nworkers < 8 && (c = strtol(p, &end, 10)) > 0; p = end)
+				nginx_workers[nworkers++] = (pid_t)c;
 		if (f)
 			fclose(f);
-		if (child > 0)
-			return (pid_t)child;
-		th_sleep_ms(50);
+		if (nworkers == 0)
+			th_sleep_ms(50);
 	}
-	cr_assert_fail("nginx %d started no worker", (int)master);
-	return -1;
+	cr_assert_gt(nworkers, 0, "nginx %d started no worker", (int)master);
+	return nginx_workers[0];
 }
 
 Test(realworld, nginx)
