@@ -100,14 +100,16 @@ static void summary(const void *profiler, const void *args, const struct output 
 	report_note("wrote %s: %llu %s over %.2fs of thread time in a %s window (%d Hz): "
 		    "%.2fs running, %.2fs runnable, %.2fs off the CPU; symbolized in %.0f ms",
 		    output_name(out), (unsigned long long)st->threads,
-		    st->threads == 1 ? "thread" : "threads", (double)st->accounted_ns / 1e9,
+		    plural(st->threads, "thread", "threads"), (double)st->accounted_ns / 1e9,
 		    window, a->hz, (double)st->running_ns / 1e9, (double)st->runnable_ns / 1e9,
 		    (double)st->off_ns / 1e9, (double)st->symbolize_ns / 1e6);
 	report_note("read %.1f kB of stacks and samples from pid %d (%.0f kB/s): %llu sleeping "
-		    "stacks taken, %llu intervals on a stack taken before",
+		    "%s taken, %llu %s on a stack taken before",
 		    (double)st->bytes_read / 1e3, a->common.pid,
 		    st->window_ns ? (double)st->bytes_read / 1e3 / ((double)st->window_ns / 1e9) : 0,
-		    (unsigned long long)st->off_stacks, (unsigned long long)st->off_reused);
+		    (unsigned long long)st->off_stacks, plural(st->off_stacks, "stack", "stacks"),
+		    (unsigned long long)st->off_reused,
+		    plural(st->off_reused, "interval", "intervals"));
 	if (st->stacks_refused)
 		report_warning("no stacks for the time off the CPU: reading the threads' system "
 			       "calls and stacks was refused (%s); run as root, or as the target's "
@@ -115,12 +117,15 @@ static void summary(const void *profiler, const void *args, const struct output 
 	if (st->perf_refused)
 		report_warning("no stacks for the running time: %s", st->perf_error);
 	if (st->lost)
-		report_warning("%llu CPU samples lost: the sample buffers overflowed; try a lower "
-			       "-F", (unsigned long long)st->lost);
+		report_warning("%llu perf %s lost (the buffers overflowed): some running stacks "
+			       "and preemptions are missing, the times are still the kernel's; try "
+			       "a lower -F", (unsigned long long)st->lost,
+			       plural(st->lost, "record", "records"));
 	if (looked && st->off_unknown * 20 > looked)
-		report_warning("%llu of %llu off-CPU intervals have no stack (the thread woke "
+		report_warning("%llu of %llu off-CPU %s have no stack (the thread woke "
 			       "before its stack was read): they show as [off-CPU: stack not seen]",
-			       (unsigned long long)st->off_unknown, (unsigned long long)looked);
+			       (unsigned long long)st->off_unknown, (unsigned long long)looked,
+			       plural(looked, "interval", "intervals"));
 }
 
 static int op_start(void *p)
