@@ -379,10 +379,9 @@ static void copy_thread(struct tracer *t, struct ptrace_thread *th)
 		return;
 	}
 	ptrace_regs_to_unwind(&regs, th->user.regs);
+	/* A restart_syscall is told what it continues after detach_all(). */
 	if (ptrace_was_blocked(&regs))
-		th->syscall = (int64_t)regs.orig_rax == NR_RESTART_SYSCALL
-				      ? restarted_call(th->tid, regs.rip)
-				      : (int64_t)regs.orig_rax;
+		th->syscall = (int64_t)regs.orig_rax;
 	start = regs.rsp > RED_ZONE ? regs.rsp - RED_ZONE : 0;
 	end = start + t->opts->max_stack;
 	if (t->opts->maps) {
@@ -404,6 +403,21 @@ static void copy_thread(struct tracer *t, struct ptrace_thread *th)
 	th->user.stack = buf;
 	th->user.stack_size = (size_t)n;
 	th->user.stack_start = start;
+}
+
+/*
+ * The calls that stopped threads will continue as restart_syscall: read
+ * which from the code before their PC. Code does not change, so this is
+ * done after the threads are let go, out of the pause.
+ */
+static void name_restarted_calls(struct ptrace_snapshot *s)
+{
+	for (size_t i = 0; i < s->nthreads; i++) {
+		struct ptrace_thread *th = &s->threads[i];
+
+		if (th->result == PTRACE_THREAD_STOPPED && th->syscall == NR_RESTART_SYSCALL)
+			th->syscall = restarted_call(th->tid, th->user.regs[UNWIND_REG_RIP]);
+	}
 }
 
 static void detach_all(struct tracer *t)
@@ -486,6 +500,7 @@ out_detach:
 	detach_all(t);
 	if (s->first_interrupt_ns)
 		s->pause_ns = s->last_detach_ns - s->first_interrupt_ns;
+	name_restarted_calls(s);
 	/* Returning ends this thread: the kernel detaches whatever is left. */
 	return NULL;
 }
