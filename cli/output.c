@@ -144,11 +144,41 @@ out_errno:
 	return fd;
 }
 
+/*
+ * An earlier file at the destination is kept as DEST.old, as perf keeps
+ * perf.data.old: a link under a temporary name renamed over DEST.old, so
+ * that DEST itself is never missing. Only a regular file: a device, a FIFO
+ * or stdout is written in place.
+ */
+static int keep_old(struct output *o)
+{
+	char old[4200], tmp[4300];
+	struct stat st;
+
+	if (lstat(o->path, &st) < 0 || !S_ISREG(st.st_mode))
+		return 0;
+	snprintf(old, sizeof(old), "%s.old", o->path);
+	snprintf(tmp, sizeof(tmp), "%s.cprof-%d", old, getpid());
+	if (link(o->path, tmp) < 0)
+		return -errno;
+	if (rename(tmp, old) < 0) {
+		int r = -errno;
+
+		unlink(tmp);
+		return r;
+	}
+	report_note("kept the earlier %s as %s", o->path, old);
+	return 0;
+}
+
 static int link_into_place(struct output *o)
 {
 	char proc[64], tmp[4200];
 	int r;
 
+	r = keep_old(o);
+	if (r < 0)
+		return r;
 	if (o->tmp_name[0]) {
 		if (rename(o->tmp_name, o->path) < 0)
 			return -errno;

@@ -664,3 +664,31 @@ Test(badinput, thread_id_given_as_pid)
 	th_run_release(&r);
 	th_kill(target);
 }
+
+/* An earlier profile at -o is kept as .old, never replaced silently. */
+Test(badinput, earlier_output_kept_as_old)
+{
+	const char *out = th_tmp_path("kept.pb.gz");
+	char old[4200];
+	uint8_t *first, *kept;
+	size_t first_len, kept_len;
+	struct th_run r;
+	pid_t target = TH_SPAWN("busy", "1", "30");
+
+	snprintf(old, sizeof(old), "%s.old", out);
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", th_pid_str(target), "-o", out);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	cr_assert_eq(th_read_file(out, &first, &first_len), 0);
+	cr_expect_eq(access(old, F_OK), -1, "an .old without an earlier file");
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", th_pid_str(target), "-o", out);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	cr_expect(strstr(r.err, "kept the earlier") != NULL, "not said:\n%s", r.err);
+	th_run_release(&r);
+	cr_assert_eq(th_read_file(old, &kept, &kept_len), 0, "no %s", old);
+	cr_expect(kept_len == first_len && memcmp(kept, first, first_len) == 0,
+		  "%s is not the first profile", old);
+	free(first);
+	free(kept);
+	th_kill(target);
+}

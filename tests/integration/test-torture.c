@@ -1023,14 +1023,45 @@ static const char *check_text(const char *text, size_t len, bool alive, bool gon
 }
 
 /*
+ * What a trial leaves in the -o path before the run, half of the time: an
+ * "old profile" that a run must replace whole (exit 0) or leave exactly as
+ * it was (an error, or killed before the end).
+ */
+#define OLD_OUTPUT "an old profile, to be replaced whole or not at all\n"
+#define OUT_NAME "out.pb.gz"
+
+/*
  * Removes everything from @dir (the output is gone already) and counts
  * what should not have been there, naming it in @names. One thing may be:
  * when an old output had to be replaced and cprof was SIGKILLed, its
  * ".cprof-PID-N" name, linked and not yet renamed over the old output. No
  * system call replaces a file by an unnamed one (linkat fails on an
  * existing name), so that moment cannot be closed; the file must at least
- * be complete. It is counted in @ret_litter.
+ * be complete. It is counted in @ret_litter. The old output itself is kept
+ * as OUT_NAME.old (cli/output.c), and may be so whatever the run's end;
+ * SIGKILLed between its link and its rename, its "OUT_NAME.old.cprof-PID"
+ * name stays: both must hold the old output whole.
  */
+static bool is_kept_old(const char *dir, const char *name, bool sigkilled, pid_t pid)
+{
+	char path[4400], want[256];
+	size_t len = 0;
+	char *text;
+	bool ok;
+
+	snprintf(want, sizeof(want), "%s.old", OUT_NAME);
+	if (strcmp(name, want) != 0) {
+		snprintf(want, sizeof(want), "%s.old.cprof-%d", OUT_NAME, (int)pid);
+		if (!sigkilled || strcmp(name, want) != 0)
+			return false;
+	}
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	text = slurp(path, &len);
+	ok = text && len == strlen(OLD_OUTPUT) && !memcmp(text, OLD_OUTPUT, len);
+	free(text);
+	return ok;
+}
+
 static int sweep_dir(const char *dir, const struct run *r, enum command cmd, bool had_old,
 		     unsigned *ret_litter, char *names, size_t size)
 {
@@ -1049,6 +1080,10 @@ static int sweep_dir(const char *dir, const struct run *r, enum command cmd, boo
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (had_old && is_kept_old(dir, e->d_name, sigkilled, r->pid)) {
+			unlink(path);
+			continue;
+		}
 		if (sigkilled && had_old && sscanf(e->d_name, ".cprof-%d-%d%n", &pid, &k, &end) == 2 &&
 		    !e->d_name[end] && pid == r->pid &&
 		    !check_profile(cmd, path, false, true, false, why, sizeof(why))) {
@@ -1062,14 +1097,6 @@ static int sweep_dir(const char *dir, const struct run *r, enum command cmd, boo
 	closedir(d);
 	return n;
 }
-
-/*
- * What a trial leaves in the -o path before the run, half of the time: an
- * "old profile" that a run must replace whole (exit 0) or leave exactly as
- * it was (an error, or killed before the end).
- */
-#define OLD_OUTPUT "an old profile, to be replaced whole or not at all\n"
-#define OUT_NAME "out.pb.gz"
 
 static void out_path_of(const char *dir, char *path, size_t size)
 {
