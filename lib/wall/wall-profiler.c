@@ -707,19 +707,19 @@ int wall_profiler_stop(struct wall_profiler *p)
 {
 	int r = 0;
 
-	if (p->running) {
-		if (!p->stats.target_exited)
-			r = tick(p);
-		if (p->perf)
-			perf_session_disable(p->perf);
-		p->running = false;
-	}
+	/* Samples first, then the last tick: no sample stands for time after
+	 * the window's end. */
+	if (p->running && p->perf)
+		perf_session_disable(p->perf);
+	if (drain(p) < 0)
+		r = -EIO;
+	if (p->running && !p->stats.target_exited && tick(p) == -ENOMEM)
+		r = -ENOMEM;
+	p->running = false;
 	window_end(p);
 	if (!p->stats.target_exited)
 		p->stats.target_exited = !target_alive(p->opts.pid);
-	if (drain(p) < 0 && r == 0)
-		r = -EIO;
-	return r == -ESRCH ? 0 : r;
+	return r;
 }
 
 static int add_comments(struct wall_profiler *p)
