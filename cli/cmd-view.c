@@ -40,7 +40,7 @@ static void view_help(void)
 	       "\n"
 	       "      --top N       the first N rows of the table (default: all rows)\n"
 	       "      --folded      one line per stack, root first: 'main;work;leaf VALUE'\n"
-	       "      --svg OUT     write a flame graph to OUT (hover, click to zoom, Search\n"
+	       "      --svg OUT.svg write a flame graph to OUT.svg (hover, click to zoom, Search\n"
 	       "                    or Ctrl-F, Reset Zoom or Escape)\n"
 	       "      --tree        the call tree from the roots down, by cum\n"
 	       "      --pprof       the profile itself (gzipped profile.proto), filtered\n"

@@ -332,3 +332,186 @@ Test(cli, usage_errors)
 		th_run_release(&r);
 	}
 }
+
+/*
+ * One option as both name it: "--pid PID", "--json", "-q" (the long name
+ * when there is one), from "-p, --pid PID" or "--format FORMAT".
+ */
+static void option_key(const char *spec, char *key, size_t size)
+{
+	char buf[256], *tok, *save = NULL, *name = NULL, *arg = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", spec);
+	for (tok = strtok_r(buf, " ,=", &save); tok; tok = strtok_r(NULL, " ,=", &save)) {
+		if (!strncmp(tok, "--", 2) || (tok[0] == '-' && !name))
+			name = tok;
+		else if (tok[0] != '-' && !arg)
+			arg = tok;
+	}
+	snprintf(key, size, "%s%s%s", name ? name : "?", arg ? " " : "", arg ? arg : "");
+}
+
+struct option_doc {
+	char key[96];
+	char value[32]; /* --help's "(default VALUE", when VALUE is a figure */
+	char text[2048]; /* the man page's paragraph */
+};
+
+/* "(default 30s)" in @text: 30s; only figures (a default like "stdout" is
+ * prose, said in other words by the man page). */
+static void default_value(const char *text, char *value, size_t size)
+{
+	const char *d = strstr(text, "(default ");
+
+	value[0] = '\0';
+	if (!d || !isdigit((unsigned char)d[9]))
+		return;
+	snprintf(value, size, "%.*s", (int)strcspn(d + 9, " ,;:)"), d + 9);
+}
+
+/* The options of `cprof CMD --help`: the lines that start with a dash at
+ * the indent of 2 or 6, the name up to the first run of two spaces, the
+ * text with its continuation lines. */
+static size_t help_options(const char *cmd, struct option_doc *opts, size_t max)
+{
+	struct th_run r;
+	char *line, *save = NULL, text[2048] = "";
+	size_t n = 0;
+
+	TH_CPROF(&r, 10000, cmd, "--help");
+	cr_assert_eq(r.exit_code, 0);
+	for (line = strtok_r(r.out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char spec[256], *end;
+		const char *p = line;
+
+		while (*p == ' ')
+			p++;
+		if (p - line > 6 && n) {
+			strncat(text, p, sizeof(text) - strlen(text) - 2);
+			strcat(text, " ");
+			default_value(text, opts[n - 1].value, sizeof(opts[0].value));
+			continue;
+		}
+		if (p - line < 2 || *p != '-')
+			continue;
+		snprintf(spec, sizeof(spec), "%s", p);
+		end = strstr(spec, "  ");
+		snprintf(text, sizeof(text), "%s ", end ? end : "");
+		if (end)
+			*end = '\0';
+		cr_assert_lt(n, max);
+		option_key(spec, opts[n].key, sizeof(opts[0].key));
+		default_value(text, opts[n].value, sizeof(opts[0].value));
+		n++;
+	}
+	th_run_release(&r);
+	return n;
+}
+
+/* Appends a man line to @text without its font escapes, quotes and \-. */
+static void man_text(const char *line, char *text, size_t size)
+{
+	size_t k = strlen(text);
+	const char *p = line[0] == '.' && strchr(line, ' ') ? strchr(line, ' ') + 1 : line;
+
+	if (line[0] == '.' && !strchr(line, ' '))
+		return;
+	for (; *p && k < size - 2; p++) {
+		if (*p == '"')
+			continue;
+		if (*p == '\\' && (p[1] == '-' || p[1] == '(')) {
+			text[k++] = '-';
+			p++;
+		} else if (*p == '\\' && p[1] == 'f') {
+			p += 2;
+		} else {
+			text[k++] = *p;
+		}
+	}
+	text[k++] = ' ';
+	text[k] = '\0';
+}
+
+/* The options of a man page: the line after each .TP in OPTIONS, and the
+ * paragraph under it. */
+static size_t man_options(const char *page, struct option_doc *opts, size_t max)
+{
+	char path[512], line[1024];
+	bool in = false, tp = false;
+	size_t n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/man/%s.1", SOURCE_DIR, page);
+	f = fopen(path, "r");
+	cr_assert_not_null(f, "no man page %s", path);
+	while (fgets(line, sizeof(line), f)) {
+		char spec[1024] = "";
+
+		line[strcspn(line, "\n")] = '\0';
+		if (!strncmp(line, ".SH", 3)) {
+			in = strstr(line, "OPTIONS") != NULL;
+			continue;
+		}
+		if (!in)
+			continue;
+		if (!strcmp(line, ".TP")) {
+			tp = true;
+			continue;
+		}
+		if (!tp) {
+			if (n)
+				man_text(line, opts[n - 1].text, sizeof(opts[0].text));
+			continue;
+		}
+		tp = false;
+		man_text(line, spec, sizeof(spec));
+		if (spec[0] != '-')
+			continue;
+		cr_assert_lt(n, max);
+		option_key(spec, opts[n].key, sizeof(opts[0].key));
+		opts[n].text[0] = '\0';
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+static const struct option_doc *find_option(const struct option_doc *opts, size_t n,
+					    const char *key)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(opts[i].key, key))
+			return &opts[i];
+	return NULL;
+}
+
+/* Every option of every command: the same names and arguments in --help
+ * and in the man page's OPTIONS, both ways, and the page says each default
+ * figure --help gives. */
+Test(cli, help_and_man_list_the_same_options)
+{
+	static struct option_doc help[64], man[64];
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		size_t nh = help_options(commands[i], help, 64), nm;
+		char page[64];
+
+		snprintf(page, sizeof(page), "cprof-%s", commands[i]);
+		nm = man_options(page, man, 64);
+		cr_expect_gt(nh, 2, "cprof %s --help lists %zu options", commands[i], nh);
+		for (size_t j = 0; j < nh; j++) {
+			const struct option_doc *m = find_option(man, nm, help[j].key);
+
+			cr_expect(m, "cprof %s: '%s' of --help is not in %s(1)", commands[i],
+				  help[j].key, page);
+			if (m && help[j].value[0])
+				cr_expect(strstr(m->text, help[j].value),
+					  "cprof %s: %s's default %s (--help) is not in %s(1):\n%s",
+					  commands[i], help[j].key, help[j].value, page, m->text);
+		}
+		for (size_t j = 0; j < nm; j++)
+			cr_expect(find_option(help, nh, man[j].key),
+				  "cprof %s: '%s' of %s(1) is not in --help", commands[i],
+				  man[j].key, page);
+	}
+}
