@@ -54,6 +54,7 @@ enum {
 	F_RSP_IN_COPY = 1 << 1,
 	F_MARKERS = 1 << 3,
 	F_RAW_STACK_START = 1 << 4,
+	F_SP_PC_ONLY = 1 << 5, /* wall's sleeping threads: no other register */
 };
 
 struct function {
@@ -220,7 +221,7 @@ static int unwind_count(const struct unwind_input *in)
 static void write_seed(const struct unwind_input *raw, const uint64_t *regs,
 		       const uint8_t *stack, size_t n)
 {
-	struct unwind_input in;
+	struct unwind_input in = { 0 };
 	uint8_t *copy;
 	size_t max;
 	uint8_t *buf = calloc(1, HEADER_SIZE + n);
@@ -273,7 +274,7 @@ static __attribute__((noinline)) void capture_here(void)
 	void *addr;
 	size_t size, n;
 	struct iovec local, remote;
-	struct unwind_input in;
+	struct unwind_input in = { 0 };
 
 	CAPTURE_REGS(regs);
 	FUZZ_CHECK(!pthread_getattr_np(pthread_self(), &attr), "pthread_getattr_np");
@@ -389,6 +390,8 @@ static int build_input(const uint8_t *data, size_t size, struct unwind_input *in
 
 	flags = header[0];
 	*ret_max = 1 + header[1] % MAX_FRAMES;
+	memset(in, 0, sizeof(*in));
+	in->sp_pc_only = flags & F_SP_PC_ONLY;
 	in->stack = stack;
 	in->stack_size = n;
 	in->stack_start = flags & F_RAW_STACK_START ? fuzz_u64(header + 16, 8) : FIXED_STACK_START;
@@ -417,7 +420,7 @@ static int build_input(const uint8_t *data, size_t size, struct unwind_input *in
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct unwind_input in;
+	struct unwind_input in = { 0 };
 	uint64_t pcs[MAX_FRAMES];
 	uint8_t *stack;
 	size_t max;

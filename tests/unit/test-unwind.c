@@ -391,7 +391,7 @@ Test(unwind, caps_at_max)
 Test(unwind, stops_quietly_where_the_copy_ends)
 {
 	uint64_t full[MAX_FRAMES], pcs[MAX_FRAMES];
-	struct unwind_input in;
+	struct unwind_input in = { 0 };
 	int n_full, n;
 
 	capture_on_thread(NESTED);
@@ -422,7 +422,7 @@ Test(unwind, stops_quietly_where_the_copy_ends)
 Test(unwind, through_the_vdso)
 {
 	uint64_t full[MAX_FRAMES], pcs[MAX_FRAMES], entry;
-	struct unwind_input in;
+	struct unwind_input in = { 0 };
 	uint8_t *stack;
 	void *h, *f;
 	int n_full, n;
