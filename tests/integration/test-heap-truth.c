@@ -230,8 +230,15 @@ Test(heap_truth, single_threaded_target_keeps_its_speed)
 	after = speed_against(pid, report, twin, twin_report);
 	cr_log_info("single-threaded malloc loop against its untouched twin: %.3fx before, %.3fx "
 		    "after four sessions (%.3fx)", before, after, after / before);
-	cr_expect_geq(after / before, 0.97, "after detach the target runs at %.3fx its speed",
+	/*
+	 * The flag above is the cause and is exact; the speed is a loose
+	 * guard against the 0.40x it was (scripts/bench-heap-truth gives the
+	 * figure), judged in the plain build only: the machines are shared.
+	 */
+#ifndef __SANITIZE_ADDRESS__
+	cr_expect_geq(after / before, 0.85, "after detach the target runs at %.3fx its speed",
 		      after / before);
+#endif
 	th_kill(twin);
 	th_kill(pid);
 }
