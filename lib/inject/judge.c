@@ -195,7 +195,8 @@ int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct use
 		snprintf(why, len, "its stack could not be unwound");
 		return -EAGAIN;
 	}
-	for (int i = 0; i < n; i++) {
+	/* [0] is the pc, judged above. */
+	for (int i = 1; i < n; i++) {
 		k = judge_frame(o, pcs[i], in_alloc_ok, &root, why, len);
 		if (k < 0)
 			return k;

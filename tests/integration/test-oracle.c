@@ -148,7 +148,7 @@ static int vdso_cut(const struct walk *live, uint64_t start, uint64_t end)
 	return -1;
 }
 
-static void stop_all(pid_t pid, pid_t *tids, int n)
+static void stop_all(pid_t *tids, int n)
 {
 	for (int i = 0; i < n; i++) {
 		cr_assert_eq(ptrace(PTRACE_SEIZE, tids[i], 0, 0), 0, "seize %d: %s", tids[i],
@@ -161,7 +161,6 @@ static void stop_all(pid_t pid, pid_t *tids, int n)
 		cr_assert_eq(waitpid(tids[i], &status, __WALL), tids[i]);
 		cr_assert(WIFSTOPPED(status));
 	}
-	(void)pid;
 }
 
 static void release_all(pid_t *tids, int n)
@@ -187,7 +186,7 @@ static int oracle_rounds(pid_t pid, int rounds, int min_frames)
 		pid_t tids[MAX_THREADS];
 		int n = th_task_list(pid, tids, MAX_THREADS);
 
-		stop_all(pid, tids, n);
+		stop_all(tids, n);
 		for (int i = 0; i < n; i++) {
 			struct walk copy, live;
 			int bad, cut;
