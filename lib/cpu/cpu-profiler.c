@@ -327,7 +327,6 @@ static int add_unsampled(struct cpu_profiler *p)
 	/* No one thread: thread_id 0, so that every sample has both labels. */
 	struct profile_label labels[2] = { { .key = "thread_id", .num = 0 },
 					   { .key = "thread_name", .str = name } };
-	struct profile_line line;
 	uint64_t missing, loc;
 	int64_t values[2];
 	char comment[256];
@@ -337,15 +336,7 @@ static int add_unsampled(struct cpu_profiler *p)
 	    p->stats.process_cpu_ns <= p->stats.sampled_ns + p->popts.period_ns)
 		return 0;
 	missing = p->stats.process_cpu_ns - p->stats.sampled_ns;
-	r = profile_intern_function(p->profile, name, name, "", 0, &line.function_id);
-	if (r < 0)
-		return r;
-	line.line = 0;
-	/* Address 0 is never a PC: the location cannot collide with a real one. */
-	r = profile_location_for_address(p->profile, 0, &loc);
-	if (r < 0)
-		return r;
-	r = profile_location_set(p->profile, loc, 0, &line, 1);
+	r = profile_named_location(p->profile, 0, name, &loc);
 	if (r < 0)
 		return r;
 	values[0] = 0;

@@ -282,3 +282,18 @@ int profile_location_set(struct profile *p, uint64_t id, uint64_t mapping_id,
 	l->mapping_id = mapping_id;
 	return 0;
 }
+
+int profile_named_location(struct profile *p, uint64_t address, const char *name,
+			   uint64_t *ret_id)
+{
+	struct profile_line line = { 0 };
+	int r;
+
+	r = profile_location_for_address(p, address, ret_id);
+	if (r < 0 || p->locations[*ret_id - 1].nlines)
+		return r;
+	r = profile_intern_function(p, name, name, "", 0, &line.function_id);
+	if (r < 0)
+		return r;
+	return profile_location_set(p, *ret_id, 0, &line, 1);
+}

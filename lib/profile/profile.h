@@ -124,6 +124,14 @@ int profile_location_for_address(struct profile *p, uint64_t address, uint64_t *
  * Sets mapping and lines (copied) of location @id, replacing any. -EINVAL,
  * and no change, if @id, @mapping_id (0 is "none") or a function id is unknown.
  */
+/*
+ * A location that is a name, not code: time a profiler accounts without a
+ * stack ("[unsampled: ...]"). @address must never be a PC (0, 1, ...: the
+ * first page is never mapped); the same @address gives the same location.
+ */
+int profile_named_location(struct profile *p, uint64_t address, const char *name,
+			   uint64_t *ret_id);
+
 int profile_location_set(struct profile *p, uint64_t id, uint64_t mapping_id,
 			 const struct profile_line *lines, size_t nlines);
 

@@ -143,21 +143,12 @@ static int read_syscall(pid_t pid, pid_t tid, struct wall_look *ret)
 /* The call first: a running thread needs nothing more. */
 int wall_look_read(pid_t pid, pid_t tid, struct wall_look *ret)
 {
-	char buf[1024];
-	const char *f;
 	int r = read_syscall(pid, tid, ret);
 
 	ret->state = 'R';
 	if (r < 0 || (ret->syscall < 0 && !ret->sp))
 		return r;
-	r = read_stat(pid, tid, buf, sizeof(buf));
-	if (r < 0)
-		return r;
-	f = stat_field(buf, 3);
-	if (!f)
-		return -EIO;
-	ret->state = *f;
-	return 0;
+	return target_thread_state(pid, tid, &ret->state);
 }
 
 static bool same_look(const struct wall_look *a, const struct wall_look *b)
@@ -233,26 +224,33 @@ static bool chain_unchanged(pid_t tid, const struct wall_off_stack *st, uint64_t
 	return true;
 }
 
+/* 0 when @tid still sleeps where @look saw it, -EAGAIN when it woke. */
+static int still_asleep(pid_t pid, pid_t tid, const struct wall_look *look)
+{
+	struct wall_look again;
+	int r = read_syscall(pid, tid, &again);
+
+	if (r < 0)
+		return r;
+	return same_look(look, &again) ? 0 : -EAGAIN;
+}
+
 int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
 			const struct maps *maps, struct unwinder *unw, struct wall_off_stack *st,
 			uint64_t *ret_read)
 {
 	const struct map_entry *m = maps_find(maps, look->sp);
 	size_t room, want, len = 0;
-	struct wall_look again;
 	uint8_t *buf = NULL;
 	bool ran_off = false;
 	int r;
 
 	*ret_read = 0;
 	if (st->valid && same_look(look, &st->look) && chain_unchanged(tid, st, ret_read)) {
-		r = read_syscall(pid, tid, &again);
-		if (r < 0)
-			return r;
-		if (!same_look(look, &again))
-			return -EAGAIN;
-		st->look.state = look->state;
-		return 0;
+		r = still_asleep(pid, tid, look);
+		if (r == 0)
+			st->look.state = look->state;
+		return r;
 	}
 	if (!m)
 		return -ENOENT;
@@ -271,19 +269,9 @@ int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
 			goto out_free;
 		*ret_read += len;
 		/* Woke in between: the copy may mix two stacks. */
-		r = read_syscall(pid, tid, &again);
+		r = still_asleep(pid, tid, look);
 		if (r < 0)
 			goto out_free;
-		if (!same_look(look, &again)) {
-			r = -EAGAIN;
-			goto out_free;
-		}
-		if (st->valid && same_look(look, &st->look) && st->len == len &&
-		    memcmp(st->bytes, buf, len) == 0) {
-			st->look.state = look->state;
-			r = 0;
-			goto out_free;
-		}
 		st->valid = false; /* its pcs are rewritten now */
 		r = unwind_into(unw, look, buf, len, st, &ran_off);
 		if (r < 0)
@@ -292,13 +280,9 @@ int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
 			break;
 		want = MIN(MAX(want * 4, st->want), room);
 	}
-	free(st->bytes);
-	st->bytes = buf;
-	st->len = st->alloc = len;
 	st->look = *look;
 	st->valid = true;
-	st->rooted = !ran_off;
-	return 1;
+	r = 1;
 
 out_free:
 	free(buf);
@@ -307,7 +291,6 @@ out_free:
 
 void wall_off_stack_release(struct wall_off_stack *st)
 {
-	free(st->bytes);
 	free(st->pcs);
 	free(st->slots);
 	memset(st, 0, sizeof(*st));

@@ -25,15 +25,12 @@ struct wall_look {
 /* The last stack a thread was seen asleep in, kept until it runs again. */
 struct wall_off_stack {
 	struct wall_look look;
-	uint8_t *bytes;   /* the copy it was unwound from */
-	size_t len, alloc;
 	size_t want;      /* bytes to copy next time: what the walk read */
 	uint64_t *pcs;    /* leaf first, as unwinder_unwind() gives them */
 	size_t npcs, pcs_alloc;
 	uint64_t *slots;  /* where pcs[i + 1] + 1 was read from: the chain */
 	size_t slots_alloc;
 	bool valid;
-	bool rooted;      /* the walk was not cut short by the copy's end */
 };
 
 /* thread-look.c */
@@ -48,7 +45,8 @@ int wall_look_read(pid_t pid, pid_t tid, struct wall_look *ret);
  * Returns 1 when @st was taken now, 0 when @st already held this very
  * stack (asleep at the same place, every return address of its chain
  * still in its slot: nothing copied or unwound again), -EAGAIN when the thread
- * woke while it was copied (@st unchanged), other -errno.
+ * woke while it was copied (@st unchanged, or invalid if a longer copy had
+ * begun rewriting it), other -errno.
  * @ret_read gets the bytes read from the target.
  */
 int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,

@@ -123,19 +123,8 @@ static int synthetic_location(struct wall_profiler *p, uint64_t addr, uint64_t *
 		[ADDR_OFF_UNSEEN] = "[off-CPU: stack not seen]",
 		[ADDR_RUN_UNSAMPLED] = "[running: not sampled]",
 	};
-	struct profile_line line = { 0 };
-	int r;
 
-	r = profile_location_for_address(p->profile, addr, ret);
-	if (r < 0)
-		return r;
-	if (p->profile->locations[*ret - 1].nlines)
-		return 0;
-	r = profile_intern_function(p->profile, names[addr], names[addr], "", 0,
-				    &line.function_id);
-	if (r < 0)
-		return r;
-	return profile_location_set(p->profile, *ret, 0, &line, 1);
+	return profile_named_location(p->profile, addr, names[addr], ret);
 }
 
 /* One sample of @ns of @tid's time in @state, on @pcs (NULL: @addr's frame). */
@@ -208,7 +197,6 @@ static int on_sample(const struct perf_sample *s, void *arg)
 		p->pcs[0] = s->user.regs[UNWIND_REG_RIP];
 		n = 1;
 	}
-	p->stats.sampled_cpu_ns += s->period;
 	p->stats.bytes_read += s->user.stack_size + sizeof(s->user.regs);
 	r = keep_run_stack(p, s->tid, p->pcs, (size_t)n, s->period);
 	if (r < 0)
@@ -300,7 +288,6 @@ static int drain(struct wall_profiler *p)
 		return 0;
 	r = perf_session_drain(p->perf, &h);
 	ps = perf_session_stats(p->perf);
-	p->stats.cpu_samples = ps->samples;
 	p->stats.lost = ps->lost;
 	return r;
 }
@@ -325,12 +312,10 @@ static void take_off_stack(struct wall_profiler *p, struct wall_thread *t,
 						&t->off, &bytes);
 	}
 	p->stats.bytes_read += bytes;
-	if (r == 1) {
+	if (r == 1)
 		p->stats.off_stacks++;
-		p->stats.off_rooted += t->off.rooted;
-	} else if (r == 0) {
+	else if (r == 0)
 		p->stats.off_reused++;
-	}
 }
 
 /* What the thread does now; if it sleeps, on which stack. */
@@ -388,7 +373,6 @@ static int add_unsampled(struct wall_profiler *p, struct wall_thread *t, uint64_
 		return 0;
 	ns = t->run_unsampled - slack;
 	t->run_unsampled -= ns;
-	p->stats.unsampled_run_ns += (uint64_t)ns;
 	return add_time(p, t->tid, NULL, 0, ADDR_RUN_UNSAMPLED, "running", -1, (uint64_t)ns);
 }
 
@@ -469,6 +453,13 @@ static int account(struct wall_profiler *p, struct wall_thread *t)
 	return r;
 }
 
+static void thread_gone(struct wall_thread *t)
+{
+	t->alive = false;
+	close(t->fd);
+	t->fd = -1;
+}
+
 /*
  * A thread seen for the first time: at the window's start its clocks are
  * the baseline; one born since started from zero at its birth.
@@ -502,17 +493,12 @@ static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64
 		t->last_ns = birth; /* its clocks count from there */
 		return t;
 	}
-	if (wall_clocks_read(fd, &t->clk) < 0)
-		t->alive = false;
+	if (wall_clocks_read(fd, &t->clk) < 0) {
+		thread_gone(t);
+		return t;
+	}
 	look_now(p, t);
 	return t;
-}
-
-static void thread_gone(struct wall_thread *t)
-{
-	t->alive = false;
-	close(t->fd);
-	t->fd = -1;
 }
 
 static int tick(struct wall_profiler *p)
@@ -733,8 +719,8 @@ static int add_comments(struct wall_profiler *p)
 		r = profile_add_comment(p->profile, c);
 	}
 	if (r == 0 && p->stats.lost) {
-		snprintf(c, sizeof(c), "lost %llu CPU sample records: buffers overflowed",
-			 (unsigned long long)p->stats.lost);
+		snprintf(c, sizeof(c), "lost %llu perf %s: buffers overflowed",
+			 (unsigned long long)p->stats.lost, plural(p->stats.lost, "record", "records"));
 		r = profile_add_comment(p->profile, c);
 	}
 	return r;
@@ -769,7 +755,7 @@ void wall_profiler_free(struct wall_profiler *p)
 		return;
 	perf_session_free(p->perf);
 	for (size_t i = 0; i < p->nthreads; i++) {
-		if (p->threads[i].fd >= 0 && p->threads[i].alive)
+		if (p->threads[i].fd >= 0)
 			close(p->threads[i].fd);
 		wall_off_stack_release(&p->threads[i].off);
 		free(p->threads[i].run_pcs);

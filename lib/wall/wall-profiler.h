@@ -37,18 +37,14 @@ struct wall_profiler_opts {
 
 struct wall_profiler_stats {
 	uint64_t ticks;          /* looks at every thread */
-	uint64_t cpu_samples;    /* perf samples of the target */
 	uint64_t lost;           /* perf records the kernel dropped */
 	uint64_t off_stacks;     /* off-CPU stacks taken (copied and unwound) */
 	uint64_t off_reused;     /* off-CPU intervals given a stack taken before */
 	uint64_t off_unknown;    /* off-CPU intervals with no stack (woke first) */
-	uint64_t off_rooted;     /* of off_stacks: unwound to the thread's start */
 	uint64_t bytes_read;     /* stack bytes and perf data read from the target */
 	uint64_t threads;        /* threads seen */
 	uint64_t accounted_ns;   /* wall time given to samples, all threads */
 	uint64_t running_ns, runnable_ns, off_ns; /* the kernel's figures, summed */
-	uint64_t sampled_cpu_ns; /* perf samples x period */
-	uint64_t unsampled_run_ns; /* run time no sample stood for */
 	uint64_t window_ns;
 	uint64_t symbolize_ns;
 	int stacks_refused;      /* -errno: no sleeping stacks (no ptrace access) */
