@@ -272,15 +272,18 @@ struct channel *agent_rules_channel(const struct agent_load *al)
 	return getenv("CPROF_HEAP_COPY_STACKS") ? NULL : al->ch;
 }
 
-int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate)
+/*
+ * Finds the agent (into @agent) and reads @t's modules into @al. 0, or an
+ * exit code after reporting the error.
+ */
+static int agent_prepare(struct agent_load *al, const struct target *t, char *agent, size_t size)
 {
-	char agent[PATH_MAX], why[PATH_MAX + 128];
-	struct inject_opts o;
+	char why[PATH_MAX + 128];
 	int r;
 
 	memset(al, 0, sizeof(*al));
 	al->fd = -1;
-	r = agent_find(agent, sizeof(agent), why, sizeof(why));
+	r = agent_find(agent, size, why, sizeof(why));
 	if (r == -EPERM) {
 		report_error("not loading the agent named by CPROF_AGENT ('%s') as root: %s",
 			     getenv("CPROF_AGENT"), why);
@@ -310,14 +313,18 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 			     strerror(-r));
 		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
 	}
-	o = (struct inject_opts){
+	return 0;
+}
+
+static struct inject_opts inject_opts_for(const struct agent_load *al, const struct target *t,
+					  const char *agent)
+{
+	return (struct inject_opts){
 		.agent_path = agent,
 		/* A target in a container cannot see our pid: 0 tells the
 		 * agent's watchdog to go by the heartbeat alone. */
 		.cprof_pid = target_other_pidns(t->pid) ? 0 : getpid(),
-		.rate = rate,
 		.ring_size = AGENT_RING_SIZE,
-		.events = events,
 		.pick_timeout_ms = PICK_TIMEOUT_MS,
 		.call_timeout_ms = CALL_TIMEOUT_MS,
 		.cancelled = interrupt_requested,
@@ -326,6 +333,41 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 		.sym = al->sym,
 		.unw = al->unw,
 	};
+}
+
+int agent_call(struct agent_load *al, const struct target *t, const char *function,
+	       const char *string, int *ret)
+{
+	char agent[PATH_MAX];
+	struct inject_opts o;
+	int r;
+
+	r = agent_prepare(al, t, agent, sizeof(agent));
+	if (r)
+		return r;
+	o = inject_opts_for(al, t, agent);
+	o.function = function;
+	o.string = string;
+	r = inject_agent(t->pid, &o, &al->rep);
+	if (al->rep.called || r == -ECANCELED) {
+		*ret = r;
+		return 0;
+	}
+	return inject_error(r, t, al);
+}
+
+int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate)
+{
+	char agent[PATH_MAX];
+	struct inject_opts o;
+	int r;
+
+	r = agent_prepare(al, t, agent, sizeof(agent));
+	if (r)
+		return r;
+	o = inject_opts_for(al, t, agent);
+	o.rate = rate;
+	o.events = events;
 	r = inject_agent(t->pid, &o, &al->rep);
 	if (r == -ECANCELED) {
 		/* Ctrl-C while no thread was safe to stop: the window is empty

@@ -43,6 +43,17 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 void agent_load_release(struct agent_load *al);
 
 /*
+ * Loads the agent into @t (as agent_load() does) and calls its exported
+ * @function(@string) instead of starting a session (inject_opts.function):
+ * 0 with the function's result in *@ret (-ECANCELED: Ctrl-C before it
+ * ran, the target as it was), or an exit code after reporting why the
+ * agent could not be loaded. @al keeps the modules read (al->sym) and no
+ * channel.
+ */
+int agent_call(struct agent_load *al, const struct target *t, const char *function,
+	       const char *string, int *ret);
+
+/*
  * The absolute path of the agent cprof would load, in @buf: $CPROF_AGENT,
  * else cprof-agent.so beside the cprof binary (a build tree), else where
  * `cmake --install` puts it relative to the binary (CPROF_AGENT_REL). 0,

@@ -50,6 +50,22 @@ CPROF_AGENT_API int cprof_agent_detach(void);
 CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint32_t ring_size,
 					      uint32_t events);
 
+/*
+ * jemalloc's own heap profile (lib/agent/jemalloc.c): when the process's
+ * allocator is jemalloc with its profiler on (opt.prof, MALLOC_CONF=prof:true
+ * at start), mallctl("prof.dump") writes its heap_v2 profile to @path, a
+ * file cprof then reads and deletes; @path NULL only asks. Hooks nothing,
+ * starts no session. Allocates and takes jemalloc's locks: the calling
+ * thread must be outside the allocator. Returns 0, CPROF_JEMALLOC_INACTIVE
+ * (written, but prof.active is false: sampling paused), or:
+ *   -ENOENT   no mallctl in the process (its allocator is not jemalloc)
+ *   -ENOTSUP  its jemalloc was built without profiling
+ *   -ENODATA  profiling is off (opt.prof false)
+ *   -errno    mallctl's error (-EFAULT: the file could not be written)
+ */
+CPROF_AGENT_API int cprof_agent_jemalloc_dump(const char *path);
+#define CPROF_JEMALLOC_INACTIVE 1
+
 /* The wire format version this agent writes (CPROF_WIRE_VERSION). */
 CPROF_AGENT_API uint32_t cprof_agent_version(void);
 

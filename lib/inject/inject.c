@@ -134,6 +134,11 @@ static void find_old_page(struct call *c)
 
 /* ---- the agent's path ------------------------------------------------- */
 
+static const char *function_of(const struct inject_opts *o)
+{
+	return o->function ? o->function : "cprof_agent_attach_events";
+}
+
 static bool is_agent(const char *path)
 {
 	const char *b = strrchr(path, '/');
@@ -231,7 +236,7 @@ static int choose_agent_path(struct call *c)
 			snprintf(c->rep->agent_path, sizeof(c->rep->agent_path), "%s",
 				 m->entries[i].path);
 			if (warm_agent(c->pid) &&
-			    inject_find_function(c->pid, m, "cprof-agent", "cprof_agent_attach_events",
+			    inject_find_function(c->pid, m, "cprof-agent", function_of(c->o),
 						 &c->attach_fn) == 0 &&
 			    inject_find_function(c->pid, m, "cprof-agent", "cprof_agent_tramp",
 						 &c->entry) == 0 &&
@@ -426,10 +431,17 @@ static void fill_image(struct call *c, const struct user_regs_struct *r)
 	*field(c, TD_DLSYM) = c->dlsym;
 	*field(c, TD_DLERROR) = c->dlerror;
 	*field(c, TD_FLAGS) = RTLD_NOW;
-	*field(c, TD_ARG0) = (uint64_t)(int64_t)c->o->cprof_pid;
-	*field(c, TD_ARG1) = c->o->rate;
-	*field(c, TD_ARG2) = c->o->ring_size;
-	*field(c, TD_ARG3) = c->o->events ? c->o->events : CPROF_EVENTS_HEAP;
+	if (c->o->function) {
+		snprintf((char *)field(c, TD_STR), TD_STR_MAX, "%s",
+			 c->o->string ? c->o->string : "");
+		*field(c, TD_ARG0) = c->o->string ? data_block(c) + TD_STR : 0;
+		*field(c, TD_ARG1) = *field(c, TD_ARG2) = *field(c, TD_ARG3) = 0;
+	} else {
+		*field(c, TD_ARG0) = (uint64_t)(int64_t)c->o->cprof_pid;
+		*field(c, TD_ARG1) = c->o->rate;
+		*field(c, TD_ARG2) = c->o->ring_size;
+		*field(c, TD_ARG3) = c->o->events ? c->o->events : CPROF_EVENTS_HEAP;
+	}
 	*field(c, TD_DONE) = 0;
 	*field(c, TD_FXSAVE) = c->fxsave;
 	*field(c, TD_UNMAP) = c->old_page;
@@ -439,7 +451,7 @@ static void fill_image(struct call *c, const struct user_regs_struct *r)
 	/* Preset: the trampoline calls it alone (no dlopen, no dlsym). */
 	*field(c, TD_FUNC) = c->attach_fn;
 	*field(c, TD_HANDLE) = c->attach_fn ? 1 : 0;
-	snprintf((char *)field(c, TD_SYM), TD_SYM_MAX, "cprof_agent_attach_events");
+	snprintf((char *)field(c, TD_SYM), TD_SYM_MAX, "%s", function_of(c->o));
 	snprintf((char *)field(c, TD_PATH), TD_PATH_MAX, "%s", c->rep->agent_path);
 	ptrace_resume_point(r, &rip, &rax);
 	regs[TR_RAX] = rax;
@@ -576,8 +588,9 @@ static int try_thread(struct call *c, pid_t tid)
 	stopped = now_monotonic_ns();
 	if (ptrace(PTRACE_GETREGS, tid, 0, &regs) < 0)
 		return -EAGAIN;
-	k = inject_judge_thread(c->o, tid, &regs, c->attach_fn != 0, c->rep->why,
-				sizeof(c->rep->why));
+	/* Only a resident agent's attach allocates nothing (warm_agent()). */
+	k = inject_judge_thread(c->o, tid, &regs, c->attach_fn != 0 && !c->o->function,
+				c->rep->why, sizeof(c->rep->why));
 	if (k == 0)
 		k = launch(c, tid, &regs);
 	if (k < 0) {
@@ -708,6 +721,7 @@ static int collect(struct call *c, uint64_t launched)
 	}
 	if (!res[1])
 		return -ENOSYS;
+	c->rep->called = 1;
 	/* cprof_agent_attach returns an int; the target is untrusted. */
 	return (int)(int32_t)res[2];
 }
@@ -719,6 +733,9 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 	int r;
 
 	memset(rep, 0, sizeof(*rep));
+	if (o->function && (strlen(o->function) >= TD_SYM_MAX ||
+			    (o->string && strlen(o->string) >= TD_STR_MAX)))
+		return -EINVAL;
 	if (!target_alive(pid))
 		return -ESRCH;
 	r = inject_find_function(pid, o->maps, "libc.so.", "dlopen", &c.dlopen);

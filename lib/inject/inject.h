@@ -37,6 +37,14 @@ struct inject_opts {
 	uint64_t rate;
 	uint32_t ring_size;
 	uint32_t events;        /* CPROF_EVENTS_* (agent/wire.h); 0: heap */
+	/* Another of the agent's functions to call instead of
+	 * cprof_agent_attach_events() (NULL), with @string (shorter than
+	 * TD_STR_MAX, copied into the call's data block; NULL passes NULL) as
+	 * its only argument: cprof_agent_jemalloc_dump(). Such a function may
+	 * allocate: the thread is judged as for a first load even when the
+	 * agent is resident. */
+	const char *function;
+	const char *string;
 	unsigned pick_timeout_ms; /* looking for a safe thread */
 	unsigned call_timeout_ms; /* waiting for the call to finish */
 	/* Asked between looks while no thread is stopped: true gives up with
@@ -66,6 +74,7 @@ struct inject_report {
 	char agent_path[1024];   /* the path dlopen was given */
 	int placed;              /* a copy in the target's root: 1 new, 2 found there */
 	int place_error;         /* -errno: why no copy could be put there */
+	int called;              /* 1: the agent's function ran: inject_agent() returned its result */
 };
 
 /*
@@ -83,6 +92,8 @@ struct inject_report {
  *   -ENOTSUP    a stopped (SIGSTOP) target, or no way to save its state
  *   other -errno from cprof_agent_attach_events() (-EBUSY: another cprof's
  *   session runs) or from the system.
+ * With @rep->called set, the agent's function ran and the value returned is
+ * its result, whatever its sign (inject_opts.function's own -errno).
  */
 int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *rep);
 

@@ -98,8 +98,12 @@ static int judge_frame(const struct inject_opts *o, uint64_t pc, bool in_alloc_o
 		return -EAGAIN;
 	}
 	base = basename_of(path);
+	/* jemalloc's internal functions have no names in its .dynsym: the
+	 * whole module is the allocator (cprof_agent_jemalloc_dump() takes its
+	 * locks, dlopen allocates). */
 	if (strncmp(base, "ld-linux", 8) == 0 || strncmp(base, "ld-2.", 5) == 0 ||
-	    strncmp(base, "cprof-agent", 11) == 0) {
+	    strncmp(base, "cprof-agent", 11) == 0 ||
+	    (!in_alloc_ok && strncmp(base, "libjemalloc", 11) == 0)) {
 		snprintf(why, len, "it is inside %s", base);
 		return -EAGAIN;
 	}

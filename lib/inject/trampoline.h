@@ -63,6 +63,8 @@
 #define TD_SYM_MAX 64
 #define TD_PATH 384    /* NUL-terminated path of the .so, TD_PATH_MAX bytes */
 #define TD_PATH_MAX 1024
+#define TD_STR 1408    /* NUL-terminated string argument (inject_opts.string) */
+#define TD_STR_MAX 64
 #define TD_XSAVE 1472  /* the xsave (or fxsave) image, 64-byte aligned */
 #define TD_XSAVE_MAX (TRAMP_SIZE - TRAMP_DATA - TD_XSAVE)
 
@@ -96,7 +98,8 @@ extern const unsigned char cprof_tramp_code[], cprof_tramp_code_end[];
 _Static_assert(TD_REGS + 8 * TR_COUNT <= TD_SETCANCEL, "trampoline layout");
 _Static_assert(TD_UNMAP + 8 <= TD_SYM, "trampoline layout");
 _Static_assert(TD_SYM + TD_SYM_MAX <= TD_PATH, "trampoline layout");
-_Static_assert(TD_PATH + TD_PATH_MAX <= TD_XSAVE, "trampoline layout");
+_Static_assert(TD_PATH + TD_PATH_MAX <= TD_STR, "trampoline layout");
+_Static_assert(TD_STR + TD_STR_MAX <= TD_XSAVE, "trampoline layout");
 _Static_assert((TRAMP_DATA + TD_XSAVE) % 64 == 0, "xrstor needs 64-byte alignment");
 #endif
 

@@ -1,0 +1,61 @@
+/*
+ * cprof heap from jemalloc's own heap profiler (issue 15): when the
+ * target's jemalloc samples allocations itself (MALLOC_CONF=prof:true at
+ * its start), the agent has it write its profile (cprof_agent_jemalloc_dump())
+ * to a file cprof made in the target's root, cprof reads and deletes it,
+ * and lib/heap/jemalloc-prof.h turns it into the same heap profile the
+ * hooks give. No hook goes in, no window is waited for: it is what
+ * jemalloc sampled since the program started.
+ */
+#ifndef CPROF_HEAP_JEMALLOC_H
+#define CPROF_HEAP_JEMALLOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent-load.h"
+#include "heap/jemalloc-prof.h"
+#include "target/target.h"
+
+/* --source */
+enum heap_source {
+	HEAP_SOURCE_AUTO,     /* jemalloc's profiler where it is on, else hooks */
+	HEAP_SOURCE_JEMALLOC, /* jemalloc's profiler, or an error */
+	HEAP_SOURCE_HOOKS,    /* cprof's hooks */
+};
+
+struct heap_jemalloc {
+	struct agent_load al; /* the target's modules: al.sym symbolizes */
+	struct jeprof *prof;
+	uint64_t time_realtime_ns; /* when it was dumped */
+	bool inactive;             /* prof.active was false: sampling paused */
+};
+
+/* jemalloc is among @t's modules (libjemalloc*.so mapped). */
+bool heap_jemalloc_present(const struct target *t);
+
+/* --source auto's choice: jemalloc is mapped and the MALLOC_CONF @t
+ * started with turns its profiler on (prof:true). */
+bool heap_jemalloc_auto(const struct target *t);
+
+/* heap_jemalloc_dump() found jemalloc's profiler off (@required false). */
+#define HEAP_JEMALLOC_OFF (-1)
+
+/*
+ * Loads the agent into @t and has it dump jemalloc's profile, read into
+ * @h->prof. 0; HEAP_JEMALLOC_OFF when @required is false and the target
+ * has no jemalloc with its profiler on (nothing said: the hooks go next);
+ * else an exit code after reporting (EXIT_TARGET: no jemalloc, none with
+ * profiling built in, or profiling off, with how to turn it on).
+ */
+int heap_jemalloc_dump(struct heap_jemalloc *h, const struct target *t, bool required);
+void heap_jemalloc_release(struct heap_jemalloc *h);
+
+/* The pprof profile of @h->prof (jeprof_build()). */
+int heap_jemalloc_profile(struct heap_jemalloc *h, const struct target *t, const char *index,
+			  const char *command_line, struct profile **ret);
+/* Go's debug=1 text of it, in a buffer the caller frees. */
+int heap_jemalloc_text(struct heap_jemalloc *h, char **ret, size_t *ret_len);
+
+#endif

@@ -1,0 +1,243 @@
+/*
+ * cprof heap from jemalloc's own heap profiler (issue 15): jeprofsites
+ * (tests/targets/jeprofsites.c), linked with Debian's libjemalloc2 and
+ * started with MALLOC_CONF=prof:true,prof_accum:true,lg_prof_sample:12, so
+ * that jemalloc samples every allocation site from the start; its truth
+ * is what each site allocated and what two of them keep.
+ *
+ * The parser on a dump the target's jemalloc wrote itself, then cprof heap
+ * --source jemalloc (the agent's dump), --source auto, and the refusal
+ * when the profiler is off. Sites within 15% (5,000 to 9,000 samples
+ * each: 15% is over 10 standard deviations), what the retaining sites keep
+ * within 5% (their ~9,000 and ~4,000 samples: 1% and 1.6% standard
+ * deviations), and the sites that free at once near 0 in use.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "heap/jemalloc-prof.h"
+#include "symbolize/symbolize.h"
+#include "testhelp.h"
+
+TestSuite(heap_jemalloc, .init = th_init, .fini = th_cleanup, .timeout = 120);
+
+#define PROG "jeprofsites-jemalloc"
+#define PERIOD 4096
+#define MALLOC_CONF_ON "prof:true,prof_accum:true,lg_prof_sample:12"
+
+static const char *const freeing[] = { "small_64", "medium_4k", "large_256k" };
+static const char *const retaining[] = { "retain_1k", "retain_16k" };
+
+struct truth {
+	char name[32];
+	uint64_t objects, bytes;
+};
+
+static size_t read_truth(const char *path, struct truth *t, size_t max)
+{
+	char line[256];
+	size_t n = 0;
+	FILE *f = fopen(path, "re");
+
+	cr_assert_not_null(f, "jeprofsites wrote no report %s", path);
+	while (n < max && fgets(line, sizeof(line), f)) {
+		unsigned long long o, b;
+
+		if (sscanf(line, "%31s %llu %llu", t[n].name, &o, &b) == 3) {
+			t[n].objects = o;
+			t[n].bytes = b;
+			n++;
+		}
+	}
+	fclose(f);
+	return n;
+}
+
+static const struct truth *truth_of(const struct truth *t, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(t[i].name, name))
+			return &t[i];
+	cr_assert_fail("no truth for %s", name);
+	return NULL;
+}
+
+static double rel_err(double got, double want)
+{
+	return want ? fabs(got - want) / want : (got ? 1.0 : 0.0);
+}
+
+static void skip_unless_built(void)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, PROG);
+	if (access(path, X_OK) != 0)
+		cr_skip_test("%s is not built: libjemalloc-dev was not installed when cprof was "
+			     "configured (scripts/setup installs it)", PROG);
+}
+
+/*
+ * Starts jeprofsites with @conf as MALLOC_CONF (NULL: none) for @seconds;
+ * with @dump, it has its jemalloc dump there itself. Skips when that
+ * jemalloc has no profiler (the dump is refused).
+ */
+static pid_t spawn(const char *conf, const char *report, const char *dump, const char *seconds)
+{
+	pid_t pid;
+
+	skip_unless_built();
+	unlink(report);
+	if (conf)
+		cr_assert_eq(setenv("MALLOC_CONF", conf, 1), 0);
+	pid = dump ? TH_SPAWN(PROG, seconds, report, dump) : TH_SPAWN(PROG, seconds, report);
+	unsetenv("MALLOC_CONF");
+	return pid;
+}
+
+/* The profile against the truth: per site, alloc within 15%; in use within
+ * 5% for the retaining sites, under 1% of what the others allocated. */
+static void check_profile(const struct profile *p, const char *report)
+{
+	struct th_func_sum *sums[4];
+	struct truth truth[16];
+	size_t nsums[4], n = read_truth(report, truth, 16);
+
+	cr_assert_eq(th_sample_type(p, "alloc_objects", "count"), 0);
+	cr_assert_eq(th_sample_type(p, "alloc_space", "bytes"), 1);
+	cr_assert_eq(th_sample_type(p, "inuse_objects", "count"), 2);
+	cr_assert_eq(th_sample_type(p, "inuse_space", "bytes"), 3);
+	cr_assert_str_eq(p->period_type.type, "space");
+	cr_assert_str_eq(p->period_type.unit, "bytes");
+	cr_assert_eq(p->period, PERIOD);
+	for (int i = 0; i < 4; i++)
+		th_func_sums(p, (size_t)i, &sums[i], &nsums[i]);
+	for (size_t i = 0; i < n; i++) {
+		const struct truth *t = &truth[i];
+		struct th_func_sum ao, as;
+
+		if (!strncmp(t->name, "live_", 5))
+			continue;
+		ao = th_func_get(sums[0], nsums[0], t->name);
+		as = th_func_get(sums[1], nsums[1], t->name);
+		cr_log_info("%-10s truth %7llu objects %10llu bytes; profile %7lld (%+.1f%%) %10lld "
+			    "(%+.1f%%)", t->name, (unsigned long long)t->objects,
+			    (unsigned long long)t->bytes, (long long)ao.flat,
+			    100.0 * ((double)ao.flat / (double)t->objects - 1), (long long)as.flat,
+			    100.0 * ((double)as.flat / (double)t->bytes - 1));
+		cr_expect_leq(rel_err((double)ao.flat, (double)t->objects), 0.15,
+			      "%s: alloc_objects %lld, truth %llu", t->name, (long long)ao.flat,
+			      (unsigned long long)t->objects);
+		cr_expect_leq(rel_err((double)as.flat, (double)t->bytes), 0.15,
+			      "%s: alloc_space %lld, truth %llu", t->name, (long long)as.flat,
+			      (unsigned long long)t->bytes);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(retaining); i++) {
+		char live[64];
+		const struct truth *t;
+		struct th_func_sum io = th_func_get(sums[2], nsums[2], retaining[i]);
+		struct th_func_sum is = th_func_get(sums[3], nsums[3], retaining[i]);
+
+		snprintf(live, sizeof(live), "live_%s", retaining[i]);
+		t = truth_of(truth, n, live);
+		cr_log_info("%-10s in use: truth %llu objects %llu bytes; profile %lld (%+.1f%%) %lld "
+			    "(%+.1f%%)", retaining[i], (unsigned long long)t->objects,
+			    (unsigned long long)t->bytes, (long long)io.flat,
+			    100.0 * ((double)io.flat / (double)t->objects - 1), (long long)is.flat,
+			    100.0 * ((double)is.flat / (double)t->bytes - 1));
+		cr_expect_leq(rel_err((double)is.flat, (double)t->bytes), 0.05, "%s inuse_space",
+			      retaining[i]);
+		cr_expect_leq(rel_err((double)io.flat, (double)t->objects), 0.05,
+			      "%s inuse_objects", retaining[i]);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(freeing); i++) {
+		const struct truth *t = truth_of(truth, n, freeing[i]);
+		struct th_func_sum is = th_func_get(sums[3], nsums[3], freeing[i]);
+
+		cr_expect_leq((double)is.flat, 0.01 * (double)t->bytes,
+			      "%s frees at once, yet %lld bytes in use", freeing[i],
+			      (long long)is.flat);
+	}
+	/* Every sample says its block size. */
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct profile_label *l = th_label(&p->samples[i], "bytes");
+
+		cr_assert(l && !l->str && l->num > 0, "sample %zu has no numeric bytes label", i);
+	}
+	for (int i = 0; i < 4; i++)
+		free(sums[i]);
+}
+
+static bool has_comment(const struct profile *p, const char *text)
+{
+	for (size_t i = 0; i < p->ncomments; i++)
+		if (strstr(p->comments[i], text))
+			return true;
+	return false;
+}
+
+/* ---- the parser, on what a real jemalloc wrote ---------------------------- */
+
+Test(heap_jemalloc, parser_on_real_dump)
+{
+	const char *report = th_tmp_path("jeprofsites-parse.report");
+	const char *dump = th_tmp_path("jeprofsites.heap");
+	struct jeprof_build_opts o = { .default_type = "inuse_space", .pid = 0 };
+	uint64_t retained = 0, allocated = 0;
+	double cur = 0, accum = 0;
+	struct symbolizer *sym;
+	struct truth truth[16];
+	struct profile *p;
+	struct jeprof *j;
+	uint8_t *text;
+	size_t len, n;
+	pid_t pid;
+
+	unlink(dump);
+	pid = spawn(MALLOC_CONF_ON, report, dump, "20");
+	cr_assert_eq(th_read_file(dump, &text, &len), 0, "no dump at %s", dump);
+	cr_assert_eq(jeprof_parse((const char *)text, len, &j), 0, "the dump did not parse");
+	cr_expect_eq(j->period, PERIOD);
+	cr_expect_geq(j->nthreads, 1);
+	cr_expect_gt(j->maps_offset, 0, "no MAPPED_LIBRARIES section");
+	cr_assert_geq(j->nbuckets, ARRAY_SIZE(freeing) + ARRAY_SIZE(retaining));
+	/* Unbiased per backtrace, the sums are the program's totals: what the
+	 * sites allocated and keep, and a little more (stdio, the arrays). */
+	for (size_t i = 0; i < j->nbuckets; i++) {
+		const struct jeprof_counts *c = &j->buckets[i].c;
+
+		cr_assert_gt(j->buckets[i].naddrs, 0);
+		cur += (double)c->cur_bytes * jeprof_scale(c->cur_objects, c->cur_bytes, PERIOD);
+		accum += (double)c->accum_bytes *
+			 jeprof_scale(c->accum_objects, c->accum_bytes, PERIOD);
+	}
+	n = read_truth(report, truth, 16);
+	for (size_t i = 0; i < n; i++)
+		if (!strncmp(truth[i].name, "live_", 5))
+			retained += truth[i].bytes;
+		else
+			allocated += truth[i].bytes;
+	cr_log_info("dump: %zu backtraces, in use %.0f (retained %llu), allocated %.0f (sites "
+		    "%llu)", j->nbuckets, cur, (unsigned long long)retained, accum,
+		    (unsigned long long)allocated);
+	cr_expect_leq(rel_err(cur, (double)retained), 0.05);
+	cr_expect_leq(rel_err(accum, (double)allocated), 0.05);
+
+	/* The profile from it, symbolized by the live target's modules. */
+	cr_assert_eq(symbolizer_new(&sym, pid), 0);
+	o.sym = sym;
+	cr_assert_eq(jeprof_build(j, &o, &p), 0);
+	check_profile(p, report);
+	cr_expect(has_comment(p, "jemalloc's own heap profiler"));
+	cr_expect_str_eq(p->default_sample_type, "inuse_space");
+	profile_free(p);
+	symbolizer_free(sym);
+	jeprof_free(j);
+	free(text);
+	th_kill(pid);
+}
