@@ -40,14 +40,14 @@ static void cpu_help(void)
 	       "  -p, --pid PID            process to profile\n"
 	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
 	       "  -F, --frequency HZ       samples per second of CPU time, 1-10000 (default 100)\n"
-	       "  -o, --output FILE        profile to write, - for stdout (default cpu.pb.gz;\n"
-	       "                           stdout for a view)\n"
+	       "  -o, --output FILE        where to write, - for stdout (default cpu.pb.gz;\n"
+	       "                           a view without -o goes to stdout)\n"
 	       "      --mode MODE          auto, system or thread (default auto: system when\n"
 	       "                           privileged, else thread)\n"
 	       "      --kernel             add kernel frames (named from /proc/kallsyms) on top\n"
 	       "                           of the user stacks; needs root or\n"
 	       "                           kernel.perf_event_paranoid <= 1\n"
-	       OPTIONS_RUNBOOK_HELP
+	       OPTIONS_OUTPUT_HELP
 	       "  -q, --quiet              no progress or summary on stderr\n"
 	       "  -h, --help               show this help\n");
 }
@@ -102,7 +102,7 @@ static int parse_args(int argc, char **argv, struct cpu_args *a)
 		cpu_help();
 		return -1;
 	}
-	return option_output_finish(CMD, &a->common, "cpu.pb.gz");
+	return option_output(CMD, &a->common);
 }
 
 static enum perf_scope choose_scope(const char *mode)

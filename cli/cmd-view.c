@@ -23,27 +23,36 @@ struct view_args {
 	const char *index;
 	enum view_format format;
 	bool format_given;
-	int64_t top; /* 0: every row */
+	int64_t top; /* --top N: the table's rows; 0: every row, no table on stderr */
 	struct view_filter *filter; /* --tagfocus, --tagignore; NULL: none */
 	bool help;
 };
 
 static void view_help(void)
 {
-	printf("usage: cprof view FILE [--top N | --folded | --svg OUT.svg | --tree | --pprof] "
-	       "[--index TYPE] [--tagfocus KEY=REGEX] [--tagignore KEY=REGEX] [-o OUT]\n"
+	printf("usage: cprof view FILE [--format FORMAT | --folded | --svg OUT.svg | --tree | "
+	       "--pprof] [--top N] [--index TYPE] [--tagfocus KEY=REGEX] [--tagignore KEY=REGEX] "
+	       "[-o OUT]\n"
 	       "\n"
 	       "Show a pprof profile (cprof's or any other, such as Go's runtime/pprof;\n"
 	       "gzipped or not) without Go installed: the flat/cum table of\n"
 	       "'go tool pprof -top' (the default), folded stacks for flamegraph.pl,\n"
 	       "inferno or speedscope, a call tree, or an interactive flame graph.\n"
 	       "\n"
-	       "      --top N       the first N rows of the table (default: all rows)\n"
-	       "      --folded      one line per stack, root first: 'main;work;leaf VALUE'\n"
-	       "      --svg OUT.svg write a flame graph to OUT.svg (hover, click to zoom, Search\n"
-	       "                    or Ctrl-F, Reset Zoom or Escape)\n"
-	       "      --tree        the call tree from the roots down, by cum\n"
-	       "      --pprof       the profile itself (gzipped profile.proto), filtered\n"
+	       "      --format FORMAT\n"
+	       "                    top (the default without -o), pprof (the profile,\n"
+	       "                    filtered), svg, folded or tree; with -o by default from\n"
+	       "                    its extension: .svg, .folded, .txt (top), else pprof\n"
+	       "      --top N       the top N functions: the table's rows when it is the\n"
+	       "                    output, else a table printed to stderr after writing\n"
+	       "      --folded      --format folded: one line per stack, root first:\n"
+	       "                    'main;work;leaf VALUE'\n"
+	       "      --svg OUT.svg\n"
+	       "                    --format svg -o OUT.svg: a flame graph (hover, click to\n"
+	       "                    zoom, Search or Ctrl-F, Reset Zoom or Escape)\n"
+	       "      --tree        --format tree: the call tree from the roots down, by cum\n"
+	       "      --pprof       --format pprof: the profile itself (gzipped\n"
+	       "                    profile.proto), filtered\n"
 	       "      --index TYPE  the sample type to show, e.g. cpu, alloc_space (default:\n"
 	       "                    the profile's default, else its last type)\n"
 	       "      --tagfocus KEY=REGEX\n"
@@ -53,16 +62,15 @@ static void view_help(void)
 	       "                    repeated: all of them (go tool pprof's -tagfocus)\n"
 	       "      --tagignore KEY=REGEX\n"
 	       "                    leave out the samples --tagfocus would keep\n"
-	       "  -o, --output OUT  where to write (default stdout); without a view option\n"
-	       "                    the view follows OUT's extension: .svg, .folded, .txt,\n"
-	       "                    .pb.gz (the profile, as filtered); else the table\n"
+	       "  -o, --output OUT  where to write (default stdout, the table); - is stdout,\n"
+	       "                    the profile as any other name without an extension above\n"
 	       "  -h, --help        show this help\n");
 }
 
 static int set_format(struct view_args *a, enum view_format f)
 {
 	if (a->format_given && a->format != f)
-		return report_usage(CMD, "--top, --folded, --svg, --tree and --pprof do not go "
+		return report_usage(CMD, "--format, --folded, --svg, --tree and --pprof do not go "
 					 "together");
 	a->format = f;
 	a->format_given = true;
@@ -87,6 +95,7 @@ static int add_filter(struct view_args *a, bool ignore, const char *spec)
 static int parse_args(int argc, char **argv, struct view_args *a)
 {
 	static const struct option longopts[] = {
+		{ "format", required_argument, NULL, 'M' },
 		{ "top", required_argument, NULL, 'T' },
 		{ "folded", no_argument, NULL, 'F' },
 		{ "svg", required_argument, NULL, 'S' },
@@ -99,6 +108,7 @@ static int parse_args(int argc, char **argv, struct view_args *a)
 		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
+	enum view_format f;
 	int c, r = 0;
 
 	*a = (struct view_args){ .format = VIEW_TOP };
@@ -106,10 +116,15 @@ static int parse_args(int argc, char **argv, struct view_args *a)
 	optind = 1;
 	while (r == 0 && (c = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'M':
+			if (view_format_from_name(optarg, &f) < 0)
+				r = report_usage(CMD, "invalid format '%s': expected pprof, svg, folded, "
+						 "top or tree", optarg);
+			else
+				r = set_format(a, f);
+			break;
 		case 'T':
-			r = set_format(a, VIEW_TOP);
-			if (r == 0)
-				r = option_int(CMD, "--top", optarg, 1, 1000000, &a->top);
+			r = option_int(CMD, "--top", optarg, 1, 1000000, &a->top);
 			break;
 		case 'F':
 			r = set_format(a, VIEW_FOLDED);
@@ -155,12 +170,10 @@ static int parse_args(int argc, char **argv, struct view_args *a)
 	if (optind + 1 < argc)
 		return report_usage(CMD, "unexpected argument '%s'", argv[optind + 1]);
 	a->file = argv[optind];
+	/* The output rule of every command (cprof(1)): -o's extension, else
+	 * pprof; without -o, the table on stdout. */
 	if (!a->format_given && a->output)
 		a->format = view_format_from_path(a->output);
-	/* -o x.pb.gz (or .pb) writes a profile, as every command's -o does
-	 * (what the filters keep); any other name the table. */
-	if (!a->format_given && a->format == VIEW_PPROF && !view_path_names_pprof(a->output))
-		a->format = VIEW_TOP;
 	return 0;
 }
 
@@ -294,6 +307,28 @@ static void warn_if_nothing_kept(const struct profile *p, const struct view_filt
 		report_hint("the profile's samples have no labels");
 }
 
+/* --top N beside another output: the table, as the collecting commands
+ * print it after writing. */
+static int top_to_stderr(const struct profile *p, size_t index, const struct view_args *a,
+			 const char *title)
+{
+	char *buf = NULL;
+	size_t len;
+	int r = view_render_filtered(p, index, VIEW_TOP, (size_t)a->top, title, a->filter, &buf,
+				     &len);
+
+	if (r == 0) {
+		fflush(stderr);
+		fwrite(buf, 1, len, stderr);
+	}
+	free(buf);
+	if (r < 0) {
+		report_error("cannot show the top table: %s", strerror(-r));
+		return EXIT_FAIL;
+	}
+	return EXIT_OK;
+}
+
 int cmd_view(int argc, char **argv)
 {
 	struct profile *p = NULL;
@@ -320,7 +355,8 @@ int cmd_view(int argc, char **argv)
 		code = unknown_index(p, a.index);
 		goto out_free;
 	}
-	r = output_prepare(&out, a.output ? a.output : "-", false, why, sizeof(why));
+	r = output_prepare(&out, a.output ? a.output : "-", a.format == VIEW_PPROF, why,
+			   sizeof(why));
 	if (r < 0) {
 		report_error_text(NULL, why);
 		code = EXIT_OUTPUT;
@@ -329,7 +365,8 @@ int cmd_view(int argc, char **argv)
 	base = strrchr(a.file, '/');
 	snprintf(title, sizeof(title), "%s: %s", base ? base + 1 : a.file,
 		 p->sample_types[index].type);
-	r = view_render_filtered(p, index, a.format, (size_t)a.top, title, a.filter, &buf, &len);
+	r = view_render_filtered(p, index, a.format, a.format == VIEW_TOP ? (size_t)a.top : 0,
+				 title, a.filter, &buf, &len);
 	if (r == 0)
 		r = output_commit_bytes(&out, buf, len);
 	if (r < 0) {
@@ -339,7 +376,7 @@ int cmd_view(int argc, char **argv)
 		code = EXIT_FAIL;
 		goto out_free;
 	}
-	code = EXIT_OK;
+	code = a.top && a.format != VIEW_TOP ? top_to_stderr(p, index, &a, title) : EXIT_OK;
 out_free:
 	free(buf);
 	profile_free(p);

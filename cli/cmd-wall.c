@@ -40,9 +40,9 @@ static void wall_help(void)
 	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
 	       "  -F, --frequency HZ       looks at every thread per second, and CPU samples per\n"
 	       "                           second of CPU time, 1-1000 (default 100)\n"
-	       "  -o, --output FILE        profile to write, - for stdout (default wall.pb.gz;\n"
-	       "                           stdout for a view)\n"
-	       OPTIONS_RUNBOOK_HELP
+	       "  -o, --output FILE        where to write, - for stdout (default wall.pb.gz;\n"
+	       "                           a view without -o goes to stdout)\n"
+	       OPTIONS_OUTPUT_HELP
 	       "  -q, --quiet              no progress or summary on stderr\n"
 	       "  -h, --help               show this help\n");
 }
@@ -86,7 +86,7 @@ static int parse_args(int argc, char **argv, struct wall_args *a)
 		wall_help();
 		return -1;
 	}
-	return option_output_finish(CMD, &a->common, "wall.pb.gz");
+	return option_output(CMD, &a->common);
 }
 
 static void summary(const void *profiler, const void *args, const struct output *out)
@@ -118,7 +118,7 @@ static void summary(const void *profiler, const void *args, const struct output 
 		report_warning("no stacks for the running time: %s", st->perf_error);
 	if (st->lost)
 		report_warning("%llu perf %s lost (the buffers overflowed): some running stacks "
-			       "and preemptions are missing, the times are still the kernel's; try "
+			       "are missing, the times are still the kernel's; try "
 			       "a lower -F", (unsigned long long)st->lost,
 			       plural(st->lost, "record", "records"));
 	if (looked && st->off_unknown * 20 > looked)

@@ -1,4 +1,4 @@
-#include "runbook.h"
+#include "epilogue.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -55,7 +55,7 @@ static void json_top(FILE *f, const struct profile *p)
 	free(fn);
 }
 
-static int write_json(const struct runbook_facts *f)
+static int write_json(const struct epilogue_facts *f)
 {
 	printf("{\"command\":");
 	json_string(stdout, f->command);
@@ -74,11 +74,12 @@ static int write_json(const struct runbook_facts *f)
 	return 0;
 }
 
-int runbook_report(const struct common_opts *o, const struct runbook_facts *f)
+int epilogue_report(const struct common_opts *o, const struct epilogue_facts *f)
 {
 	size_t index;
 
-	if (o->top && f->profile && view_sample_index(f->profile, NULL, &index) == 0) {
+	if (o->top && !option_output_is_top(o) && f->profile &&
+	    view_sample_index(f->profile, NULL, &index) == 0) {
 		fflush(stderr);
 		view_write_top(f->profile, index, (size_t)o->top, stderr);
 	}
@@ -87,22 +88,11 @@ int runbook_report(const struct common_opts *o, const struct runbook_facts *f)
 	return 0;
 }
 
-void runbook_title(const char *cmd, pid_t pid, const struct profile *p, char *buf, size_t size)
-{
-	size_t index;
-
-	if (view_sample_index(p, NULL, &index) == 0)
-		snprintf(buf, size, "cprof %s -p %d: %s", cmd, (int)pid,
-			 p->sample_types[index].type);
-	else
-		snprintf(buf, size, "cprof %s -p %d", cmd, (int)pid);
-}
-
-int runbook_end_agent(const char *cmd, const struct common_opts *o,
+int epilogue_end_agent(const char *cmd, const struct common_opts *o,
 		      const struct window_result *w, const struct agent_load *al,
 		      uint64_t samples, const struct profile *profile)
 {
-	struct runbook_facts f = {
+	struct epilogue_facts f = {
 		.command = cmd,
 		.pid = o->pid,
 		.output = o->output,
@@ -113,5 +103,5 @@ int runbook_end_agent(const char *cmd, const struct common_opts *o,
 		.profile = profile,
 	};
 
-	return runbook_report(o, &f) < 0 ? EXIT_FAIL : EXIT_OK;
+	return epilogue_report(o, &f) < 0 ? EXIT_FAIL : EXIT_OK;
 }

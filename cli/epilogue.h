@@ -1,10 +1,11 @@
 /*
- * The end of a collecting command, for runbooks and scripts: --top N prints
- * a pprof -top table of the profile to stderr, --json one JSON object to
- * stdout (the only thing cprof ever prints there with --json).
+ * The end of a collecting command, after its output is written: --top N
+ * prints a pprof -top table of the profile to stderr (unless the output is
+ * that table), --json one JSON object to stdout (the only thing cprof ever
+ * prints there with --json).
  */
-#ifndef CPROF_RUNBOOK_H
-#define CPROF_RUNBOOK_H
+#ifndef CPROF_EPILOGUE_H
+#define CPROF_EPILOGUE_H
 
 #include <stdint.h>
 #include <sys/types.h>
@@ -12,7 +13,7 @@
 #include "options.h"
 #include "profile/profile.h"
 
-struct runbook_facts {
+struct epilogue_facts {
 	const char *command;
 	pid_t pid;
 	const char *output;   /* as given; "-" is stdout */
@@ -24,18 +25,15 @@ struct runbook_facts {
 };
 
 /* --top and --json, as @o asks. Returns 0, or -errno when stdout failed. */
-int runbook_report(const struct common_opts *o, const struct runbook_facts *f);
+int epilogue_report(const struct common_opts *o, const struct epilogue_facts *f);
 
 struct window_result;
 struct agent_load;
-/* runbook_report() of an agent command's window, which collected
+/* epilogue_report() of an agent command's window, which collected
  * @samples (sampled allocations, event records); the exit code: EXIT_OK,
  * or EXIT_FAIL when stdout failed. */
-int runbook_end_agent(const char *cmd, const struct common_opts *o,
+int epilogue_end_agent(const char *cmd, const struct common_opts *o,
 		      const struct window_result *w, const struct agent_load *al,
 		      uint64_t samples, const struct profile *profile);
-
-/* The title of a flame graph of @p: "cprof CMD -p PID: TYPE". */
-void runbook_title(const char *cmd, pid_t pid, const struct profile *p, char *buf, size_t size);
 
 #endif

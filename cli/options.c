@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "report.h"
@@ -45,6 +46,18 @@ int option_int(const char *cmd, const char *opt, const char *arg, int64_t min, i
 		return report_usage(cmd, "invalid %s '%s': expected a whole number from %lld to "
 					 "%lld", opt, arg, (long long)min, (long long)max);
 	return 0;
+}
+
+int option_debug(const char *cmd, const char *arg, int max, struct common_opts *o)
+{
+	int64_t v;
+	int r = option_int(cmd, "debug level", arg, 0, max, &v);
+
+	if (r == 0) {
+		o->debug = (int)v;
+		o->debug_given = true;
+	}
+	return r;
 }
 
 int option_common(const char *cmd, int c, char **argv, struct common_opts *o)
@@ -98,10 +111,10 @@ int option_finish(const char *cmd, int argc, char **argv, const struct common_op
 	return 0;
 }
 
-/* The command's long options and the runbook options, in one table. */
-static const struct option *with_runbook_options(const struct option *longopts)
+/* The command's long options and the output options, in one table. */
+static const struct option *with_output_options(const struct option *longopts)
 {
-	static const struct option runbook[] = {
+	static const struct option output[] = {
 		{ "format", required_argument, NULL, OPT_FORMAT },
 		{ "top", required_argument, NULL, OPT_TOP },
 		{ "json", no_argument, NULL, OPT_JSON },
@@ -109,10 +122,10 @@ static const struct option *with_runbook_options(const struct option *longopts)
 	static struct option all[64];
 	size_t n = 0;
 
-	for (; longopts[n].name && n < ARRAY_SIZE(all) - ARRAY_SIZE(runbook) - 1; n++)
+	for (; longopts[n].name && n < ARRAY_SIZE(all) - ARRAY_SIZE(output) - 1; n++)
 		all[n] = longopts[n];
-	for (size_t i = 0; i < ARRAY_SIZE(runbook); i++)
-		all[n++] = runbook[i];
+	for (size_t i = 0; i < ARRAY_SIZE(output); i++)
+		all[n++] = output[i];
 	all[n] = (struct option){ 0 };
 	return all;
 }
@@ -125,7 +138,7 @@ int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 
 	opterr = 0;
 	optind = 1;
-	longopts = with_runbook_options(longopts);
+	longopts = with_output_options(longopts);
 	while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		r = option_common(cmd, c, argv, common);
 		if (r == OPTION_NOT_COMMON)
@@ -136,39 +149,23 @@ int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 	return option_finish(cmd, argc, argv, common);
 }
 
-/* No --format: the view -o's extension names (idempotent). */
-static void resolve_format(struct common_opts *o)
+int option_output(const char *cmd, struct common_opts *o)
 {
-	if (!o->format_given && o->output)
+	if (!o->format_given && o->output && !o->debug)
 		o->format = view_format_from_path(o->output);
-}
-
-int option_debug_output(const char *cmd, struct common_opts *o, int *debug,
-			const char *binary_default)
-{
-	resolve_format(o);
-	/* --debug 1 -o threads.txt: the text asked for, not the table .txt names. */
-	if (*debug > 0 && !o->format_given)
-		o->format = VIEW_PPROF;
-	if (o->format != VIEW_PPROF) {
-		if (*debug > 0)
-			return report_usage(cmd, "--debug %d is a text of its own: it has no %s view "
-					    "(use --debug 0)", *debug, view_format_name(o->format));
-		*debug = 0;
-	}
-	if (*debug < 0)
-		*debug = o->output ? 0 : 1;
-	if (!o->output && *debug != 0)
-		o->output = "-";
-	return option_output_finish(cmd, o, binary_default);
-}
-
-int option_output_finish(const char *cmd, struct common_opts *o, const char *binary_default)
-{
-	resolve_format(o);
+	if (o->debug && o->format != VIEW_PPROF)
+		return report_usage(cmd, "--debug %d is a text of its own: it has no %s view "
+				    "(use --debug 0)", o->debug, view_format_name(o->format));
+	snprintf(o->default_output, sizeof(o->default_output), "%s.pb.gz", cmd);
 	if (!o->output)
-		o->output = o->format == VIEW_PPROF ? binary_default : "-";
+		o->output = o->format == VIEW_PPROF && !o->debug ? o->default_output : "-";
 	if (o->json && !strcmp(o->output, "-"))
-		return report_usage(cmd, "--json writes to stdout: give the profile a file with -o");
+		return report_usage(cmd, "--json writes to stdout: give the %s a file with -o",
+				    o->debug ? "text" : "profile");
 	return 0;
+}
+
+bool option_output_is_top(const struct common_opts *o)
+{
+	return !o->debug && o->format == VIEW_TOP;
 }

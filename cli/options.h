@@ -15,31 +15,35 @@
 int option_pid(const char *cmd, const char *arg, pid_t *ret);
 
 /*
- * What every collecting command takes: -p, -o, -q, -h, and the runbook
- * options --format, --top N, --json (options_parse() adds their long
+ * What every collecting command takes: -p, -o, -q, -h, and the options of
+ * its output, --format, --top N, --json (options_parse() adds their long
  * forms to every command's table).
  */
 struct common_opts {
 	pid_t pid;
 	bool have_pid;
-	const char *output; /* NULL when not given */
+	const char *output; /* -o; after option_output(): where to write, "-" is stdout */
 	bool quiet;
 	bool help;
 	enum view_format format; /* --format, else by -o's extension; pprof by default */
 	bool format_given;
-	int64_t top; /* --top N: a table of N rows on stderr after writing; 0: none */
+	int debug;   /* --debug N, Go's text layout N (1, 2); 0: none, a pprof profile or view */
+	bool debug_given;
+	int64_t top; /* --top N: the -top table's rows (see option_output()); 0: none */
 	bool json;   /* --json: one JSON object on stdout at the end */
+	char default_output[48]; /* ./COMMAND.pb.gz */
 };
 
-/* getopt values of the runbook options (outside the range of characters). */
+/* getopt values of the output options (outside the range of characters). */
 enum { OPT_FORMAT = 0x1000, OPT_TOP, OPT_JSON };
 
-/* The help lines of the runbook options, for each command's --help. */
-#define OPTIONS_RUNBOOK_HELP                                                                      \
+/* The help lines of the output options, for each command's --help. */
+#define OPTIONS_OUTPUT_HELP                                                                       \
 	"      --format FORMAT      pprof (default), svg (flame graph), folded (collapsed\n"       \
 	"                           stacks), top (pprof -top table) or tree; by default\n"        \
 	"                           from -o's extension: .svg, .folded, .txt (top)\n"             \
-	"      --top N              after writing, print the top N functions to stderr\n"         \
+	"      --top N              the top N functions: the table's rows with --format\n"      \
+	"                           top, else a table printed to stderr after writing\n"        \
 	"      --json               at the end, print one JSON object to stdout: command,\n"      \
 	"                           pid, output, duration, samples, lost, pause, top 5\n"
 
@@ -66,21 +70,20 @@ int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 		  const struct option *longopts, struct common_opts *common, option_fn fn,
 		  void *ctx);
 /*
- * The --debug N / -o rule of the commands with text views: no --debug means
- * 0 (pprof) with -o, 1 (text) without; no -o means @binary_default for
- * pprof and stdout for text. A view format (--format, -o's extension) is a
- * view of the debug 0 profile: --format with --debug 1 or 2 is a usage
- * error, and -o's extension gives way to --debug 1 or 2.
- * Then option_output_finish(). 0 or EXIT_USAGE.
+ * The output rule of every collecting command (cprof(1), OUTPUT). The
+ * format is --format's, else -o's extension's (.svg, .folded, .txt), else
+ * pprof; --debug 1 or 2 is Go's text layout instead (a usage error with
+ * --format other than pprof; -o's extension gives way to it). Without -o,
+ * a pprof profile goes to ./@cmd.pb.gz, a view or a text to stdout.
+ * --json wants stdout to itself. 0 or EXIT_USAGE.
  */
-int option_debug_output(const char *cmd, struct common_opts *o, int *debug,
-			const char *binary_default);
-/*
- * Without -o: @binary_default for pprof, stdout for a view. --json wants
- * stdout to itself: with -o - it is a usage error. 0 or EXIT_USAGE.
- */
-int option_output_finish(const char *cmd, struct common_opts *o, const char *binary_default);
+int option_output(const char *cmd, struct common_opts *o);
 
+/* The output is pprof's -top table itself (--top N gives its rows). */
+bool option_output_is_top(const struct common_opts *o);
+
+/* --debug N of a command with Go's text layouts 1 to @max. 0 or EXIT_USAGE. */
+int option_debug(const char *cmd, const char *arg, int max, struct common_opts *o);
 int option_duration(const char *cmd, const char *opt, const char *arg, uint64_t *ret_ns);
 int option_int(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max,
 	       int64_t *ret);

@@ -230,7 +230,7 @@ int output_commit_profile(struct output *o, const struct profile *p)
 }
 
 int output_commit_view(struct output *o, const struct profile *p, enum view_format format,
-		       const char *title)
+		       size_t max_rows, const char *title)
 {
 	char *buf = NULL;
 	size_t len, index = 0;
@@ -240,7 +240,7 @@ int output_commit_view(struct output *o, const struct profile *p, enum view_form
 		return output_commit_profile(o, p);
 	r = view_sample_index(p, NULL, &index);
 	if (r == 0)
-		r = view_render(p, index, format, 0, title, &buf, &len);
+		r = view_render(p, index, format, max_rows, title, &buf, &len);
 	if (r < 0) {
 		output_abort(o);
 		return r;
@@ -307,4 +307,15 @@ int output_report_failure(const struct output *o, int r)
 		report_hint("the file system or device is full: free some space, or choose another "
 			    "path with -o");
 	return EXIT_OUTPUT;
+}
+
+void output_title(const char *cmd, pid_t pid, const struct profile *p, char *buf, size_t size)
+{
+	size_t index;
+
+	if (view_sample_index(p, NULL, &index) == 0)
+		snprintf(buf, size, "cprof %s -p %d: %s", cmd, (int)pid,
+			 p->sample_types[index].type);
+	else
+		snprintf(buf, size, "cprof %s -p %d", cmd, (int)pid);
 }

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "profile/profile.h"
 #include "view/view.h"
@@ -38,9 +39,14 @@ int output_commit_bytes(struct output *o, const void *buf, size_t len);
 /* output_commit_bytes() of @p as gzipped pprof. */
 int output_commit_profile(struct output *o, const struct profile *p);
 /* output_commit_bytes() of a view of @p (lib/view/): VIEW_PPROF is
- * output_commit_profile(); the others show p's default sample type. */
+ * output_commit_profile(); the others show p's default sample type, the
+ * top table in @max_rows rows (0: all). */
 int output_commit_view(struct output *o, const struct profile *p, enum view_format format,
-		       const char *title);
+		       size_t max_rows, const char *title);
+
+/* The title of a view of @p written by `cprof CMD -p PID` (a flame graph's):
+ * "cprof CMD -p PID: TYPE". */
+void output_title(const char *cmd, pid_t pid, const struct profile *p, char *buf, size_t size);
 
 /* Gives up: removes any temporary, closes. Safe after commit and twice. */
 void output_abort(struct output *o);

@@ -3,9 +3,9 @@
 #include <errno.h>
 #include <string.h>
 
+#include "epilogue.h"
 #include "interrupt.h"
 #include "report.h"
-#include "runbook.h"
 #include "util/parse.h"
 #include "util/util.h"
 
@@ -49,10 +49,10 @@ static int epilogue(const struct sampler_ops *ops, const void *p, const struct c
 		    const struct profile *profile)
 {
 	struct sampler_facts facts;
-	struct runbook_facts f;
+	struct epilogue_facts f;
 
 	ops->facts(p, &facts);
-	f = (struct runbook_facts){
+	f = (struct epilogue_facts){
 		.command = ops->command,
 		.pid = o->pid,
 		.output = o->output,
@@ -62,7 +62,7 @@ static int epilogue(const struct sampler_ops *ops, const void *p, const struct c
 		.pause_ns = -1,
 		.profile = profile,
 	};
-	return runbook_report(o, &f) < 0 ? EXIT_FAIL : EXIT_OK;
+	return epilogue_report(o, &f) < 0 ? EXIT_FAIL : EXIT_OK;
 }
 
 int sampler_run(const struct sampler_ops *ops, void *p, const void *args,
@@ -100,8 +100,8 @@ int sampler_run(const struct sampler_ops *ops, void *p, const void *args,
 		code = EXIT_FAIL;
 		goto out_abort;
 	}
-	runbook_title(ops->command, o->pid, profile, title, sizeof(title));
-	r = output_commit_view(out, profile, o->format, title);
+	output_title(ops->command, o->pid, profile, title, sizeof(title));
+	r = output_commit_view(out, profile, o->format, (size_t)o->top, title);
 	if (r < 0) {
 		code = output_report_failure(out, r);
 		goto out_free;

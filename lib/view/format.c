@@ -34,11 +34,6 @@ static bool ends_with(const char *s, const char *suffix)
 	return n >= m && !strcmp(s + n - m, suffix);
 }
 
-bool view_path_names_pprof(const char *path)
-{
-	return ends_with(path, ".pb.gz") || ends_with(path, ".pb");
-}
-
 enum view_format view_format_from_path(const char *path)
 {
 	if (ends_with(path, ".svg"))

@@ -32,8 +32,6 @@ enum view_format {
 
 /* "pprof", "top", "folded", "tree", "svg": 0, or -EINVAL for another name. */
 int view_format_from_name(const char *name, enum view_format *ret);
-/* A name that says pprof: .pb.gz or .pb. */
-bool view_path_names_pprof(const char *path);
 /* By the path's extension: .svg, .folded, .txt (top), anything else pprof. */
 enum view_format view_format_from_path(const char *path);
 const char *view_format_name(enum view_format f);

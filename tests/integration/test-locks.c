@@ -328,13 +328,15 @@ Test(locks, debug1_headers)
 
 	skip_without_ptrace();
 	pid = TH_SPAWN("locks", "ab", "20", "500", th_tmp_path("locks-text.report"));
-	TH_CPROF(&r, 30000, "block", "-p", th_pid_str(pid), "-d", "1s", "--rate", "1ms");
+	TH_CPROF(&r, 30000, "block", "-p", th_pid_str(pid), "-d", "1s", "--rate", "1ms", "--debug",
+		 "1");
 	cr_assert_eq(r.exit_code, 0);
 	cr_assert(!strncmp(r.out, "--- contention:\ncycles/second=1000000000\nsampling period=1000000\n",
 			   65), "%.100s", r.out);
 	cr_assert(strstr(r.out, "site_a+0x"), "no frame of site_a");
 	th_run_release(&r);
-	TH_CPROF(&r, 30000, "mutex", "-p", th_pid_str(pid), "-d", "500ms", "--rate", "2");
+	TH_CPROF(&r, 30000, "mutex", "-p", th_pid_str(pid), "-d", "500ms", "--rate", "2", "--debug",
+		 "1");
 	cr_assert_eq(r.exit_code, 0);
 	cr_assert(!strncmp(r.out, "--- mutex:\ncycles/second=1000000000\nsampling period=2\n", 52),
 		  "%.100s", r.out);

@@ -634,9 +634,9 @@ static void debug1_at(int n)
 
 	target_start(&t, n);
 	snprintf(pid, sizeof(pid), "%d", (int)t.pid);
-	/* No --debug and no -o: debug=1 text on stdout. */
-	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", pid);
-	assert_run(&r, 0, "cprof threads");
+	/* --debug 1 and no -o: the text on stdout. */
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", pid, "--debug", "1");
+	assert_run(&r, 0, "cprof threads --debug 1");
 	th_assert_let_go(t.pid, false, "after --debug 1");
 	check_debug1(&t, r.out);
 	assert_responds(&t, "after --debug 1");

@@ -743,12 +743,13 @@ Test(view, tag_filters_on_a_wall_profile, .timeout = 300)
 	free(pb);
 }
 
-/* -o picks the format by its extension, as every command's does: a .pb.gz
- * is the profile (what the filters keep), anything unknown the table. */
+/* -o picks the format by its extension, as every command's does: .txt is
+ * the table, anything else (x.pb.gz, kept.out) the profile, what the
+ * filters keep. */
 Test(view, output_name_picks_profile_or_table, .timeout = 120)
 {
 	char *pb = tmp_file("wallmix-o.pb.gz"), *kept = tmp_file("kept.pb.gz");
-	char *table = tmp_file("kept.out");
+	char *table = tmp_file("kept.txt"), *other = tmp_file("kept.out");
 	struct profile *whole, *part;
 	uint8_t *buf;
 	size_t len;
@@ -768,11 +769,16 @@ Test(view, output_name_picks_profile_or_table, .timeout = 120)
 	th_run_release(&r);
 	cr_assert_eq(th_read_file(table, &buf, &len), 0);
 	cr_expect(!th_is_gzip(buf, len) && memmem(buf, len, "flat%", 5),
-		  "-o kept.out is not the table");
+		  "-o kept.txt is not the table");
 	free(buf);
+	TH_CPROF(&r, 60000, "view", pb, "-o", other);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	profile_free(th_load_profile(other));
 	profile_free(whole);
 	profile_free(part);
 	free(pb);
 	free(kept);
 	free(table);
+	free(other);
 }
