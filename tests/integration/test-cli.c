@@ -515,3 +515,238 @@ Test(cli, help_and_man_list_the_same_options)
 				  man[j].key, page);
 	}
 }
+
+/* ---- the output rule: cprof(1) OUTPUT, for every command --------------- */
+
+enum written { W_NONE, W_PPROF, W_SVG, W_TOP, W_FOLDED, W_TEXT };
+
+static const char *const written_names[] = { "nothing", "pprof", "svg", "the top table",
+					      "folded stacks", "Go's text" };
+
+/* Folded stacks of an empty profile are nothing (threadcreate's, heap's
+ * of a window without a sample): that matches folded too. */
+static bool kind_matches(enum written got, enum written want)
+{
+	return got == want || (want == W_FOLDED && got == W_NONE);
+}
+
+/* What @buf holds, by its first bytes. */
+static enum written written_kind(const uint8_t *buf, size_t len)
+{
+	if (!len)
+		return W_NONE;
+	if (th_is_gzip(buf, len))
+		return W_PPROF;
+	if (memmem(buf, len, "<svg", 4))
+		return W_SVG;
+	if (memmem(buf, len, "      flat  flat%", 17))
+		return W_TOP;
+	if (memchr(buf, ';', len) && !memchr(buf, '#', len))
+		return W_FOLDED;
+	return W_TEXT;
+}
+
+struct rule_row {
+	const char *args[7];
+	const char *file;    /* what appears in the working directory, "%s" the command */
+	enum written in_file; /* ... holding this */
+	enum written on_stdout;
+	bool table_on_stderr; /* --top 3's table after writing */
+	bool debug;	      /* a row of --debug: only for commands with Go's text */
+};
+
+static const struct rule_row rule_rows[] = {
+	{ { NULL }, "%s.pb.gz", W_PPROF, W_NONE, false, false },
+	{ { "-o", "x.pb.gz", NULL }, "x.pb.gz", W_PPROF, W_NONE, false, false },
+	{ { "-o", "x.out", NULL }, "x.out", W_PPROF, W_NONE, false, false },
+	{ { "-o", "x.svg", NULL }, "x.svg", W_SVG, W_NONE, false, false },
+	{ { "-o", "x.txt", NULL }, "x.txt", W_TOP, W_NONE, false, false },
+	{ { "-o", "-", NULL }, NULL, W_NONE, W_PPROF, false, false },
+	{ { "--format", "folded", NULL }, NULL, W_NONE, W_FOLDED, false, false },
+	{ { "--format", "svg", "-o", "x.pb.gz", NULL }, "x.pb.gz", W_SVG, W_NONE, false, false },
+	{ { "--format", "pprof", NULL }, "%s.pb.gz", W_PPROF, W_NONE, false, false },
+	{ { "--top", "3", NULL }, "%s.pb.gz", W_PPROF, W_NONE, true, false },
+	{ { "--format", "top", "--top", "3", NULL }, NULL, W_NONE, W_TOP, false, false },
+	{ { "--top", "3", "-o", "x.folded", NULL }, "x.folded", W_FOLDED, W_NONE, true, false },
+	{ { "--debug", "1", NULL }, NULL, W_NONE, W_TEXT, false, true },
+	{ { "--debug", "1", "-o", "x.txt", NULL }, "x.txt", W_TEXT, W_NONE, false, true },
+	{ { "--debug", "0", NULL }, "%s.pb.gz", W_PPROF, W_NONE, false, true },
+};
+
+/* The only entry of @dir, "" when it is empty; fails on more. */
+static void only_entry(const char *dir, char *name, size_t size)
+{
+	int n = th_dir_entries(dir);
+
+	name[0] = '\0';
+	cr_assert_leq(n, 1, "%d files written in %s", n, dir);
+	if (n == 1) {
+		char cmd[4300];
+		FILE *f;
+
+		snprintf(cmd, sizeof(cmd), "ls -A '%s'", dir);
+		f = popen(cmd, "r");
+		cr_assert_not_null(f);
+		if (!fgets(name, (int)size, f))
+			name[0] = '\0';
+		pclose(f);
+		name[strcspn(name, "\n")] = '\0';
+	}
+}
+
+static void check_rule_row(const char *cmd, const struct rule_row *row, pid_t target, bool debug)
+{
+	const char *argv[24];
+	char line[256] = "", want_file[64] = "", got[256], path[4400];
+	const char *dir = th_tmp_dir("rule");
+	size_t n = 0;
+	struct th_run r;
+
+	argv[n++] = cmd;
+	argv[n++] = "-p";
+	argv[n++] = th_pid_str(target);
+	if (strcmp(cmd, "threads")) {
+		argv[n++] = "-d";
+		argv[n++] = "200ms";
+	}
+	for (size_t i = 0; row->args[i]; i++) {
+		argv[n++] = row->args[i];
+		snprintf(line + strlen(line), sizeof(line) - strlen(line), " %s", row->args[i]);
+	}
+	argv[n] = NULL;
+	cr_assert_eq(chdir(dir), 0);
+	th_run_cprof_ex(&r, 60000, 0, 0, argv);
+	if (row->debug && !debug) {
+		/* cpu and wall have no text of Go's. */
+		cr_expect_eq(r.exit_code, 64, "cprof %s%s: exit %d", cmd, line, r.exit_code);
+		th_run_release(&r);
+		return;
+	}
+	cr_assert_eq(r.exit_code, 0, "cprof %s%s: exit %d\n%s", cmd, line, r.exit_code, r.err);
+	if (row->file)
+		snprintf(want_file, sizeof(want_file), row->file, cmd);
+	only_entry(dir, got, sizeof(got));
+	cr_expect_str_eq(got, want_file, "cprof %s%s wrote '%s', not '%s'", cmd, line, got,
+			 want_file);
+	if (got[0] && !strcmp(got, want_file)) {
+		uint8_t *buf;
+		size_t len;
+		enum written k;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, got);
+		cr_assert_eq(th_read_file(path, &buf, &len), 0);
+		k = written_kind(buf, len);
+		cr_expect(kind_matches(k, row->in_file), "cprof %s%s: %s holds %s, not %s", cmd, line, got,
+			     written_names[k], written_names[row->in_file]);
+		free(buf);
+	}
+	cr_expect(kind_matches(written_kind((const uint8_t *)r.out, r.out_len), row->on_stdout),
+		  "cprof %s%s: stdout holds %s, not %s", cmd, line,
+		  written_names[written_kind((const uint8_t *)r.out, r.out_len)],
+		  written_names[row->on_stdout]);
+	cr_expect_eq(strstr(r.err, "      flat  flat%") != NULL, row->table_on_stderr,
+		     "cprof %s%s: the table on stderr %s:\n%s", cmd, line,
+		     row->table_on_stderr ? "missing" : "too", r.err);
+	th_run_release(&r);
+}
+
+/* cprof(1)'s OUTPUT table, row by row, for every collecting command: what
+ * is written where. */
+Test(cli, output_rule_of_every_command, .timeout = 600)
+{
+	static const struct {
+		const char *name;
+		bool debug; /* has Go's text layouts */
+	} cmds[] = { { "cpu", false },	 { "wall", false },  { "threads", true },
+		     { "heap", true },	 { "block", true },  { "mutex", true },
+		     { "threadcreate", true } };
+	pid_t target;
+
+	if (geteuid() != 0)
+		cr_skip_test("threads and the agent's commands need ptrace: run as root");
+	th_require_perf(false);
+	/* demo's workers contend for its queue and allocate requests. */
+	target = TH_SPAWN("demo", "600");
+	for (size_t c = 0; c < sizeof(cmds) / sizeof(cmds[0]); c++)
+		for (size_t i = 0; i < sizeof(rule_rows) / sizeof(rule_rows[0]); i++)
+			check_rule_row(cmds[c].name, &rule_rows[i], target, cmds[c].debug);
+	th_kill(target);
+}
+
+/* The same table for cprof view, whose input is a file. */
+Test(cli, output_rule_of_view, .timeout = 120)
+{
+	static const struct {
+		const char *args[6];
+		const char *file;
+		enum written in_file, on_stdout;
+		bool table_on_stderr;
+	} rows[] = {
+		{ { NULL }, NULL, W_NONE, W_TOP, false },
+		{ { "--top", "3", NULL }, NULL, W_NONE, W_TOP, false },
+		{ { "-o", "x.pb.gz", NULL }, "x.pb.gz", W_PPROF, W_NONE, false },
+		{ { "-o", "x.out", NULL }, "x.out", W_PPROF, W_NONE, false },
+		{ { "-o", "x.svg", NULL }, "x.svg", W_SVG, W_NONE, false },
+		{ { "-o", "x.txt", "--top", "3", NULL }, "x.txt", W_TOP, W_NONE, false },
+		{ { "-o", "-", NULL }, NULL, W_NONE, W_PPROF, false },
+		{ { "--format", "folded", NULL }, NULL, W_NONE, W_FOLDED, false },
+		{ { "--folded", "--top", "3", NULL }, NULL, W_NONE, W_FOLDED, true },
+		{ { "--format", "svg", "-o", "x.pb.gz", NULL }, "x.pb.gz", W_SVG, W_NONE, false },
+		{ { "--svg", "x.svg", NULL }, "x.svg", W_SVG, W_NONE, false },
+	};
+	const char *profile = th_tmp_path("threads.pb.gz");
+	pid_t target = TH_SPAWN("busy", "2", "60");
+	struct th_run r;
+
+	if (geteuid() != 0)
+		cr_skip_test("threads needs ptrace: run as root");
+	TH_CPROF(&r, 30000, "threads", "-p", th_pid_str(target), "-o", profile, "-q");
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	th_kill(target);
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		const char *argv[12], *dir = th_tmp_dir("view-rule");
+		char line[256] = "", got[256], path[4400];
+		size_t n = 0;
+
+		argv[n++] = "view";
+		argv[n++] = profile;
+		for (size_t j = 0; rows[i].args[j]; j++) {
+			argv[n++] = rows[i].args[j];
+			snprintf(line + strlen(line), sizeof(line) - strlen(line), " %s",
+				 rows[i].args[j]);
+		}
+		argv[n] = NULL;
+		cr_assert_eq(chdir(dir), 0);
+		th_run_cprof_ex(&r, 30000, 0, 0, argv);
+		cr_assert_eq(r.exit_code, 0, "cprof view%s: %s", line, r.err);
+		only_entry(dir, got, sizeof(got));
+		cr_expect_str_eq(got, rows[i].file ? rows[i].file : "", "cprof view%s wrote '%s'",
+				 line, got);
+		if (got[0]) {
+			uint8_t *buf;
+			size_t len;
+
+			snprintf(path, sizeof(path), "%s/%s", dir, got);
+			cr_assert_eq(th_read_file(path, &buf, &len), 0);
+			cr_expect(kind_matches(written_kind(buf, len), rows[i].in_file),
+				     "cprof view%s: %s holds %s", line, got,
+				     written_names[written_kind(buf, len)]);
+			if (rows[i].in_file == W_TOP)
+				cr_expect(memmem(buf, len, "Showing top 3 nodes", 19),
+					  "cprof view%s: not 3 rows", line);
+			free(buf);
+		}
+		cr_expect(kind_matches(written_kind((const uint8_t *)r.out, r.out_len),
+				       rows[i].on_stdout),
+			  "cprof view%s: stdout holds %s", line,
+			  written_names[written_kind((const uint8_t *)r.out, r.out_len)]);
+		if (rows[i].on_stdout == W_TOP && !strcmp(line, " --top 3"))
+			cr_expect(strstr(r.out, "Showing top 3 nodes"), "%s", r.out);
+		cr_expect_eq(strstr(r.err, "Showing top 3 nodes") != NULL,
+			     rows[i].table_on_stderr, "cprof view%s: stderr:\n%s", line, r.err);
+		if (rows[i].table_on_stderr)
+			cr_expect(!strstr(r.out, "flat%"), "cprof view%s: the table on stdout", line);
+		th_run_release(&r);
+	}
+}
