@@ -11,6 +11,7 @@
 
 #include "collector.h"
 #include "commands.h"
+#include "heap-jemalloc.h"
 #include "heap-keep.h"
 #include "heap/allocator.h"
 #include "heap/heap.h"
@@ -22,6 +23,8 @@
 
 #define CMD "heap"
 #define DEFAULT_RATE (512u << 10) /* Go's MemProfileRate */
+/* op_check()'s word to cmd_heap(): --source auto found jemalloc's profiler on. */
+#define USE_JEMALLOC 1000
 
 static const char *const indexes[] = { "inuse_space", "inuse_objects", "alloc_space",
 				       "alloc_objects" };
@@ -31,7 +34,8 @@ struct heap_run {
 	uint64_t duration_ns;
 	uint64_t rate;
 	const char *index;
-	bool duration_given, keep, stop;
+	bool duration_given, rate_given, keep, stop;
+	enum heap_source source;
 	struct heap *heap;
 	struct channel_handlers handlers;
 	/* --keep: the child's socket and pipe to the foreground (-1: none),
@@ -46,7 +50,8 @@ struct heap_run {
 static void heap_help(void)
 {
 	printf("usage: cprof heap -p PID [-d DURATION] [--rate SIZE] [--index TYPE] [--debug N] "
-	       "[--keep | --stop] [-o FILE] [--format FORMAT] [--top N] [--json] [-q]\n"
+	       "[--keep | --stop] [--source SOURCE] [-o FILE] [--format FORMAT] [--top N] [--json] "
+	       "[-q]\n"
 	       "\n"
 	       "Sample the allocations of process PID while it runs, as Go's runtime does (one\n"
 	       "sample per SIZE bytes allocated on average), and write Go's heap profile:\n"
@@ -68,6 +73,11 @@ static void heap_help(void)
 	       "                           the profile since sampling began (Go's always-on heap\n"
 	       "                           profile)\n"
 	       "      --stop               end the background sampling of --keep (hooks removed)\n"
+	       "      --source SOURCE      auto (default): jemalloc's own heap profiler when the\n"
+	       "                           target's jemalloc runs it (MALLOC_CONF=prof:true) and\n"
+	       "                           no -d, --rate or --keep is given, else hooks; jemalloc:\n"
+	       "                           its profile since the program started, no hooks, no\n"
+	       "                           window; hooks: cprof's sampling hooks\n"
 	       "  -o, --output FILE        where to write, - for stdout (default heap.pb.gz;\n"
 	       "                           a view or text without -o goes to stdout)\n"
 	       OPTIONS_OUTPUT_HELP
@@ -90,7 +100,16 @@ static int heap_option(int c, const char *arg, void *ctx)
 	case 'S':
 		a->stop = true;
 		return 0;
+	case 's':
+		if (!strcmp(arg, "auto") || !strcmp(arg, "jemalloc") || !strcmp(arg, "hooks")) {
+			a->source = arg[0] == 'a' ? HEAP_SOURCE_AUTO
+				    : arg[0] == 'j' ? HEAP_SOURCE_JEMALLOC : HEAP_SOURCE_HOOKS;
+			return 0;
+		}
+		return report_usage(CMD, "invalid source '%s': expected auto, jemalloc or hooks",
+				    arg);
 	case 'R':
+		a->rate_given = true;
 		r = parse_size(arg, &a->rate);
 		if (r < 0 || a->rate == 0 || a->rate > CPROF_WIRE_RATE_MAX)
 			return report_usage(CMD, "invalid rate '%s': expected a size from 1 to 1TiB, "
@@ -120,6 +139,7 @@ static int parse_args(int argc, char **argv, struct heap_run *a)
 		{ "debug", required_argument, NULL, 'D' },
 		{ "keep", no_argument, NULL, 'K' },
 		{ "stop", no_argument, NULL, 'S' },
+		{ "source", required_argument, NULL, 's' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
@@ -136,6 +156,10 @@ static int parse_args(int argc, char **argv, struct heap_run *a)
 	}
 	if (a->keep && a->stop)
 		return report_usage(CMD, "--keep and --stop do not go together");
+	if (a->source == HEAP_SOURCE_JEMALLOC &&
+	    (a->duration_given || a->rate_given || a->keep || a->stop))
+		return report_usage(CMD, "--source jemalloc reads jemalloc's own profile: -d, "
+				    "--rate, --keep and --stop are the hooks'");
 	return option_output(CMD, &a->common);
 }
 
@@ -288,6 +312,9 @@ static int op_check(void *ctx, struct collection *run)
 
 	if (code >= 0)
 		return code;
+	if (a->source == HEAP_SOURCE_AUTO && !a->duration_given && !a->rate_given && !a->keep &&
+	    heap_jemalloc_auto(&run->target))
+		return USE_JEMALLOC;
 	code = preflight_allocator(&run->target);
 	return code ? code : COLLECTOR_GO_ON;
 }
@@ -400,7 +427,14 @@ int cmd_heap(int argc, char **argv)
 
 	if (code)
 		return code < 0 ? EXIT_OK : code;
-	code = collector_run(&heap_ops, &a, &a.common, a.duration_ns, a.rate, argc, argv);
+	if (a.source != HEAP_SOURCE_JEMALLOC)
+		code = collector_run(&heap_ops, &a, &a.common, a.duration_ns, a.rate, argc, argv);
 	heap_free(a.heap);
+	if (a.source == HEAP_SOURCE_JEMALLOC || code == USE_JEMALLOC) {
+		struct heap_jemalloc_run j = { .index = a.index,
+					       .required = a.source == HEAP_SOURCE_JEMALLOC };
+
+		code = collector_run(&heap_jemalloc_ops, &j, &a.common, 0, 0, argc, argv);
+	}
 	return code;
 }

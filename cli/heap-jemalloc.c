@@ -304,29 +304,108 @@ void heap_jemalloc_release(struct heap_jemalloc *h)
 	agent_load_release(&h->al);
 }
 
-int heap_jemalloc_profile(struct heap_jemalloc *h, const struct target *t, const char *index,
-			  const char *command_line, struct profile **ret)
+/* --source jemalloc on a target without jemalloc: said before the output
+ * is touched. */
+static int op_check(void *ctx, struct collection *run)
 {
+	struct heap_jemalloc_run *a = ctx;
+
+	if (a->required && !heap_jemalloc_present(&run->target)) {
+		report_error("pid %d (%s) does not use jemalloc as a shared library: there is no "
+			     "jemalloc profiler to read", run->target.pid, run->target.comm);
+		report_hint("without --source jemalloc, cprof heap samples its allocations with "
+			    "hooks");
+		return EXIT_TARGET;
+	}
+	return COLLECTOR_GO_ON;
+}
+
+static int op_take(void *ctx, struct collection *run)
+{
+	struct heap_jemalloc_run *a = ctx;
+	int code;
+
+	report_note("reading jemalloc's own heap profile of pid %d (%s): no hooks, no window; "
+		    "what it sampled since the program started", run->target.pid,
+		    a->required ? "--source jemalloc"
+				: "its MALLOC_CONF turns the profiler on; --source hooks samples "
+				  "with cprof's hooks instead");
+	code = heap_jemalloc_dump(&a->je, &run->target, true);
+	if (code)
+		return code;
+	if (a->je.al.rep.tid)
+		run->pause_ns = (int64_t)a->je.al.rep.stopped_ns;
+	return 0;
+}
+
+static int op_build(void *ctx, const struct collection *run, const char *command_line,
+		    struct profile **ret)
+{
+	struct heap_jemalloc_run *a = ctx;
 	struct jeprof_build_opts o = {
-		.sym = h->al.sym,
-		.default_type = index,
+		.sym = a->je.al.sym,
+		.default_type = a->index,
 		.command_line = command_line,
-		.pid = t->pid,
-		.time_nanos = (int64_t)h->time_realtime_ns,
+		.pid = run->target.pid,
+		.time_nanos = (int64_t)a->je.time_realtime_ns,
 	};
 
-	return jeprof_build(h->prof, &o, ret);
+	return jeprof_build(a->je.prof, &o, ret);
 }
 
-int heap_jemalloc_text(struct heap_jemalloc *h, char **ret, size_t *ret_len)
+static int op_write_text(const void *ctx, int debug, FILE *f)
 {
-	FILE *f = open_memstream(ret, ret_len);
-	int r;
+	const struct heap_jemalloc_run *a = ctx;
 
-	if (!f)
-		return -errno;
-	r = jeprof_write_text(h->prof, h->al.sym, f);
-	if (fclose(f) != 0 && r == 0)
-		r = -EIO;
-	return r;
+	(void)debug;
+	return jeprof_write_text(a->je.prof, a->je.al.sym, f);
 }
+
+static uint64_t op_count(const void *ctx)
+{
+	const struct heap_jemalloc_run *a = ctx;
+	const struct jeprof_counts *c = &a->je.prof->all;
+
+	/* What jemalloc sampled: all of it with prof_accum, else what is live. */
+	return c->accum_objects ? c->accum_objects : c->cur_objects;
+}
+
+static void op_summary(const void *ctx, const struct collection *run)
+{
+	const struct heap_jemalloc_run *a = ctx;
+	const struct jeprof *j = a->je.prof;
+
+	report_note("wrote %s: jemalloc's own heap profile, %zu %s, one sample per %llu %s on "
+		    "average", output_name(&run->out), j->nbuckets,
+		    plural(j->nbuckets, "backtrace", "backtraces"), (unsigned long long)j->period,
+		    plural(j->period, "byte", "bytes"));
+	if (a->je.inactive)
+		report_warning("jemalloc's profiler is paused in pid %d (prof.active is false): the "
+			       "profile holds what it sampled while it was active", run->target.pid);
+	if (j->all.accum_objects == 0 && j->all.cur_objects != 0)
+		report_note("alloc_objects and alloc_space are 0: jemalloc counts allocations only "
+			    "with MALLOC_CONF=prof_accum:true");
+}
+
+static int op_finish(void *ctx, struct collection *run, int code, int argc, char **argv)
+{
+	struct heap_jemalloc_run *a = ctx;
+
+	(void)run, (void)argc, (void)argv;
+	heap_jemalloc_release(&a->je);
+	return code;
+}
+
+const struct collector_ops heap_jemalloc_ops = {
+	.command = "heap",
+	.attach = "load the agent into",
+	.events = 0,
+	.records = "samples",
+	.check = op_check,
+	.take = op_take,
+	.build = op_build,
+	.write_text = op_write_text,
+	.summary = op_summary,
+	.count = op_count,
+	.finish = op_finish,
+};

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "agent-load.h"
+#include "collector.h"
 #include "heap/jemalloc-prof.h"
 #include "target/target.h"
 
@@ -52,10 +53,14 @@ bool heap_jemalloc_auto(const struct target *t);
 int heap_jemalloc_dump(struct heap_jemalloc *h, const struct target *t, bool required);
 void heap_jemalloc_release(struct heap_jemalloc *h);
 
-/* The pprof profile of @h->prof (jeprof_build()). */
-int heap_jemalloc_profile(struct heap_jemalloc *h, const struct target *t, const char *index,
-			  const char *command_line, struct profile **ret);
-/* Go's debug=1 text of it, in a buffer the caller frees. */
-int heap_jemalloc_text(struct heap_jemalloc *h, char **ret, size_t *ret_len);
+/* cprof heap's run with jemalloc's profiler as its source (collector.h):
+ * the context of heap_jemalloc_ops. */
+struct heap_jemalloc_run {
+	const char *index; /* --index */
+	bool required;     /* --source jemalloc; false: --source auto chose it */
+	struct heap_jemalloc je;
+};
+
+extern const struct collector_ops heap_jemalloc_ops;
 
 #endif

@@ -232,14 +232,15 @@ double jeprof_scale(uint64_t objects, uint64_t bytes, uint64_t period)
 	/* jemalloc's own unbiasing may round a count down to 0 (its
 	 * prof_do_unbias()): then the bytes are one block's. */
 	avg = (double)bytes / (double)(objects ? objects : 1);
-	return 1.0 / (1.0 - exp(-avg / (double)period));
+	/* 1 - exp(-x), exact for the tiny x of an untrusted huge period. */
+	return 1.0 / -expm1(-avg / (double)period);
 }
 
 static int64_t scaled(uint64_t v, double scale)
 {
 	double x = (double)v * scale;
 
-	return x >= 9.2e18 ? INT64_MAX : (int64_t)x;
+	return x < 9.2e18 ? (int64_t)x : INT64_MAX;
 }
 
 static unsigned lg2(uint64_t v)

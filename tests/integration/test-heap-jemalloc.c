@@ -241,3 +241,139 @@ Test(heap_jemalloc, parser_on_real_dump)
 	free(text);
 	th_kill(pid);
 }
+
+/* ---- cprof heap --source -------------------------------------------------- */
+
+static void skip_unless_root(void)
+{
+	if (geteuid() != 0)
+		cr_skip_test("cprof heap needs ptrace of the target: run as root");
+}
+
+/* No dump file is left where the target writes (its /tmp is ours). */
+static void assert_no_dump_left(void)
+{
+	struct dirent *d;
+	DIR *dir = opendir("/tmp");
+
+	cr_assert_not_null(dir);
+	while ((d = readdir(dir)))
+		cr_expect(strncmp(d->d_name, "cprof-jemalloc-", 15) != 0, "/tmp/%s was left behind",
+			  d->d_name);
+	closedir(dir);
+}
+
+/* cprof heap @args... on jeprofsites with the profiler on: the profile
+ * against the truth, jemalloc named as the source, nothing left behind. */
+static void run_source(const char *what, const char *say, const char *const *args)
+{
+	const char *report = th_tmp_path("jeprofsites-cli.report");
+	const char *out = th_tmp_path("heap-jemalloc.pb.gz");
+	const char *argv[16] = { "heap", "-p", NULL, "-o", out, "--index", "alloc_space" };
+	char fd[256];
+	struct profile *p;
+	struct th_run r;
+	size_t n = 7;
+	pid_t pid;
+
+	skip_unless_root();
+	pid = spawn(MALLOC_CONF_ON, report, NULL, "30");
+	argv[2] = th_pid_str(pid);
+	for (size_t i = 0; args[i] && n + 1 < ARRAY_SIZE(argv); i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	th_run_cprof_ex(&r, 60000, 0, 0, argv);
+	th_run_log(&r, what);
+	cr_assert_eq(r.exit_code, 0, "%s: exit %d", what, r.exit_code);
+	cr_expect(strstr(r.err, "jemalloc's own heap profile"), "%s: the source is not said", what);
+	cr_expect(strstr(r.err, say), "%s: stderr does not say '%s'", what, say);
+	p = th_load_profile(out);
+	check_profile(p, report);
+	cr_expect(has_comment(p, "source: jemalloc's own heap profiler"), "%s: no comment", what);
+	cr_expect_str_eq(p->default_sample_type, "alloc_space");
+	th_assert_pprof_ok(out);
+	/* Nothing hooked: no session's memfd, no thread stopped or traced. */
+	th_agent_fd_path(pid, fd, sizeof(fd));
+	cr_expect_str_eq(fd, "", "%s: the agent started a session", what);
+	th_assert_let_go(pid, false, what);
+	assert_no_dump_left();
+	cr_expect(th_alive(pid), "%s: the target died", what);
+	profile_free(p);
+	th_run_release(&r);
+	th_kill(pid);
+}
+
+Test(heap_jemalloc, source_jemalloc)
+{
+	run_source("--source jemalloc", "(--source jemalloc)",
+		   (const char *const[]){ "--source", "jemalloc", NULL });
+}
+
+Test(heap_jemalloc, source_auto_picks_jemalloc)
+{
+	run_source("--source auto", "its MALLOC_CONF turns the profiler on",
+		   (const char *const[]){ NULL });
+}
+
+/* Profiler off: --source jemalloc says how to turn it on, exits 2, writes
+ * nothing; --source auto samples with the hooks. */
+Test(heap_jemalloc, profiler_off)
+{
+	const char *report = th_tmp_path("jeprofsites-off.report");
+	const char *out = th_tmp_path("heap-jemalloc-off.pb.gz");
+	struct th_run r;
+	pid_t pid;
+
+	skip_unless_root();
+	unlink(out);
+	pid = spawn(NULL, report, NULL, "30");
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "--source", "jemalloc", "-o", out);
+	th_run_log(&r, "profiler off");
+	cr_expect_eq(r.exit_code, 2, "exit %d, not 2", r.exit_code);
+	cr_expect(strstr(r.err, "jemalloc's heap profiler is off"), "the cause is not said");
+	cr_expect(strstr(r.err, "MALLOC_CONF=prof:true"), "how to turn it on is not said");
+	cr_expect(access(out, F_OK) != 0, "a profile was written");
+	th_assert_let_go(pid, false, "profiler off");
+	assert_no_dump_left();
+	th_run_release(&r);
+
+	/* A short window on the hooks: -d is theirs (cprof-heap(1)). */
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "500ms", "-o", out);
+	th_run_log(&r, "auto, profiler off");
+	cr_expect_eq(r.exit_code, 0);
+	cr_expect(!strstr(r.err, "jemalloc's own"), "auto chose jemalloc's profiler, which is off");
+	cr_expect(access(out, F_OK) == 0, "no profile from the hooks");
+	th_run_release(&r);
+	th_kill(pid);
+}
+
+/* A target on glibc's malloc: no jemalloc to read. */
+Test(heap_jemalloc, not_jemalloc)
+{
+	const char *out = th_tmp_path("heap-jemalloc-none.pb.gz");
+	struct th_run r;
+	pid_t pid;
+
+	skip_unless_root();
+	unlink(out);
+	pid = TH_SPAWN("busy", "1", "20");
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "--source", "jemalloc", "-o", out);
+	th_run_log(&r, "glibc target");
+	cr_expect_eq(r.exit_code, 2, "exit %d, not 2", r.exit_code);
+	cr_expect(strstr(r.err, "does not use jemalloc"), "the cause is not said");
+	cr_expect(access(out, F_OK) != 0, "a profile was written");
+	th_run_release(&r);
+	th_kill(pid);
+}
+
+Test(heap_jemalloc, source_usage)
+{
+	struct th_run r;
+
+	TH_CPROF(&r, 10000, "heap", "-p", "1", "--source", "jemalloc", "-d", "1s");
+	cr_expect_eq(r.exit_code, 64, "-d with --source jemalloc: exit %d", r.exit_code);
+	th_run_release(&r);
+	TH_CPROF(&r, 10000, "heap", "-p", "1", "--source", "tcmalloc");
+	cr_expect_eq(r.exit_code, 64, "--source tcmalloc: exit %d", r.exit_code);
+	th_run_release(&r);
+}
