@@ -5,24 +5,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "profile/stack-table.h"
 #include "util/util.h"
 
 #define MAX_FRAMES 128
 
-struct bucket {
-	uint64_t *pcs; /* leaf first, agent frames dropped */
-	size_t npcs;
-	uint64_t hash;
+/* A bucket's estimates; its stack (leaf first, agent frames dropped) is the
+ * stack table's, its key 0. */
+struct estimates {
 	double events;
 	double delay_ns;
 };
 
+static struct estimates *estimates_of(const struct stack_bucket *b)
+{
+	return b->value;
+}
+
 struct contention {
 	struct contention_opts opts;
 	struct contention_stats stats;
-	struct bucket *buckets;
-	size_t nbuckets, alloc;
-	struct u64map index; /* stack hash -> bucket index + 1 (chains by probing hash + 1) */
+	struct stack_table buckets;
 	struct record_stacks stacks;
 	uint64_t pcs[MAX_FRAMES];
 	uint64_t agent_start, agent_end; /* cprof-agent.so in the target */
@@ -35,7 +38,7 @@ int contention_new(struct contention **ret, const struct contention_opts *o)
 	if (!c)
 		return -ENOMEM;
 	c->opts = *o;
-	u64map_init(&c->index);
+	stack_table_init(&c->buckets, sizeof(struct estimates));
 	record_stacks_init(&c->stacks, o->unw, symbolizer_dwfl(o->sym), o->put_rule,
 			   o->put_rule_arg);
 	symbolizer_module_range(o->sym, "cprof-agent", &c->agent_start, &c->agent_end);
@@ -47,10 +50,7 @@ void contention_free(struct contention *c)
 {
 	if (!c)
 		return;
-	for (size_t i = 0; i < c->nbuckets; i++)
-		free(c->buckets[i].pcs);
-	free(c->buckets);
-	u64map_release(&c->index);
+	stack_table_release(&c->buckets);
 	record_stacks_release(&c->stacks);
 	free(c);
 }
@@ -104,46 +104,12 @@ static void estimate(const struct contention *c, const struct cprof_wire_event *
 	}
 }
 
-static struct bucket *bucket_for(struct contention *c, const uint64_t *pcs, size_t n)
-{
-	uint64_t h = hash_bytes(pcs, n * sizeof(*pcs), 0x636f6e74), v;
-	struct bucket *b;
-
-	for (uint64_t probe = h;; probe++) {
-		if (!u64map_get(&c->index, probe, &v))
-			break;
-		b = &c->buckets[v - 1];
-		if (b->npcs == n && !memcmp(b->pcs, pcs, n * sizeof(*pcs)))
-			return b;
-	}
-	if (GROW(c->buckets, c->nbuckets + 1, c->alloc) < 0)
-		return NULL;
-	b = &c->buckets[c->nbuckets];
-	memset(b, 0, sizeof(*b));
-	b->pcs = malloc(n * sizeof(*pcs));
-	if (!b->pcs)
-		return NULL;
-	memcpy(b->pcs, pcs, n * sizeof(*pcs));
-	b->npcs = n;
-	b->hash = h;
-	for (uint64_t probe = h;; probe++)
-		if (!u64map_get(&c->index, probe, &v)) {
-			if (u64map_put(&c->index, probe, c->nbuckets + 1) < 0) {
-				free(b->pcs);
-				return NULL;
-			}
-			break;
-		}
-	c->nbuckets++;
-	return b;
-}
-
 int contention_add(struct contention *c, const struct cprof_wire_event *ev)
 {
-	struct bucket *b;
+	struct estimates *b;
 	double events, delay;
-	size_t skip = 0;
-	int n;
+	size_t skip = 0, i;
+	int n, r;
 
 	if (!kind_matches(c->opts.events, ev->kind)) {
 		c->stats.ignored++;
@@ -161,9 +127,10 @@ int contention_add(struct contention *c, const struct cprof_wire_event *ev)
 	if (skip == (size_t)n)
 		return 0;
 	c->stats.unwound++;
-	b = bucket_for(c, c->pcs + skip, (size_t)n - skip);
-	if (!b)
-		return -ENOMEM;
+	r = stack_table_find(&c->buckets, c->pcs + skip, (size_t)n - skip, 0, &i);
+	if (r < 0)
+		return r;
+	b = estimates_of(&c->buckets.buckets[i]);
 	estimate(c, ev, &events, &delay);
 	b->events += events;
 	b->delay_ns += delay;
@@ -184,8 +151,6 @@ int contention_build(struct contention *c, const char *command_line, int64_t tim
 							   { "delay", "nanoseconds" } };
 	static const struct profile_value_type creates[] = { { "threadcreate", "count" } };
 	bool tc = c->opts.events == CPROF_EVENTS_THREADCREATE;
-	uint64_t *locs = NULL;
-	size_t locs_alloc = 0;
 	struct profile *p;
 	int r;
 
@@ -200,21 +165,16 @@ int contention_build(struct contention *c, const char *command_line, int64_t tim
 		r = profile_set_drop_frames(p, "^cprof_agent|^hook_|^record_event$");
 	if (r == 0 && command_line)
 		r = profile_add_comment(p, command_line);
-	for (size_t i = 0; r == 0 && i < c->nbuckets; i++) {
-		const struct bucket *b = &c->buckets[i];
+	for (size_t i = 0; r == 0 && i < c->buckets.nbuckets; i++) {
+		const struct estimates *b = estimates_of(&c->buckets.buckets[i]);
 		int64_t values[2] = { round_value(b->events), round_value(b->delay_ns) };
 
 		if (values[0] == 0 && values[1] == 0)
 			values[0] = 1;
-		r = GROW(locs, b->npcs, locs_alloc);
-		for (size_t j = 0; r == 0 && j < b->npcs; j++)
-			r = profile_location_for_address(p, b->pcs[j], &locs[j]);
-		if (r == 0)
-			r = profile_add_sample(p, locs, b->npcs, values, NULL, 0);
+		r = stack_table_add_sample(&c->buckets, p, i, values, NULL, 0);
 	}
 	if (r == 0)
 		r = symbolizer_fill_profile(c->opts.sym, p);
-	free(locs);
 	if (r < 0) {
 		profile_free(p);
 		return r;
@@ -225,8 +185,8 @@ int contention_build(struct contention *c, const char *command_line, int64_t tim
 
 static int by_delay(const void *a, const void *b)
 {
-	const struct bucket *x = *(const struct bucket *const *)a;
-	const struct bucket *y = *(const struct bucket *const *)b;
+	const struct estimates *x = estimates_of(*(const struct stack_bucket *const *)a);
+	const struct estimates *y = estimates_of(*(const struct stack_bucket *const *)b);
 	double kx = x->delay_ns ? x->delay_ns : x->events, ky = y->delay_ns ? y->delay_ns : y->events;
 
 	return (kx < ky) - (kx > ky);
@@ -234,14 +194,15 @@ static int by_delay(const void *a, const void *b)
 
 int contention_write_text(struct contention *c, uint64_t rate, FILE *f)
 {
-	const struct bucket **order = calloc(c->nbuckets + 1, sizeof(*order));
+	size_t n = c->buckets.nbuckets;
+	const struct stack_bucket **order = calloc(n + 1, sizeof(*order));
 	bool tc = c->opts.events == CPROF_EVENTS_THREADCREATE;
 
 	if (!order)
 		return -ENOMEM;
-	for (size_t i = 0; i < c->nbuckets; i++)
-		order[i] = &c->buckets[i];
-	qsort(order, c->nbuckets, sizeof(*order), by_delay);
+	for (size_t i = 0; i < n; i++)
+		order[i] = &c->buckets.buckets[i];
+	qsort(order, n, sizeof(*order), by_delay);
 	if (tc) {
 		fprintf(f, "threadcreate profile: total %lld\n", (long long)round_value(c->stats.events));
 	} else {
@@ -249,14 +210,15 @@ int contention_write_text(struct contention *c, uint64_t rate, FILE *f)
 		fprintf(f, "cycles/second=1000000000\n");
 		fprintf(f, "sampling period=%llu\n", (unsigned long long)rate);
 	}
-	for (size_t i = 0; i < c->nbuckets; i++) {
-		const struct bucket *b = order[i];
+	for (size_t i = 0; i < n; i++) {
+		const struct stack_bucket *b = order[i];
+		const struct estimates *e = estimates_of(b);
 
 		if (tc)
-			fprintf(f, "%lld @", (long long)round_value(b->events));
+			fprintf(f, "%lld @", (long long)round_value(e->events));
 		else
-			fprintf(f, "%lld %lld @", (long long)round_value(b->delay_ns),
-				(long long)round_value(b->events));
+			fprintf(f, "%lld %lld @", (long long)round_value(e->delay_ns),
+				(long long)round_value(e->events));
 		for (size_t j = 0; j < b->npcs; j++)
 			fprintf(f, " %#llx", (unsigned long long)b->pcs[j]);
 		fputc('\n', f);

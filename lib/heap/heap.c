@@ -5,26 +5,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "profile/stack-table.h"
 #include "util/util.h"
 
 #define MAX_FRAMES 128
 
-struct bucket {
-	uint64_t *pcs; /* leaf first, agent frames dropped */
-	size_t npcs;
-	uint64_t size; /* bytes per block */
+/* A bucket's counts: its stack (leaf first, agent frames dropped) and its
+ * key, the bytes per block, are the stack table's. */
+struct counts {
 	uint64_t alloc_objects, alloc_bytes;
 	uint64_t free_objects, free_bytes;
 	uint64_t live_objects; /* summed over the live set's snapshots (heap_add_live) */
 };
 
+static struct counts *counts_of(const struct stack_bucket *b)
+{
+	return b->value;
+}
+
 struct heap {
 	struct heap_opts opts;
 	struct heap_stats stats;
-	struct bucket *buckets;
-	size_t nbuckets, alloc;
-	struct u64map index; /* hash(stack, size) -> bucket + 1, probing hash + 1 */
-	struct u64map live;  /* block address -> bucket + 1; 0 once freed */
+	struct stack_table buckets;
+	struct u64map live; /* block address -> bucket index + 1; 0 once freed */
 	struct record_stacks stacks;
 	uint64_t pcs[MAX_FRAMES];
 	uint64_t agent_start, agent_end;
@@ -42,7 +45,7 @@ int heap_new(struct heap **ret, const struct heap_opts *o)
 	if (!h)
 		return -ENOMEM;
 	h->opts = *o;
-	u64map_init(&h->index);
+	stack_table_init(&h->buckets, sizeof(struct counts));
 	u64map_init(&h->live);
 	record_stacks_init(&h->stacks, o->unw, symbolizer_dwfl(o->sym), o->put_rule,
 			   o->put_rule_arg);
@@ -55,10 +58,7 @@ void heap_free(struct heap *h)
 {
 	if (!h)
 		return;
-	for (size_t i = 0; i < h->nbuckets; i++)
-		free(h->buckets[i].pcs);
-	free(h->buckets);
-	u64map_release(&h->index);
+	stack_table_release(&h->buckets);
 	u64map_release(&h->live);
 	record_stacks_release(&h->stacks);
 	free(h);
@@ -69,51 +69,10 @@ const struct heap_stats *heap_stats(const struct heap *h)
 	return &h->stats;
 }
 
-static uint64_t key_of(const uint64_t *pcs, size_t n, uint64_t size)
-{
-	return hash_bytes(pcs, n * sizeof(*pcs), hash_u64(size));
-}
-
-/* The bucket of (stack, size), created if new; its index + 1 in *ret. */
-static int bucket_for(struct heap *h, const uint64_t *pcs, size_t n, uint64_t size,
-		      uint64_t *ret)
-{
-	uint64_t key = key_of(pcs, n, size), v, probe;
-	struct bucket *b;
-	int r;
-
-	for (probe = key; u64map_get(&h->index, probe, &v); probe++) {
-		b = &h->buckets[v - 1];
-		if (b->size == size && b->npcs == n && !memcmp(b->pcs, pcs, n * sizeof(*pcs))) {
-			*ret = v;
-			return 0;
-		}
-	}
-	r = GROW(h->buckets, h->nbuckets + 1, h->alloc);
-	if (r < 0)
-		return r;
-	b = &h->buckets[h->nbuckets];
-	memset(b, 0, sizeof(*b));
-	b->pcs = malloc(n * sizeof(*pcs));
-	if (!b->pcs)
-		return -ENOMEM;
-	memcpy(b->pcs, pcs, n * sizeof(*pcs));
-	b->npcs = n;
-	b->size = size;
-	r = u64map_put(&h->index, probe, h->nbuckets + 1);
-	if (r < 0) {
-		free(b->pcs);
-		return r;
-	}
-	*ret = ++h->nbuckets;
-	return 0;
-}
-
 int heap_add_alloc(struct heap *h, const struct cprof_wire_alloc *a)
 {
-	struct bucket *b;
-	size_t skip = 0;
-	uint64_t id;
+	struct counts *b;
+	size_t skip = 0, i;
 	int n, r;
 
 	h->stats.allocs++;
@@ -133,31 +92,31 @@ int heap_add_alloc(struct heap *h, const struct cprof_wire_alloc *a)
 		skip++;
 	if (skip + 1 < (size_t)n || !(h->pcs[skip] >= h->agent_start && h->pcs[skip] < h->agent_end))
 		h->stats.unwound++;
-	r = bucket_for(h, h->pcs + skip, (size_t)n - skip, a->size, &id);
+	r = stack_table_find(&h->buckets, h->pcs + skip, (size_t)n - skip, a->size, &i);
 	if (r < 0)
 		return r;
-	b = &h->buckets[id - 1];
+	b = counts_of(&h->buckets.buckets[i]);
 	b->alloc_objects++;
 	b->alloc_bytes += a->size;
 	if (a->flags & CPROF_ALLOC_UNTRACKED) {
 		h->stats.untracked++;
 		return 0;
 	}
-	return u64map_put(&h->live, a->address, id);
+	return u64map_put(&h->live, a->address, i + 1);
 }
 
 int heap_add_free(struct heap *h, const struct cprof_wire_free *f)
 {
+	const struct stack_bucket *b;
 	uint64_t id;
-	struct bucket *b;
 
-	if (!u64map_get(&h->live, f->address, &id) || id == 0 || id > h->nbuckets) {
+	if (!u64map_get(&h->live, f->address, &id) || id == 0 || id > h->buckets.nbuckets) {
 		h->stats.unknown_frees++;
 		return 0;
 	}
-	b = &h->buckets[id - 1];
-	b->free_objects++;
-	b->free_bytes += b->size;
+	b = &h->buckets.buckets[id - 1];
+	counts_of(b)->free_objects++;
+	counts_of(b)->free_bytes += b->key;
 	h->stats.frees++;
 	return u64map_put(&h->live, f->address, 0);
 }
@@ -168,11 +127,12 @@ int heap_add_live(struct heap *h, const struct cprof_wire_live *live, size_t n)
 		uint64_t id;
 
 		if ((live[i].size & CPROF_LIVE_UNRECORDED) ||
-		    !u64map_get(&h->live, live[i].address, &id) || id == 0 || id > h->nbuckets) {
+		    !u64map_get(&h->live, live[i].address, &id) || id == 0 ||
+		    id > h->buckets.nbuckets) {
 			h->live_unknown++;
 			continue;
 		}
-		h->buckets[id - 1].live_objects++;
+		counts_of(&h->buckets.buckets[id - 1])->live_objects++;
 		h->live_recorded++;
 	}
 	h->live_snapshots++;
@@ -181,8 +141,8 @@ int heap_add_live(struct heap *h, const struct cprof_wire_live *live, size_t n)
 
 void heap_reset_live(struct heap *h)
 {
-	for (size_t i = 0; i < h->nbuckets; i++)
-		h->buckets[i].live_objects = 0;
+	for (size_t i = 0; i < h->buckets.nbuckets; i++)
+		counts_of(&h->buckets.buckets[i])->live_objects = 0;
 	h->live_snapshots = h->live_recorded = h->live_unknown = 0;
 }
 
@@ -234,16 +194,18 @@ static int64_t to_i64(double v)
 
 /* Sampled blocks in use: the snapshot's when there is one, else what the
  * stream of ALLOCs and FREEs says (right only if it lost nothing). */
-static double inuse_objects(const struct heap *h, const struct bucket *b)
+static double inuse_objects(const struct heap *h, const struct stack_bucket *b)
 {
+	const struct counts *c = counts_of(b);
+
 	if (h->live_snapshots)
-		return (double)b->live_objects / (double)h->live_snapshots;
-	return (double)(b->alloc_objects - b->free_objects);
+		return (double)c->live_objects / (double)h->live_snapshots;
+	return (double)(c->alloc_objects - c->free_objects);
 }
 
-static double inuse_bytes(const struct heap *h, const struct bucket *b)
+static double inuse_bytes(const struct heap *h, const struct stack_bucket *b)
 {
-	return inuse_objects(h, b) * (double)b->size;
+	return inuse_objects(h, b) * (double)b->key;
 }
 
 /* The profile says where its figures are estimates or absent. */
@@ -289,8 +251,6 @@ int heap_build(struct heap *h, const char *default_type, const char *command_lin
 		{ "inuse_space", "bytes" },
 	};
 	double alloc_factor = heap_alloc_factor(h), inuse_factor = heap_inuse_factor(h);
-	uint64_t *locs = NULL;
-	size_t locs_alloc = 0;
 	struct profile *p;
 	int r;
 
@@ -308,26 +268,22 @@ int heap_build(struct heap *h, const char *default_type, const char *command_lin
 		r = profile_add_comment(p, command_line);
 	if (r == 0)
 		r = note_estimates(h, p, alloc_factor, inuse_factor);
-	for (size_t i = 0; r == 0 && i < h->nbuckets; i++) {
-		const struct bucket *b = &h->buckets[i];
-		double ac = (double)b->alloc_objects, ab = (double)b->alloc_bytes;
+	for (size_t i = 0; r == 0 && i < h->buckets.nbuckets; i++) {
+		const struct stack_bucket *b = &h->buckets.buckets[i];
+		const struct counts *c = counts_of(b);
+		double ac = (double)c->alloc_objects, ab = (double)c->alloc_bytes;
 		double ic = inuse_objects(h, b), ib = inuse_bytes(h, b);
 		double as = heap_scale(ac, ab, h->opts.rate) * alloc_factor;
 		double is = heap_scale(ic, ib, h->opts.rate) * inuse_factor;
 		int64_t values[4] = { to_i64(ac * as), to_i64(ab * as), to_i64(ic * is),
 				      to_i64(ib * is) };
-		struct profile_label label = { .key = "bytes", .num = (int64_t)b->size,
+		struct profile_label label = { .key = "bytes", .num = (int64_t)b->key,
 					       .num_unit = "bytes" };
 
-		r = GROW(locs, b->npcs, locs_alloc);
-		for (size_t j = 0; r == 0 && j < b->npcs; j++)
-			r = profile_location_for_address(p, b->pcs[j], &locs[j]);
-		if (r == 0)
-			r = profile_add_sample(p, locs, b->npcs, values, &label, 1);
+		r = stack_table_add_sample(&h->buckets, p, i, values, &label, 1);
 	}
 	if (r == 0)
 		r = symbolizer_fill_profile(h->opts.sym, p);
-	free(locs);
 	if (r < 0) {
 		profile_free(p);
 		return r;
@@ -340,40 +296,43 @@ static const struct heap *sorting; /* qsort has no argument */
 
 static int by_inuse_bytes(const void *a, const void *b)
 {
-	const struct bucket *x = *(const struct bucket *const *)a;
-	const struct bucket *y = *(const struct bucket *const *)b;
+	const struct stack_bucket *x = *(const struct stack_bucket *const *)a;
+	const struct stack_bucket *y = *(const struct stack_bucket *const *)b;
 	double ix = inuse_bytes(sorting, x), iy = inuse_bytes(sorting, y);
+	uint64_t ax = counts_of(x)->alloc_bytes, ay = counts_of(y)->alloc_bytes;
 
 	if (ix != iy)
 		return ix < iy ? 1 : -1;
-	return (x->alloc_bytes < y->alloc_bytes) - (x->alloc_bytes > y->alloc_bytes);
+	return (ax < ay) - (ax > ay);
 }
 
 int heap_write_text(struct heap *h, FILE *f)
 {
-	const struct bucket **order = calloc(h->nbuckets + 1, sizeof(*order));
+	size_t n = h->buckets.nbuckets;
+	const struct stack_bucket **order = calloc(n + 1, sizeof(*order));
 	uint64_t io = 0, ib = 0, ao = 0, ab = 0;
 
 	if (!order)
 		return -ENOMEM;
-	for (size_t i = 0; i < h->nbuckets; i++) {
-		order[i] = &h->buckets[i];
+	for (size_t i = 0; i < n; i++) {
+		order[i] = &h->buckets.buckets[i];
 		io += (uint64_t)llround(inuse_objects(h, order[i]));
 		ib += (uint64_t)llround(inuse_bytes(h, order[i]));
-		ao += order[i]->alloc_objects;
-		ab += order[i]->alloc_bytes;
+		ao += counts_of(order[i])->alloc_objects;
+		ab += counts_of(order[i])->alloc_bytes;
 	}
 	sorting = h;
-	qsort(order, h->nbuckets, sizeof(*order), by_inuse_bytes);
+	qsort(order, n, sizeof(*order), by_inuse_bytes);
 	fprintf(f, "heap profile: %llu: %llu [%llu: %llu] @ heap/%llu\n", (unsigned long long)io,
 		(unsigned long long)ib, (unsigned long long)ao, (unsigned long long)ab,
 		(unsigned long long)(2 * h->opts.rate));
-	for (size_t i = 0; i < h->nbuckets; i++) {
-		const struct bucket *b = order[i];
+	for (size_t i = 0; i < n; i++) {
+		const struct stack_bucket *b = order[i];
 
 		fprintf(f, "%llu: %llu [%llu: %llu] @", (unsigned long long)llround(inuse_objects(h, b)),
-			(unsigned long long)llround(inuse_bytes(h, b)), (unsigned long long)b->alloc_objects,
-			(unsigned long long)b->alloc_bytes);
+			(unsigned long long)llround(inuse_bytes(h, b)),
+			(unsigned long long)counts_of(b)->alloc_objects,
+			(unsigned long long)counts_of(b)->alloc_bytes);
 		for (size_t j = 0; j < b->npcs; j++)
 			fprintf(f, " %#llx", (unsigned long long)b->pcs[j]);
 		fputc('\n', f);

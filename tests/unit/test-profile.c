@@ -6,6 +6,7 @@
 
 #include "profile/profile-private.h"
 #include "profile/profile.h"
+#include "profile/stack-table.h"
 
 static const struct profile_value_type types[] = {
 	{ "samples", "count" },
@@ -424,5 +425,42 @@ Test(profile, many_distinct_samples_are_kept_apart)
 		cr_assert_eq(p->samples[i].values[1], 2 * (int64_t)i);
 	}
 	cr_expect_eq(profile_total(p, 0), 2 * N);
+	profile_free(p);
+}
+
+/* The heap's and the contention profiles' buckets: one per (stack, key),
+ * in the order first seen, each with its zeroed value; one sample each. */
+Test(profile, stack_table_one_bucket_per_stack_and_key)
+{
+	static const uint64_t a[] = { 0x1000, 0x2000, 0x3000 }, b[] = { 0x1000, 0x2000 };
+	struct stack_table t;
+	struct profile *p = new_profile();
+	int64_t values[2] = { 1, 10 };
+	size_t i, j;
+
+	stack_table_init(&t, sizeof(double));
+	cr_assert_eq(stack_table_find(&t, a, 3, 16, &i), 0);
+	cr_assert_eq(i, 0);
+	cr_assert_eq(*(double *)t.buckets[0].value, 0.0);
+	*(double *)t.buckets[0].value = 2.5;
+	cr_assert_eq(stack_table_find(&t, b, 2, 16, &j), 0);
+	cr_assert_eq(j, 1, "a stack's prefix is another stack");
+	cr_assert_eq(stack_table_find(&t, a, 3, 32, &j), 0);
+	cr_assert_eq(j, 2, "another key is another bucket");
+	for (int k = 0; k < 1000; k++) {
+		uint64_t pcs[2] = { 0x5000 + (uint64_t)k, 0x6000 };
+
+		cr_assert_eq(stack_table_find(&t, pcs, 2, 0, &j), 0);
+		cr_assert_eq(j, 3 + (size_t)k);
+	}
+	cr_assert_eq(stack_table_find(&t, a, 3, 16, &j), 0);
+	cr_assert_eq(j, 0, "found again after the index grew");
+	cr_assert_eq(*(double *)t.buckets[0].value, 2.5);
+	cr_assert_eq(t.buckets[0].key, 16);
+	cr_assert_eq(t.nbuckets, 1003);
+	cr_assert_eq(stack_table_add_sample(&t, p, 0, values, NULL, 0), 0);
+	cr_assert_eq(p->nsamples, 1);
+	cr_assert_eq(p->samples[0].nlocations, 3);
+	stack_table_release(&t);
 	profile_free(p);
 }
