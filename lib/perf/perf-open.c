@@ -63,7 +63,6 @@ static void perf_attr_init(struct perf_event_attr *attr, const struct perf_opts 
 		attr->exclude_callchain_kernel = 1;
 	}
 	attr->comm = 1;
-	attr->context_switch = o->context_switch;
 	attr->task = o->task;
 	attr->sample_id_all = 1;
 	attr->use_clockid = 1;

@@ -35,7 +35,6 @@ struct perf_opts {
 	size_t ring_pages;    /* data pages per cpu ring, a power of two */
 	bool kernel;          /* count time in the kernel too (needs privilege) */
 	bool kernel_stacks;   /* and record the kernel's call chain (needs @kernel) */
-	bool context_switch;  /* and every switch of a target thread off and on a CPU */
 	bool task;            /* and the birth and the end of every target thread */
 };
 
@@ -69,9 +68,6 @@ struct perf_handlers {
 	int (*sample)(const struct perf_sample *s, void *arg);
 	/* A thread of the target took a name (exec, prctl, pthread_setname_np). */
 	void (*comm)(pid_t tid, const char *name, void *arg);
-	/* With context_switch: @tid left a CPU (@out), taken from it if
-	 * @preempted, or came back onto one, at @time (perf clock). */
-	void (*cpu_switch)(pid_t tid, uint64_t time, bool out, bool preempted, void *arg);
 	/* With task: thread @tid of the target was born (@exited false) or
 	 * ended at @time (perf clock). */
 	void (*task)(pid_t tid, uint64_t time, bool exited, void *arg);

@@ -50,6 +50,36 @@ int wall_clocks_read(int fd, struct wall_clocks *ret)
 	return 0;
 }
 
+/* The number after "@key:" at a line's start in a status file's text. */
+static int status_number(const char *buf, const char *key, uint64_t *ret)
+{
+	size_t len = strlen(key);
+
+	for (const char *p = buf; p; p = strchr(p, '\n')) {
+		p += *p == '\n';
+		if (!strncmp(p, key, len) && p[len] == ':') {
+			*ret = strtoull(p + len + 1, NULL, 10);
+			return 0;
+		}
+	}
+	return -EIO;
+}
+
+int wall_switches_read(pid_t pid, pid_t tid, struct wall_switches *ret)
+{
+	char path[80], buf[4096];
+	int r;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
+	r = proc_read(path, buf, sizeof(buf), NULL);
+	if (r < 0)
+		return r;
+	r = status_number(buf, "voluntary_ctxt_switches", &ret->voluntary);
+	if (r == 0)
+		r = status_number(buf, "nonvoluntary_ctxt_switches", &ret->preempted);
+	return r;
+}
+
 /* Field @field (1-based, as proc(5) numbers them) of a stat line. */
 static const char *stat_field(const char *buf, int field)
 {

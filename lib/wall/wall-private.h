@@ -8,11 +8,19 @@
 
 #include "maps/maps.h"
 #include "unwind/unwind.h"
+#include "util/util.h"
 
 /* A thread's own clocks, from its schedstat: never sampled, exact. */
 struct wall_clocks {
 	uint64_t run_ns;   /* on a CPU */
 	uint64_t delay_ns; /* on a run queue, waiting for a CPU */
+};
+
+/* A thread's switches off the CPU so far, from its status: the waits for a
+ * CPU that follow them are split by these counts. */
+struct wall_switches {
+	uint64_t voluntary; /* it slept (and was woken) */
+	uint64_t preempted; /* it was taken off a runnable CPU */
 };
 
 /* What a thread is doing as /proc tells it, without stopping it. */
@@ -33,12 +41,40 @@ struct wall_off_stack {
 	bool valid;
 };
 
+/*
+ * The stacks a thread's CPU samples caught it on, each with its samples and
+ * their periods: its run time, exact from its clock, is divided among them
+ * once the window is over (run-stacks.c).
+ */
+struct wall_run_stack {
+	size_t at, n;     /* its pcs in the pool, leaf first */
+	uint64_t samples; /* how many caught it */
+	uint64_t period_ns;
+};
+
+struct wall_run_stacks {
+	struct wall_run_stack *v;
+	size_t nv, v_alloc;
+	uint64_t *pool;
+	size_t npool, pool_alloc;
+	struct u64map index; /* hash of the pcs -> index + 1; collisions probe hash+1 */
+	uint64_t period_ns;  /* of every sample */
+};
+
+void wall_run_stacks_init(struct wall_run_stacks *rs);
+int wall_run_stacks_add(struct wall_run_stacks *rs, const uint64_t *pcs, size_t n,
+			uint64_t period_ns);
+/* The pcs of stack @i. */
+const uint64_t *wall_run_stack_pcs(const struct wall_run_stacks *rs, size_t i);
+void wall_run_stacks_release(struct wall_run_stacks *rs);
+
 /* thread-look.c */
 int wall_clocks_open(pid_t pid, pid_t tid);
 int wall_clocks_read(int fd, struct wall_clocks *ret);
 /* The thread's start, on the CLOCK_MONOTONIC scale (10 ms resolution). */
 int wall_thread_birth_ns(pid_t pid, pid_t tid, uint64_t *ret);
 int wall_look_read(pid_t pid, pid_t tid, struct wall_look *ret);
+int wall_switches_read(pid_t pid, pid_t tid, struct wall_switches *ret);
 
 /*
  * Copies and unwinds the stack of @tid, asleep as @look says, into @st.

@@ -19,14 +19,14 @@
 #define MAX_FRAMES 256
 #define STACK_BYTES 8192
 #define RING_PAGES 256
-/* PERF_RECORD_SWITCH: header and sample id (pid, tid, time, cpu). */
-#define SWITCH_RECORD_BYTES 32
 /* PERF_RECORD_FORK, _EXIT: header, four ids, time, sample id. */
 #define TASK_RECORD_BYTES 56
 #define LIVENESS_NS (100ULL * 1000 * 1000)
 /* A tick may take this share of cprof's time at most: more threads, rarer
  * ticks (every interval is still accounted in full). */
 #define TICK_DUTY 10
+/* A share of a thread's waits for a CPU, in 1/SHARE_ONE. */
+#define SHARE_ONE 1024
 
 /* Addresses that are never a PC: the frames of time without a stack. */
 #define ADDR_OFF_UNSEEN 0
@@ -37,24 +37,19 @@ static const struct profile_value_type wall_types[] = {
 	{ "wall", "nanoseconds" },
 };
 
-struct cpu_switch {
-	uint64_t time;
-	bool out, preempted;
-};
-
 struct wall_thread {
 	pid_t tid;
 	int fd;              /* its schedstat */
 	bool alive, listed;
 	uint64_t last_ns;    /* accounted up to here (CLOCK_MONOTONIC) */
 	struct wall_clocks clk;
-	struct cpu_switch *switches; /* reported since the last tick, any order */
-	size_t nswitches, switches_alloc;
-	uint64_t preempted_at;   /* perf time it was taken off a CPU; 0: not */
-	uint64_t preempted_wait; /* waits after preemptions not yet accounted */
+	struct wall_switches sw; /* at the last look at them */
+	bool sw_known;
+	unsigned preempted_share; /* of its waits for a CPU, in 1/SHARE_ONE */
 	uint64_t owed_ns;        /* counted twice so far: off the CPU, then waiting */
 	bool exited;             /* perf said it ended: accounted to its end */
-	int64_t run_unsampled;   /* run time the clock counted beyond the samples */
+	uint64_t run_ns;         /* its clock's run time in the window */
+	struct wall_run_stacks runs; /* what its CPU samples caught */
 	bool looked;
 	struct wall_off_stack off;
 	uint64_t *run_pcs;   /* its last CPU sample's stack */
@@ -76,7 +71,7 @@ struct wall_profiler {
 	struct u64map births; /* tid -> perf time of birth, for threads not seen yet */
 	const char *process_name;
 	uint64_t tick_ns, start_mono, end_mono, next_tick, last_liveness;
-	bool started, running;
+	bool started, running, run_added;
 	uint64_t rng;
 	uint64_t tick_cost; /* smoothed */
 	struct wall_profiler_stats stats;
@@ -127,13 +122,14 @@ static int synthetic_location(struct wall_profiler *p, uint64_t addr, uint64_t *
 	return profile_named_location(p->profile, addr, names[addr], ret);
 }
 
-/* One sample of @ns of @tid's time in @state, on @pcs (NULL: @addr's frame). */
-static int add_time(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, size_t n,
-		    uint64_t addr, const char *state, int64_t syscall, uint64_t ns)
+/* @count samples of @ns of @tid's time in @state, on @pcs (NULL: @addr's frame). */
+static int add_samples(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, size_t n,
+		       uint64_t addr, const char *state, int64_t syscall, uint64_t count,
+		       uint64_t ns)
 {
 	struct profile_label labels[4];
 	size_t nlabels = 3;
-	int64_t values[2] = { 1, (int64_t)ns };
+	int64_t values[2] = { (int64_t)count, (int64_t)ns };
 	const char *call = syscall >= 0 ? syscall_name(syscall) : NULL;
 	int r;
 
@@ -162,12 +158,18 @@ static int add_time(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, siz
 	return profile_add_sample(p->profile, p->locs, n, values, labels, nlabels);
 }
 
+static int add_time(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, size_t n,
+		    uint64_t addr, const char *state, int64_t syscall, uint64_t ns)
+{
+	return add_samples(p, tid, pcs, n, addr, state, syscall, 1, ns);
+}
+
 /* ---- CPU samples ------------------------------------------------------- */
 
 static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64_t now);
 
-/* A sample's thread keeps its stack, and its period counts against the
- * thread's run time (one born since the last tick is added now). */
+/* A sample's thread keeps its stack, the last it ran on and one of those
+ * its run time is divided among (one born since the last tick is added now). */
 static int keep_run_stack(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, size_t n,
 			  uint64_t period)
 {
@@ -177,18 +179,17 @@ static int keep_run_stack(struct wall_profiler *p, pid_t tid, const uint64_t *pc
 		t = add_thread(p, tid, now_monotonic_ns());
 	if (!t)
 		return 0;
-	t->run_unsampled -= (int64_t)period;
 	if (GROW(t->run_pcs, n, t->run_alloc) < 0)
 		return -ENOMEM;
 	memcpy(t->run_pcs, pcs, n * sizeof(*pcs));
 	t->nrun = n;
-	return 0;
+	return wall_run_stacks_add(&t->runs, pcs, n, period);
 }
 
 static int on_sample(const struct perf_sample *s, void *arg)
 {
 	struct wall_profiler *p = arg;
-	int n = 0, r;
+	int n = 0;
 
 	if (!s->has_user)
 		return 0;
@@ -198,10 +199,7 @@ static int on_sample(const struct perf_sample *s, void *arg)
 		n = 1;
 	}
 	p->stats.bytes_read += s->user.stack_size + sizeof(s->user.regs);
-	r = keep_run_stack(p, s->tid, p->pcs, (size_t)n, s->period);
-	if (r < 0)
-		return r;
-	return add_time(p, s->tid, p->pcs, (size_t)n, 0, "running", -1, s->period);
+	return keep_run_stack(p, s->tid, p->pcs, (size_t)n, s->period);
 }
 
 static void on_comm(pid_t tid, const char *name, void *arg)
@@ -211,46 +209,6 @@ static void on_comm(pid_t tid, const char *name, void *arg)
 
 	if (t)
 		t->name = profile_intern(p->profile, name);
-}
-
-/* Each CPU has its ring: a thread's switches come in time order only once
- * sorted (it may leave one CPU and come back on another). */
-static void on_cpu_switch(pid_t tid, uint64_t time, bool out, bool preempted, void *arg)
-{
-	struct wall_profiler *p = arg;
-	struct wall_thread *t = thread_of(p, tid);
-
-	p->stats.bytes_read += SWITCH_RECORD_BYTES;
-	if (!t || GROW(t->switches, t->nswitches + 1, t->switches_alloc) < 0)
-		return;
-	t->switches[t->nswitches++] = (struct cpu_switch){ time, out, preempted };
-}
-
-static int by_time(const void *a, const void *b)
-{
-	const struct cpu_switch *x = a, *y = b;
-
-	return (x->time > y->time) - (x->time < y->time);
-}
-
-/* A preempted thread's wait for a CPU ends when it is back on one. */
-static void settle_switches(struct wall_thread *t)
-{
-	if (!t->nswitches)
-		return;
-	qsort(t->switches, t->nswitches, sizeof(*t->switches), by_time);
-	for (size_t i = 0; i < t->nswitches; i++) {
-		const struct cpu_switch *sw = &t->switches[i];
-
-		if (sw->out) {
-			t->preempted_at = sw->preempted ? sw->time : 0;
-			continue;
-		}
-		if (t->preempted_at && sw->time > t->preempted_at)
-			t->preempted_wait += sw->time - t->preempted_at;
-		t->preempted_at = 0;
-	}
-	t->nswitches = 0;
 }
 
 static int add_final(struct wall_profiler *p, struct wall_thread *t, uint64_t end);
@@ -279,8 +237,8 @@ static void on_task(pid_t tid, uint64_t time, bool exited, void *arg)
 
 static int drain(struct wall_profiler *p)
 {
-	struct perf_handlers h = { .sample = on_sample, .comm = on_comm,
-				   .cpu_switch = on_cpu_switch, .task = on_task, .arg = p };
+	struct perf_handlers h = { .sample = on_sample, .comm = on_comm, .task = on_task,
+				   .arg = p };
 	const struct perf_stats *ps;
 	int r;
 
@@ -341,18 +299,39 @@ static int add_wait(struct wall_profiler *p, struct wall_thread *t, bool run_fir
 }
 
 /*
+ * How the thread left its CPUs since the last look: it slept, or it was
+ * preempted. Looked at whenever it ran, so that the counts belong to the
+ * interval whose waits they split; a wait that ends with no switch since
+ * began with the last one counted, and keeps the last shares.
+ */
+static void count_switches(struct wall_profiler *p, struct wall_thread *t)
+{
+	struct wall_switches sw;
+	uint64_t slept, preempted;
+
+	if (wall_switches_read(p->opts.pid, t->tid, &sw) < 0)
+		return;
+	if (t->sw_known) {
+		slept = sw.voluntary - MIN(sw.voluntary, t->sw.voluntary);
+		preempted = sw.preempted - MIN(sw.preempted, t->sw.preempted);
+		if (slept + preempted)
+			t->preempted_share =
+				(unsigned)(preempted * SHARE_ONE / (slept + preempted));
+	}
+	t->sw = sw;
+	t->sw_known = true;
+}
+
+/*
  * Time on a run queue follows either a preemption (the thread waits where
- * it ran) or a wake-up (it waits to return from the call it slept in). The
- * CPU switches perf reported tell the first; the rest is the second.
- * Without them, all of it goes where the thread ran last.
+ * it ran) or a wake-up (it waits to return from the call it slept in),
+ * shared as the thread's switches were.
  */
 static int add_runnable(struct wall_profiler *p, struct wall_thread *t, uint64_t ddelay)
 {
-	uint64_t preempted;
+	uint64_t preempted = ddelay * t->preempted_share / SHARE_ONE;
 	int r;
 
-	preempted = p->perf ? MIN(ddelay, t->preempted_wait) : ddelay;
-	t->preempted_wait -= MIN(t->preempted_wait, ddelay);
 	r = add_wait(p, t, true, preempted);
 	if (r == 0)
 		r = add_wait(p, t, false, ddelay - preempted);
@@ -360,20 +339,34 @@ static int add_runnable(struct wall_profiler *p, struct wall_thread *t, uint64_t
 }
 
 /*
- * Run time no sample stands for: in the kernel when samples there are not
- * allowed (they are dropped), or all of it without perf. A period of slack
- * is left for a sample still in its ring.
+ * Each thread's run time, exact from its clock, on the stacks its CPU
+ * samples caught, in proportion to their periods. Per-thread sampling
+ * counts the thread's own CPU time, so a sample stands for its period and
+ * what the clock has beyond them (in the kernel, where samples may be
+ * refused) is [running: not sampled]; cpu-wide sampling catches a thread
+ * by chance, so its samples divide the run time and are not counted.
+ * Once, after the last tick.
  */
-static int add_unsampled(struct wall_profiler *p, struct wall_thread *t, uint64_t drun)
+static int add_running(struct wall_profiler *p, struct wall_thread *t)
 {
-	int64_t slack = p->perf ? (int64_t)p->tick_ns : 0, ns;
+	const struct wall_run_stacks *rs = &t->runs;
+	bool scaled = p->popts.scope == PERF_SCOPE_SYSTEM || rs->period_ns > t->run_ns;
+	uint64_t given = 0, cum = 0, ns;
+	int r = 0;
 
-	t->run_unsampled += (int64_t)drun;
-	if (t->run_unsampled <= slack)
-		return 0;
-	ns = t->run_unsampled - slack;
-	t->run_unsampled -= ns;
-	return add_time(p, t->tid, NULL, 0, ADDR_RUN_UNSAMPLED, "running", -1, (uint64_t)ns);
+	for (size_t i = 0; i < rs->nv && r == 0; i++) {
+		cum += rs->v[i].period_ns;
+		ns = scaled ? (uint64_t)((double)t->run_ns * (double)cum / (double)rs->period_ns) -
+				      given
+			    : rs->v[i].period_ns;
+		given += ns;
+		r = add_samples(p, t->tid, wall_run_stack_pcs(rs, i), rs->v[i].n, 0, "running",
+				-1, rs->v[i].samples, ns);
+	}
+	if (r == 0 && t->run_ns > given)
+		r = add_time(p, t->tid, NULL, 0, ADDR_RUN_UNSAMPLED, "running", -1,
+			     t->run_ns - given);
+	return r;
 }
 
 /* From the last tick to the thread's end: where it was last seen. */
@@ -430,7 +423,9 @@ static int account(struct wall_profiler *p, struct wall_thread *t)
 	}
 	t->clk = c;
 	t->last_ns = now;
-	settle_switches(t);
+	t->run_ns += drun;
+	if (drun)
+		count_switches(p, t);
 	p->stats.running_ns += drun;
 	p->stats.runnable_ns += ddelay;
 	p->stats.off_ns += off;
@@ -448,8 +443,6 @@ static int account(struct wall_profiler *p, struct wall_thread *t)
 	}
 	if (r == 0 && ddelay)
 		r = add_runnable(p, t, ddelay);
-	if (r == 0)
-		r = add_unsampled(p, t, drun);
 	return r;
 }
 
@@ -484,6 +477,8 @@ static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64
 	t->fd = fd;
 	t->alive = true;
 	t->last_ns = now;
+	wall_run_stacks_init(&t->runs);
+	count_switches(p, t);
 	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) == 0)
 		t->name = profile_intern(p->profile, buf);
 	p->stats.threads++;
@@ -568,10 +563,11 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 	p->popts = (struct perf_opts){
 		.pid = o->pid,
 		.period_ns = p->tick_ns,
-		.scope = PERF_SCOPE_THREAD,
+		/* Events of the target's own threads make each of its switches
+		 * dearer; a CPU's event costs it nothing. */
+		.scope = perf_system_scope_allowed() ? PERF_SCOPE_SYSTEM : PERF_SCOPE_THREAD,
 		.stack_bytes = STACK_BYTES,
 		.ring_pages = RING_PAGES,
-		.context_switch = true,
 		.task = true,
 		/* Samples in system calls carry the call's user stack. */
 		.kernel = perf_kernel_samples_allowed(),
@@ -657,8 +653,9 @@ int wall_profiler_poll(struct wall_profiler *p, int timeout_ms)
 	uint64_t now = now_monotonic_ns();
 	int wait_ms = 0, r;
 
+	/* Rounded up: a wait of 0 ms would spin until the tick. */
 	if (p->next_tick > now)
-		wait_ms = (int)MIN((uint64_t)timeout_ms, (p->next_tick - now) / 1000000);
+		wait_ms = (int)MIN((uint64_t)timeout_ms, (p->next_tick - now + 999999) / 1000000);
 	if (p->perf) {
 		r = perf_session_wait(p->perf, wait_ms);
 		if (r < 0)
@@ -701,6 +698,10 @@ int wall_profiler_stop(struct wall_profiler *p)
 		r = -EIO;
 	if (p->running && !p->stats.target_exited && tick(p) == -ENOMEM)
 		r = -ENOMEM;
+	for (size_t i = 0; i < p->nthreads && !p->run_added; i++)
+		if (add_running(p, &p->threads[i]) < 0)
+			r = -ENOMEM;
+	p->run_added = true;
 	p->running = false;
 	window_end(p);
 	if (!p->stats.target_exited)
@@ -759,7 +760,7 @@ void wall_profiler_free(struct wall_profiler *p)
 			close(p->threads[i].fd);
 		wall_off_stack_release(&p->threads[i].off);
 		free(p->threads[i].run_pcs);
-		free(p->threads[i].switches);
+		wall_run_stacks_release(&p->threads[i].runs);
 	}
 	free(p->threads);
 	u64map_release(&p->by_tid);
