@@ -269,7 +269,11 @@ int agent_put_rule(void *channel, uint64_t key, uint64_t rule)
 
 struct channel *agent_rules_channel(const struct agent_load *al)
 {
-	return getenv("CPROF_HEAP_COPY_STACKS") ? NULL : al->ch;
+	/* CPROF_HEAP_COPY_STACKS: its name from when heap was the only agent
+	 * command. */
+	if (getenv("CPROF_COPY_STACKS") || getenv("CPROF_HEAP_COPY_STACKS"))
+		return NULL;
+	return al->ch;
 }
 
 /*

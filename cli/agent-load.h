@@ -27,7 +27,7 @@ struct agent_load {
 int agent_put_rule(void *channel, uint64_t key, uint64_t rule);
 
 /* The channel to pass as put_rule_arg, or NULL when the agent is to walk no
- * frames: no channel, or CPROF_HEAP_COPY_STACKS set (cprof(1)). */
+ * frames: no channel, or CPROF_COPY_STACKS set (cprof(1)). */
 struct channel *agent_rules_channel(const struct agent_load *al);
 
 /*

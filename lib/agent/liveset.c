@@ -1,55 +1,31 @@
 /*
  * The set of sampled blocks still live, so that free() of one emits a FREE
- * with its size. Every free() in the process asks the set, so lookups are
- * lock-free: an open-addressing table (linear probing) in its own mapping
- * (not the target's heap) and a sequence counter. Writers hold the event lock,
- * bump the counter to odd, move entries (backward-shift deletion, no
- * tombstones to accumulate), bump it to even. A reader that saw the counter
- * change, or odd, answers "maybe", and the caller takes the lock to be sure.
+ * with its size. Every free() in the process asks it: a lookup takes no lock
+ * and mostly touches one cache line.
  *
- * A reader only ever looks up an address it is freeing: if that block was
- * sampled, its insertion happened before malloc returned it, hence before the
- * free. Inserts only fill empty slots and never hide an entry, so they need
- * no counter bump.
+ * Why reads need no lock: a reader only looks up an address it is freeing,
+ * so if that block was sampled its insertion happened before malloc returned
+ * it, hence before the free. Inserts only fill empty slots and hide no entry.
+ * Every other move (removal by backward shift, so no tombstones; growth;
+ * clearing) holds the event lock and keeps a sequence counter odd while it
+ * runs; a reader that saw the counter odd or changed answers "maybe", and the
+ * caller takes the lock to be sure.
  *
- * The table starts at 16 KiB and grows fourfold while it is more than half
- * full, up to 4 MiB: a small one stays in the caches, and the inserts and
- * removals of a busy sampler (tens of thousands a second) then miss no cache
- * (a fixed 4 MiB table cost 2% of a malloc-bound program, measured). Growing
- * is a writer's move like any other (counter odd, entries rehashed into the
- * next level, pointers switched, counter even). Levels are never unmapped,
- * as a reader may still be looking at an old one; they are emptied and their
- * pages given back instead.
+ * What a free() pays, by how full the set is: empty, one load; up to
+ * LIVESET_FEW entries, compares on the line it loaded anyway (agent.h); more,
+ * a filter first (two bits per address, both in one 64-bit word; a clear bit
+ * means "not in the set", by the same ordering; writers keep an 8-bit count
+ * per bit, and a saturated count stays "maybe"), then an open-addressing
+ * table (linear probing) in a mapping of its own, not the target's heap. The
+ * table starts at 16 KiB, to stay in the caches, and grows fourfold while it
+ * is more than half full, up to 4 MiB. Levels are never unmapped (a reader
+ * may still be in one), only emptied and their pages given back; a grow
+ * leaves the old level's filter as it was, since it covers every entry a
+ * reader of that level can be freeing. Filters are wiped only with the whole
+ * set (liveset_clear), when no answer matters any more.
  *
- * Even a small table is a random access, and every free() in the process
- * made one (15% of a malloc-bound program's time, measured). So a filter
- * comes first: two bits per live address, both in one 64-bit word (one load
- * for free()), four filter bits per table slot, so 512 bytes while few
- * blocks are live: the lines stay in L1 next to a heap that churns. Writers
- * keep an 8-bit count per bit beside it (a saturated count stays: "maybe"
- * forever). A clear bit means "not in the set", by the same ordering
- * argument. With 200 sampled blocks live, one bit per address sent 4.9% of
- * all other frees to a table lookup, two bits 1.2% (test-agent's
- * liveset_filter_lets_few_frees_through counts them). Measured on a
- * malloc-bound loop: 64 KiB of counters read directly cost 5.5% of its time
- * in hook_free, a fixed 8 KiB bitmap 4.1%.
- *
- * While the set is empty free() loads one word and no more. While it
- * holds a few blocks (up to LIVESET_FEW, as in a program whose sampled
- * blocks die young: at the default rate one lives a few hundred calls and
- * the next comes a thousand later), free() compares its address with them,
- * on the line it loaded anyway (agent.h). The filter's hash, its dependent
- * load and the false hits cost a malloc+free loop that writes its blocks
- * 2.5% of its perf samples in hook_free and 0.07% in lookups; the compares
- * cost 0.55% and 0.06%. Once more are live, free() asks the filter until
- * the set is empty again (no switch back: that would need the table's
- * blocks found).
- *
- * A reader may hold an old level's filter across a grow, so a grow leaves
- * that filter as it was (it still covers every entry inserted before the
- * switch; later ones were inserted after the reader's block was, so the
- * reader sees the new filter). Filters are wiped only when the whole set is
- * (liveset_clear), when no answer matters any more.
+ * What these choices cost is measured by test-agent
+ * (liveset_filter_lets_few_frees_through) and scripts/bench-heap.
  */
 #include <errno.h>
 #include <string.h>

@@ -38,7 +38,7 @@ static void skip_without_ptrace(void)
 		cr_skip_test("cprof heap needs ptrace of the target: run as root");
 }
 
-Test(heap, seed000_accuracy)
+Test(heap, sites_accurate_at_1kib)
 {
 	const char *report = th_tmp_path("heapsites.report");
 	pid_t pid;
@@ -137,7 +137,8 @@ static size_t parse_text(char *out, struct th_stack *b, size_t max, long *sample
 /*
  * The same process profiled twice: with rules (the agent walks nearly every
  * sample after the first ones) and with every stack copied (as before
- * rules; CPROF_HEAP_COPY_STACKS). Every stack that either run saw at least
+ * rules; CPROF_HEAP_COPY_STACKS, CPROF_COPY_STACKS's former name, which
+ * must still work). Every stack that either run saw at least
  * 20 times must be in the other: a walk that lost, added or shifted a frame
  * would make a stack the copies never give.
  */

@@ -281,7 +281,7 @@ static void walked_of(const char *err, long *records, long *walked)
 /*
  * The same process's block profile twice: with rules (the agent walks
  * nearly every record after the first ones) and with every stack copied
- * (CPROF_HEAP_COPY_STACKS). Every stack either run saw at least 20 times
+ * (CPROF_COPY_STACKS). Every stack either run saw at least 20 times
  * must be in the other: a walk that lost, added or shifted a frame would
  * make a stack the copies never give.
  */
@@ -300,9 +300,9 @@ Test(locks, block_walked_stacks_match_copied_stacks)
 	cr_assert_eq(r.exit_code, 0);
 	walked_of(r.err, &records[0], &nwalked[0]);
 	th_run_release(&r);
-	cr_assert_eq(setenv("CPROF_HEAP_COPY_STACKS", "1", 1), 0);
+	cr_assert_eq(setenv("CPROF_COPY_STACKS", "1", 1), 0);
 	TH_CPROF(&r, 30000, "block", "-p", th_pid_str(pid), "-d", "2s", "--rate", "1ms", "-o", out_c);
-	unsetenv("CPROF_HEAP_COPY_STACKS");
+	unsetenv("CPROF_COPY_STACKS");
 	cr_assert_eq(r.exit_code, 0);
 	walked_of(r.err, &records[1], &nwalked[1]);
 	th_run_release(&r);
