@@ -3,17 +3,21 @@
  * PTRACE_INTERRUPT all of them, copy registers and stack bytes, detach all,
  * and only then let the caller unwind (offline, from the copies).
  *
+ * The threads are shared out between tracer threads, one per cpu (up to
+ * four), each seizing, copying and detaching its own share; none lets go
+ * before every share is stopped.
+ *
  * The target comes first:
  * - Every ptrace call happens in a tracer thread created for the snapshot.
- *   When it ends, the kernel detaches anything still attached (a thread that
- *   never reached its stop, e.g. in uninterruptible sleep, is let go that
- *   way), and if cprof is killed the same happens: SEIZE never leaves a
- *   thread stopped behind.
+ *   When it ends, the kernel detaches anything still attached to it (a
+ *   thread that never reached its stop, e.g. in uninterruptible sleep, is
+ *   let go that way), and if cprof is killed the same happens: SEIZE never
+ *   leaves a thread stopped behind.
  * - A signal that arrives during the snapshot (a signal-delivery stop) is
  *   handed back on PTRACE_DETACH, so it is delivered once, not lost.
  * - A process stopped by SIGSTOP before the snapshot stays stopped after it.
- * - Catchable signals are blocked in the tracer thread: only SIGKILL can end
- *   it mid-snapshot, and then the kernel detaches.
+ * - Catchable signals are blocked in the tracer threads: only SIGKILL can
+ *   end them mid-snapshot, and then the kernel detaches.
  */
 #ifndef CPROF_PTRACE_H
 #define CPROF_PTRACE_H
@@ -62,6 +66,10 @@ struct ptrace_snapshot {
 	uint64_t pause_ns;           /* last_detach - first_interrupt */
 	uint64_t all_stopped_ns;     /* when the last thread was seen stopped (and copied) */
 	unsigned listings;           /* reads of /proc/PID/task */
+	unsigned tracers;            /* tracer threads that shared the work */
+	/* The stack copies, most of them (private: see ptrace_snapshot_release()). */
+	void *stack_pool;
+	size_t stack_pool_size;
 };
 
 struct ptrace_snapshot_opts {
@@ -71,6 +79,7 @@ struct ptrace_snapshot_opts {
 	 * times that. */
 	unsigned stop_timeout_ms;
 	const struct maps *maps;  /* read beforehand: bounds the stack copies */
+	unsigned tracers;         /* tracer threads at most; 0: one per cpu, up to four */
 };
 
 /*

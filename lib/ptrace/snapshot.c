@@ -4,8 +4,11 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/uio.h>
 #include <sys/user.h>
@@ -35,6 +38,20 @@
 #define STALL_NS (2ULL * 1000 * 1000)
 /* How long a thread in uninterruptible sleep may keep the others stopped. */
 #define D_STATE_GRACE_NS (5ULL * 1000 * 1000)
+/*
+ * Tracer threads at most, and the fewest threads worth one more: each
+ * started tracer costs a thread creation before the pause, and on a machine
+ * of N cpus more than N only queue behind one another.
+ */
+#define MAX_TRACERS 4
+#define MIN_SHARE 4
+/* Stack bytes per thread made ready (faulted in) before the pause: the
+ * live part of a sleeping thread's stack is a few KiB. */
+#define POOL_READY_PER_THREAD 8192
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 /* tid -> index in snap->threads, open addressing; a slot holds index + 1. */
 struct tid_index {
@@ -42,16 +59,51 @@ struct tid_index {
 	size_t size; /* a power of two, at least twice the number of threads */
 };
 
+struct crew;
+
+/*
+ * One tracer thread and its share of the threads. A tracee answers only to
+ * the thread that seized it (PTRACE_GETREGS and PTRACE_DETACH from any
+ * other fail with ESRCH), so each tracer makes every ptrace call of its own
+ * share, from seize to detach.
+ */
 struct tracer {
+	struct crew *crew;
+	pthread_t thread;
+	size_t lo, hi;         /* its share: snap->threads[lo, hi) */
+	size_t unreported;     /* of its share, threads whose stop was not seen */
+	uint64_t first_interrupt_ns, last_detach_ns;
+	uint64_t copy_ns;      /* spent copying threads so far */
+	uint64_t progress_ns;  /* the last report, or the last look at /proc */
+};
+
+/*
+ * Several tracers share the work of one snapshot, each on its own cpu: the
+ * ptrace calls of one thread (a few microseconds each) are the pause, and
+ * one tracer makes them one after the other. The first tracer (the thread
+ * ptrace_snapshot_take() starts) lists the threads, starts the others and
+ * takes the last share, to which the threads born meanwhile are added; the
+ * others seize, wait for and copy their share, then wait for the word to
+ * let go, which comes once every thread of every share is stopped: the
+ * snapshot stays one instant.
+ */
+struct crew {
 	struct ptrace_snapshot *snap;
 	const struct ptrace_snapshot_opts *opts;
 	int result;
-	bool *reported; /* per thread: its stop (or exit) was seen */
+	bool *reported; /* per thread: its stop (or exit) was seen; by its tracer only */
 	size_t reported_alloc;
-	size_t unreported;
 	struct tid_index index;
-	uint64_t copy_ns; /* spent copying threads so far */
-	uint64_t progress_ns; /* the last report, or the last look at /proc */
+	/* Stack copies: bump-allocated from one mapping (snap->stack_pool). */
+	atomic_size_t pool_used;
+	uint64_t stall_ns, deadline;
+	struct tracer tracers[MAX_TRACERS];
+	unsigned ntracers;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool go;                  /* the shares are given out: seize */
+	unsigned helpers_stopped; /* helpers whose share is all stopped */
+	bool release;             /* every share is: let go */
 };
 
 static size_t tid_slot(const struct tid_index *x, pid_t tid)
@@ -90,87 +142,104 @@ static int tid_index_reserve(struct tid_index *x, const struct ptrace_snapshot *
 }
 
 /* The index of thread @tid in @s->threads, -1 if it is not there. */
-static ssize_t find_thread(const struct tracer *t, pid_t tid)
+static ssize_t find_thread(const struct crew *c, pid_t tid)
 {
-	const struct tid_index *x = &t->index;
+	const struct tid_index *x = &c->index;
 
 	if (!x->size)
 		return -1;
 	for (size_t k = tid_slot(x, tid); x->slots[k]; k = (k + 1) & (x->size - 1))
-		if (t->snap->threads[x->slots[k] - 1].tid == tid)
+		if (c->snap->threads[x->slots[k] - 1].tid == tid)
 			return (ssize_t)x->slots[k] - 1;
 	return -1;
 }
 
 static void mark_reported(struct tracer *t, size_t i)
 {
-	if (t->reported[i])
+	if (t->crew->reported[i])
 		return;
-	t->reported[i] = true;
+	t->crew->reported[i] = true;
 	t->unreported--;
 	t->progress_ns = now_monotonic_ns();
 }
 
-static int add_thread(struct tracer *t, pid_t tid)
+/*
+ * Room for @n threads in every per-thread array. Made before the tracers
+ * start for the first listing, so that no array moves under them; later
+ * only the first tracer grows them, while the others wait.
+ */
+static int reserve_threads(struct crew *c, size_t n)
 {
-	struct ptrace_snapshot *s = t->snap;
-	struct ptrace_thread *th;
+	struct ptrace_snapshot *s = c->snap;
 	int r;
 
-	r = GROW(s->threads, s->nthreads + 1, s->alloc);
+	r = GROW(s->threads, n, s->alloc);
 	if (r < 0)
 		return r;
-	r = GROW(t->reported, s->nthreads + 1, t->reported_alloc);
+	r = GROW(c->reported, n, c->reported_alloc);
 	if (r < 0)
 		return r;
-	r = tid_index_reserve(&t->index, s, s->nthreads + 1);
-	if (r < 0)
-		return r;
-	th = &s->threads[s->nthreads];
+	return tid_index_reserve(&c->index, s, n);
+}
+
+/* Adds @tid to the snapshot, not seized yet (room reserved). */
+static size_t record_thread(struct crew *c, pid_t tid)
+{
+	struct ptrace_snapshot *s = c->snap;
+	struct ptrace_thread *th = &s->threads[s->nthreads];
+
 	memset(th, 0, sizeof(*th));
 	th->tid = tid;
 	th->syscall = -1;
-	t->reported[s->nthreads] = false;
-	t->unreported++;
-	tid_index_put(&t->index, tid, s->nthreads);
-	s->nthreads++;
-	/* SEIZE sends no SIGSTOP; INTERRUPT asks for a trap the tracee takes
-	 * as soon as it can, reported as PTRACE_EVENT_STOP. */
-	if (ptrace(PTRACE_SEIZE, tid, 0, 0) < 0) {
-		th->result = errno == ESRCH ? PTRACE_THREAD_EXITED : PTRACE_THREAD_REFUSED;
-		th->error = -errno;
-		mark_reported(t, s->nthreads - 1);
-		return 0;
-	}
-	if (!s->first_interrupt_ns)
-		s->first_interrupt_ns = now_monotonic_ns();
-	if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0) {
-		/* Only ESRCH is possible here: it died between the two calls. */
-		th->result = PTRACE_THREAD_EXITED;
-		mark_reported(t, s->nthreads - 1);
-		return 0;
-	}
 	th->result = PTRACE_THREAD_NOT_STOPPED;
-	return 0;
+	c->reported[s->nthreads] = false;
+	tid_index_put(&c->index, tid, s->nthreads);
+	return s->nthreads++;
 }
 
-/* Seizes every thread not seen yet. Returns how many were new. */
+static void seize_thread(struct tracer *t, size_t i)
+{
+	struct ptrace_thread *th = &t->crew->snap->threads[i];
+
+	t->unreported++;
+	/* SEIZE sends no SIGSTOP; INTERRUPT asks for a trap the tracee takes
+	 * as soon as it can, reported as PTRACE_EVENT_STOP. */
+	if (ptrace(PTRACE_SEIZE, th->tid, 0, 0) < 0) {
+		th->result = errno == ESRCH ? PTRACE_THREAD_EXITED : PTRACE_THREAD_REFUSED;
+		th->error = -errno;
+		mark_reported(t, i);
+		return;
+	}
+	if (!t->first_interrupt_ns)
+		t->first_interrupt_ns = now_monotonic_ns();
+	if (ptrace(PTRACE_INTERRUPT, th->tid, 0, 0) < 0) {
+		/* Only ESRCH is possible here: it died between the two calls. */
+		th->result = PTRACE_THREAD_EXITED;
+		mark_reported(t, i);
+	}
+}
+
+/* The first tracer: seizes every thread not seen yet, as its own. Returns
+ * how many were new. */
 static int seize_new_threads(struct tracer *t)
 {
+	struct crew *c = t->crew;
 	pid_t *tids;
 	size_t n;
 	int r, added = 0;
 
-	r = target_list_tids(t->snap->pid, &tids, &n);
-	t->snap->listings++;
+	r = target_list_tids(c->snap->pid, &tids, &n);
+	c->snap->listings++;
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n; i++) {
-		if (find_thread(t, tids[i]) >= 0)
+		if (find_thread(c, tids[i]) >= 0)
 			continue;
-		r = add_thread(t, tids[i]);
+		r = reserve_threads(c, c->snap->nthreads + 1);
 		if (r < 0)
 			break;
+		seize_thread(t, record_thread(c, tids[i]));
+		t->hi = c->snap->nthreads;
 		added++;
 	}
 	free(tids);
@@ -209,13 +278,13 @@ static void classify_stop(struct ptrace_thread *th, int status)
  */
 static void check_unstoppable(struct tracer *t)
 {
-	struct ptrace_snapshot *s = t->snap;
-	bool grace_over = now_monotonic_ns() - s->first_interrupt_ns >= D_STATE_GRACE_NS;
+	struct ptrace_snapshot *s = t->crew->snap;
+	bool grace_over = now_monotonic_ns() - t->first_interrupt_ns >= D_STATE_GRACE_NS;
 
-	for (size_t i = 0; i < s->nthreads; i++) {
+	for (size_t i = t->lo; i < t->hi; i++) {
 		char state;
 
-		if (t->reported[i])
+		if (t->crew->reported[i])
 			continue;
 		if (target_thread_state(s->pid, s->threads[i].tid, &state) < 0 ||
 		    state == 'Z' || state == 'X') {
@@ -237,7 +306,7 @@ static void copy_thread(struct tracer *t, struct ptrace_thread *th);
  */
 static void take_report(struct tracer *t, size_t i, int status, bool gone)
 {
-	struct ptrace_thread *th = &t->snap->threads[i];
+	struct ptrace_thread *th = &t->crew->snap->threads[i];
 
 	mark_reported(t, i);
 	if (gone)
@@ -253,19 +322,19 @@ static void take_report(struct tracer *t, size_t i, int status, bool gone)
 }
 
 /*
- * Looks at every thread still awaited, one waitid(P_PID) each: the kernel
- * finds that tid directly, where waitid(P_ALL) would walk every tracee,
- * stops already collected included, on every call.
+ * Looks at every thread of the share still awaited, one waitid(P_PID)
+ * each: the kernel finds that tid directly, where waitid(P_ALL) would walk
+ * every tracee, stops already collected included, on every call.
  */
 static void poll_threads(struct tracer *t)
 {
-	struct ptrace_snapshot *s = t->snap;
+	struct ptrace_snapshot *s = t->crew->snap;
 
-	for (size_t i = 0; i < s->nthreads && t->unreported; i++) {
+	for (size_t i = t->lo; i < t->hi && t->unreported; i++) {
 		int status;
 		pid_t w;
 
-		if (t->reported[i])
+		if (t->crew->reported[i])
 			continue;
 		w = ptrace_peek_stop(s->threads[i].tid, &status);
 		if (w != 0) /* w < 0: ECHILD, gone and reaped by nobody we know */
@@ -282,8 +351,9 @@ static void sleep_ns(uint64_t ns)
 
 /*
  * Sleeps until a tracee reports (every ptrace stop and exit sends the
- * tracer's process SIGCHLD, blocked in this thread and in the caller) or
- * @until.
+ * tracer's process SIGCHLD, blocked in every tracer and in the caller) or
+ * @until. With several tracers, the signal wakes one of them: the others
+ * look again after their nap.
  * Sleep, don't spin: the threads we interrupted need a cpu to reach their
  * stop, and a tracer at SCHED_FIFO that polls keeps its cpu from them.
  */
@@ -299,22 +369,23 @@ static void sleep_until_report(uint64_t until)
 }
 
 /*
- * Collects stops until every thread reported, the stops stalled for
- * @stall_ns (none came: the rest cannot stop, or not soon; those are given
- * up), or @deadline passed. Thousands of threads on a busy machine can take
- * seconds to stop, each in its turn on a cpu: as long as they do, they are
- * waited for. A
- * round looks at every awaited thread, then sleeps until a report comes,
- * and for at least four times as long as the round's looking took: each
- * stop sends a SIGCHLD, and a round per stop would cost time quadratic in
- * the number of threads, and the cpu the others need to reach their stop
- * (looking takes the lock their stops take, sighand->siglock). Reading the
- * state of every awaited thread in /proc (check_unstoppable()) costs more
- * than a round: it waits until the stops have stalled (a round found none,
- * and none came for a while).
+ * Collects the stops of @t's share until every thread reported, the stops
+ * stalled for the crew's stall_ns (none came: the rest cannot stop, or not
+ * soon; those are given up), or the deadline passed. Thousands of threads
+ * on a busy machine can take seconds to stop, each in its turn on a cpu: as
+ * long as they do, they are waited for. A round looks at every awaited
+ * thread, then sleeps until a report comes, and for at least four times as
+ * long as the round's looking took: each stop sends a SIGCHLD, and a round
+ * per stop would cost time quadratic in the number of threads, and the cpu
+ * the others need to reach their stop (looking takes the lock their stops
+ * take, sighand->siglock). Reading the state of every awaited thread in
+ * /proc (check_unstoppable()) costs more than a round: it waits until the
+ * stops have stalled (a round found none, and none came for a while).
  */
-static void wait_for_stops(struct tracer *t, uint64_t stall_ns, uint64_t deadline)
+static void wait_for_stops(struct tracer *t)
 {
+	uint64_t stall_ns = t->crew->stall_ns, deadline = t->crew->deadline;
+
 	t->progress_ns = now_monotonic_ns();
 	for (;;) {
 		uint64_t start = now_monotonic_ns(), copied = t->copy_ns, looked, now, wake;
@@ -364,9 +435,69 @@ static int64_t restarted_call(pid_t tid, uint64_t rip)
 	return NR_RESTART_SYSCALL;
 }
 
+/*
+ * Room for a stack copy of @size bytes: from the snapshot's pool, made
+ * before the pause (a malloc per thread inside it grew the tracer's arena
+ * one mprotect at a time, and each fresh page faulted on the copy), or from
+ * malloc once the pool is used up.
+ */
+static void *stack_alloc(struct crew *c, size_t size)
+{
+	struct ptrace_snapshot *s = c->snap;
+	size_t rounded = (size + 63) & ~(size_t)63;
+	size_t at;
+
+	if (s->stack_pool) {
+		at = atomic_fetch_add(&c->pool_used, rounded);
+		if (at <= s->stack_pool_size && rounded <= s->stack_pool_size - at)
+			return (uint8_t *)s->stack_pool + at;
+	}
+	return malloc(size);
+}
+
+static bool in_pool(const struct ptrace_snapshot *s, const void *p)
+{
+	const uint8_t *b = s->stack_pool;
+
+	return b && (const uint8_t *)p >= b && (const uint8_t *)p < b + s->stack_pool_size;
+}
+
+static void stack_free(const struct ptrace_snapshot *s, const void *p)
+{
+	if (!in_pool(s, p))
+		free((void *)p);
+}
+
+/*
+ * Reserves room for the stack copies of @n threads, max_stack each (address
+ * space only), and faults in the first few KiB a thread: the copies inside
+ * the pause then neither call malloc nor, mostly, fault. Without it (the
+ * mapping refused, strict overcommit say), each copy gets a malloc.
+ */
+static void stack_pool_make(struct crew *c, size_t n)
+{
+	struct ptrace_snapshot *s = c->snap;
+	size_t size = n * c->opts->max_stack, ready = n * POOL_READY_PER_THREAD;
+	void *p;
+
+	if (!size)
+		return;
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		 -1, 0);
+	if (p == MAP_FAILED)
+		return;
+	if (ready > size)
+		ready = size;
+	if (madvise(p, ready, MADV_POPULATE_WRITE) < 0)
+		memset(p, 0, ready);
+	s->stack_pool = p;
+	s->stack_pool_size = size;
+}
+
 /* Copies registers and the live part of the stack of a stopped thread. */
 static void copy_thread(struct tracer *t, struct ptrace_thread *th)
 {
+	const struct ptrace_snapshot_opts *o = t->crew->opts;
 	struct user_regs_struct regs;
 	const struct map_entry *m;
 	struct iovec local, remote;
@@ -379,17 +510,17 @@ static void copy_thread(struct tracer *t, struct ptrace_thread *th)
 		return;
 	}
 	ptrace_regs_to_unwind(&regs, th->user.regs);
-	/* A restart_syscall is told what it continues after detach_all(). */
+	/* A restart_syscall is told what it continues after the release. */
 	if (ptrace_was_blocked(&regs))
 		th->syscall = (int64_t)regs.orig_rax;
 	start = regs.rsp > RED_ZONE ? regs.rsp - RED_ZONE : 0;
-	end = start + t->opts->max_stack;
-	if (t->opts->maps) {
-		m = maps_find(t->opts->maps, regs.rsp);
+	end = start + o->max_stack;
+	if (o->maps) {
+		m = maps_find(o->maps, regs.rsp);
 		if (m && m->end < end)
 			end = m->end;
 	}
-	buf = malloc(end - start);
+	buf = stack_alloc(t->crew, end - start);
 	if (!buf)
 		return;
 	local = (struct iovec){ buf, end - start };
@@ -397,7 +528,7 @@ static void copy_thread(struct tracer *t, struct ptrace_thread *th)
 	/* A short read ends at the first unmapped page: keep what came. */
 	n = process_vm_readv(th->tid, &local, 1, &remote, 1, 0);
 	if (n <= 0) {
-		free(buf);
+		stack_free(t->crew->snap, buf);
 		return;
 	}
 	th->user.stack = buf;
@@ -420,11 +551,12 @@ static void name_restarted_calls(struct ptrace_snapshot *s)
 	}
 }
 
-static void detach_all(struct tracer *t)
+/* Lets @t's share go. */
+static void detach_share(struct tracer *t)
 {
-	struct ptrace_snapshot *s = t->snap;
+	struct ptrace_snapshot *s = t->crew->snap;
 
-	for (size_t i = 0; i < s->nthreads; i++) {
+	for (size_t i = t->lo; i < t->hi; i++) {
 		struct ptrace_thread *th = &s->threads[i];
 
 		if (th->result != PTRACE_THREAD_STOPPED)
@@ -432,7 +564,7 @@ static void detach_all(struct tracer *t)
 		/* ESRCH here means it was killed meanwhile: nothing to undo. */
 		ptrace(PTRACE_DETACH, th->tid, 0, (void *)(uintptr_t)th->pending_signal);
 	}
-	s->last_detach_ns = now_monotonic_ns();
+	t->last_detach_ns = now_monotonic_ns();
 }
 
 /*
@@ -465,39 +597,176 @@ static bool all_refused(const struct ptrace_snapshot *s)
 	return s->nthreads > 0;
 }
 
-static void *tracer_main(void *arg)
+/* Run the pause at real-time priority where allowed: a tracer then waits
+ * for no other thread of the machine. It ends with the tracer thread. */
+static void raise_priority(void)
+{
+	struct sched_param sp = { .sched_priority = 1 };
+
+	pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+}
+
+/* A tracer other than the first: the word to begin, its share, then the
+ * word to let go. */
+static void *helper_main(void *arg)
 {
 	struct tracer *t = arg;
-	struct ptrace_snapshot *s = t->snap;
-	uint64_t stall, deadline;
-	struct sched_param sp = { .sched_priority = 1 };
-	int added;
+	struct crew *c = t->crew;
 
-	/* Run the pause at real-time priority where allowed: it tightens it. */
-	pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
-	added = seize_new_threads(t);
-	if (added < 0) {
-		t->result = added;
-		goto out_detach;
+	raise_priority();
+	pthread_mutex_lock(&c->lock);
+	while (!c->go)
+		pthread_cond_wait(&c->cond, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+	for (size_t i = t->lo; i < t->hi; i++)
+		seize_thread(t, i);
+	wait_for_stops(t);
+	pthread_mutex_lock(&c->lock);
+	c->helpers_stopped++;
+	pthread_cond_broadcast(&c->cond);
+	while (!c->release)
+		pthread_cond_wait(&c->cond, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+	detach_share(t);
+	/* Returning ends this thread: the kernel detaches whatever is left. */
+	return NULL;
+}
+
+/* How many tracers for @n threads: one per cpu we may run on, within limits. */
+static unsigned tracers_for(const struct crew *c, size_t n)
+{
+	unsigned k = (unsigned)(n / MIN_SHARE), most = MAX_TRACERS;
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && (unsigned)CPU_COUNT(&set) < most)
+		most = (unsigned)CPU_COUNT(&set);
+	if (c->opts->tracers && c->opts->tracers < most)
+		most = c->opts->tracers;
+	if (k > most)
+		k = most;
+	return k ? k : 1;
+}
+
+/*
+ * Lists the threads, starts the helpers (thread creation is slow: before
+ * the pause, they then wait for the word), shares the threads out between
+ * the tracers that started, the last share the first tracer's, and gives
+ * the word: every tracer seizes its share at once.
+ */
+static int start_crew(struct crew *c)
+{
+	struct ptrace_snapshot *s = c->snap;
+	struct tracer *first = &c->tracers[0];
+	unsigned want;
+	size_t n, share, lo = 0;
+	pid_t *tids;
+	int r;
+
+	r = target_list_tids(s->pid, &tids, &n);
+	s->listings++;
+	if (r < 0)
+		return r;
+	r = reserve_threads(c, n + 1);
+	if (r < 0)
+		goto out_free;
+	stack_pool_make(c, n + n / 8 + 16);
+	for (size_t i = 0; i < n; i++)
+		record_thread(c, tids[i]);
+	want = tracers_for(c, n);
+	while (c->ntracers < want) {
+		struct tracer *h = &c->tracers[c->ntracers];
+
+		*h = (struct tracer){ .crew = c };
+		if (pthread_create(&h->thread, NULL, helper_main, h) != 0)
+			break;
+		c->ntracers++;
 	}
-	stall = (uint64_t)t->opts->stop_timeout_ms * 1000000ULL;
-	deadline = now_monotonic_ns() + STALLS_AT_MOST * stall;
+	share = (n + c->ntracers - 1) / c->ntracers;
+	for (unsigned k = 1; k < c->ntracers; k++) {
+		c->tracers[k].lo = lo;
+		c->tracers[k].hi = lo + share;
+		lo += share;
+	}
+	first->lo = lo;
+	first->hi = n;
+	pthread_mutex_lock(&c->lock);
+	c->go = true;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	for (size_t i = first->lo; i < first->hi; i++)
+		seize_thread(first, i);
+out_free:
+	free(tids);
+	return r;
+}
+
+/* Waits until every helper holds its share stopped (or gave up on it). */
+static void wait_for_helpers(struct crew *c)
+{
+	pthread_mutex_lock(&c->lock);
+	while (c->helpers_stopped < c->ntracers - 1)
+		pthread_cond_wait(&c->cond, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Lets every share go, and ends the helpers. */
+static void release_crew(struct crew *c)
+{
+	struct ptrace_snapshot *s = c->snap;
+
+	pthread_mutex_lock(&c->lock);
+	c->go = true; /* helpers started before an error wait for it */
+	c->release = true;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	detach_share(&c->tracers[0]);
+	for (unsigned k = 1; k < c->ntracers; k++)
+		pthread_join(c->tracers[k].thread, NULL);
+	for (unsigned k = 0; k < c->ntracers; k++) {
+		const struct tracer *t = &c->tracers[k];
+
+		if (t->first_interrupt_ns &&
+		    (!s->first_interrupt_ns || t->first_interrupt_ns < s->first_interrupt_ns))
+			s->first_interrupt_ns = t->first_interrupt_ns;
+		if (t->last_detach_ns > s->last_detach_ns)
+			s->last_detach_ns = t->last_detach_ns;
+	}
+}
+
+/* The first tracer. */
+static void *tracer_main(void *arg)
+{
+	struct crew *c = arg;
+	struct tracer *t = &c->tracers[0];
+	struct ptrace_snapshot *s = c->snap;
+	int r;
+
+	raise_priority();
+	c->stall_ns = (uint64_t)c->opts->stop_timeout_ms * 1000000ULL;
+	c->deadline = now_monotonic_ns() + STALLS_AT_MOST * c->stall_ns;
+	r = start_crew(c);
+	if (r < 0) {
+		c->result = r;
+		goto out_release;
+	}
 	/* Threads born while we seize: list again until a listing brings none,
 	 * with every thread known so far stopped (a stopped thread clones nothing). */
-	for (;;) {
-		wait_for_stops(t, stall, deadline);
-		if (s->listings >= MAX_LISTINGS || now_monotonic_ns() >= deadline ||
-		    all_known_stopped(s))
+	wait_for_stops(t);
+	wait_for_helpers(c);
+	while (s->listings < MAX_LISTINGS && now_monotonic_ns() < c->deadline &&
+	       !all_known_stopped(s)) {
+		r = seize_new_threads(t);
+		if (r <= 0)
 			break;
-		added = seize_new_threads(t);
-		if (added <= 0)
-			break;
+		wait_for_stops(t);
 	}
 	s->all_stopped_ns = now_monotonic_ns();
 	if (all_refused(s))
-		t->result = s->threads[0].error;
-out_detach:
-	detach_all(t);
+		c->result = s->threads[0].error;
+out_release:
+	wait_for_helpers(c);
+	release_crew(c);
+	s->tracers = c->ntracers;
 	if (s->first_interrupt_ns)
 		s->pause_ns = s->last_detach_ns - s->first_interrupt_ns;
 	name_restarted_calls(s);
@@ -509,34 +778,48 @@ int ptrace_snapshot_take(struct ptrace_snapshot *ret, pid_t pid,
 			 const struct ptrace_snapshot_opts *o)
 {
 	struct ptrace_snapshot s = { .pid = pid };
-	struct tracer t = { .snap = &s, .opts = o };
+	struct crew c = { .snap = &s, .opts = o };
 	sigset_t all, old, chld;
 	pthread_t th;
 	int r;
 
 	if (!target_alive(pid))
 		return -ESRCH;
-	/* The tracer thread inherits this mask: only SIGKILL can stop it. */
+	pthread_mutex_init(&c.lock, NULL);
+	pthread_cond_init(&c.cond, NULL);
+	atomic_init(&c.pool_used, 0);
+	c.tracers[0].crew = &c;
+	c.ntracers = 1;
+	/* The tracer threads inherit this mask: only SIGKILL can stop them. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	r = pthread_create(&th, NULL, tracer_main, &t);
-	/* SIGCHLD stays blocked here until the end: it is the tracer's
+	r = pthread_create(&th, NULL, tracer_main, &c);
+	/* SIGCHLD stays blocked here until the end: it is the tracers'
 	 * wake-up, and a thread that lets it in would swallow it. */
 	chld = old;
 	sigaddset(&chld, SIGCHLD);
 	pthread_sigmask(SIG_SETMASK, r ? &old : &chld, NULL);
-	if (r)
-		return -r;
+	if (r) {
+		r = -r;
+		goto out_free;
+	}
 	pthread_join(th, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	free(t.reported);
-	free(t.index.slots);
-	if (t.result < 0) {
-		ptrace_snapshot_release(&s);
-		return t.result == -ESRCH || !target_alive(pid) ? -ESRCH : t.result;
+	r = c.result;
+	if (r < 0) {
+		if (r != -ESRCH && !target_alive(pid))
+			r = -ESRCH;
+		goto out_free;
 	}
 	*ret = s;
-	return 0;
+	s = (struct ptrace_snapshot){ 0 };
+out_free:
+	ptrace_snapshot_release(&s);
+	free(c.reported);
+	free(c.index.slots);
+	pthread_cond_destroy(&c.cond);
+	pthread_mutex_destroy(&c.lock);
+	return r;
 }
 
 void ptrace_snapshot_release(struct ptrace_snapshot *s)
@@ -544,7 +827,9 @@ void ptrace_snapshot_release(struct ptrace_snapshot *s)
 	if (!s)
 		return;
 	for (size_t i = 0; i < s->nthreads; i++)
-		free((void *)s->threads[i].user.stack);
+		stack_free(s, s->threads[i].user.stack);
 	free(s->threads);
+	if (s->stack_pool)
+		munmap(s->stack_pool, s->stack_pool_size);
 	memset(s, 0, sizeof(*s));
 }
