@@ -116,6 +116,11 @@ static void summary(const void *profiler, const void *args, const struct output 
 			       "user with kernel.yama.ptrace_scope = 0", strerror(-st->stacks_refused));
 	if (st->perf_refused)
 		report_warning("no stacks for the running time: %s", st->perf_error);
+	else if (st->perf_per_thread)
+		report_note("the CPU samples came from events on the target's threads, which make "
+			    "each of its context switches dearer while attached; events on the "
+			    "CPUs, which do not, need root or CAP_PERFMON (or "
+			    "kernel.perf_event_paranoid <= 0)");
 	if (st->lost)
 		report_warning("%llu perf %s lost (the buffers overflowed): some running stacks "
 			       "are missing, the times are still the kernel's; try "

@@ -605,6 +605,7 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 			p->stats.stacks_refused = r;
 	}
 	/* Without CPU samples the running time is still counted, stackless. */
+	p->stats.perf_per_thread = p->popts.scope == PERF_SCOPE_THREAD;
 	r = perf_session_open(&p->perf, &p->popts);
 	if (r < 0) {
 		p->perf = NULL;

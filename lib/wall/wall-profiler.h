@@ -7,8 +7,9 @@
  *   the interval the thread was off its run queue (sleeping, in disk
  *   wait, stopped). Every nanosecond of every thread between two ticks is
  *   accounted, whatever the tick rate.
- * - Stacks on the CPU: per-thread task-clock samples with a copy of the
- *   user stack (lib/perf), as `cpu` takes them.
+ * - Stacks on the CPU: CPU samples with a copy of the user stack
+ *   (lib/perf), as `cpu` takes them: one event per CPU where allowed, per
+ *   thread otherwise. They divide each thread's run time among its stacks.
  * - Stacks off the CPU: a thread blocked in a system call does not change
  *   its user stack; /proc/PID/task/TID/syscall gives its stack and program
  *   pointers, process_vm_readv() copies the stack, the syscall file read
@@ -49,6 +50,7 @@ struct wall_profiler_stats {
 	uint64_t symbolize_ns;
 	int stacks_refused;      /* -errno: no sleeping stacks (no ptrace access) */
 	bool perf_refused;       /* no CPU stacks: perf_event_open said no */
+	bool perf_per_thread;    /* events on the target's threads, not its CPUs */
 	char perf_error[256];
 	bool target_exited;
 };
