@@ -339,6 +339,12 @@ static struct inject_opts inject_opts_for(const struct agent_load *al, const str
 	};
 }
 
+static void note_placed(const struct target *t, const struct agent_load *al)
+{
+	report_note("pid %d is in a container: loaded a copy of the agent %s at %s in its root",
+		    t->pid, al->rep.placed == 1 ? "placed" : "found", al->rep.agent_path);
+}
+
 int agent_call(struct agent_load *al, const struct target *t, const char *function,
 	       const char *string, int *ret)
 {
@@ -353,6 +359,8 @@ int agent_call(struct agent_load *al, const struct target *t, const char *functi
 	o.function = function;
 	o.string = string;
 	r = inject_agent(t->pid, &o, &al->rep);
+	if (al->rep.called && al->rep.placed)
+		note_placed(t, al);
 	if (al->rep.called || r == -ECANCELED) {
 		*ret = r;
 		return 0;
@@ -384,9 +392,7 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 		return inject_error(r, t, al);
 	al->fd = r;
 	if (al->rep.placed)
-		report_note("pid %d is in a container: loaded a copy of the agent %s at %s in its "
-			    "root", t->pid, al->rep.placed == 1 ? "placed" : "found",
-			    al->rep.agent_path);
+		note_placed(t, al);
 	/* The agent is a module of the target now: its frames must resolve. */
 	symbolizer_refresh(al->sym);
 	r = channel_open(&al->ch, t->pid, al->fd);

@@ -24,7 +24,10 @@
  *     block, mutex and threadcreate load it the same way; cprof SIGKILLed:
  *     the agent, which cannot see cprof's pid, unhooks by the heartbeat;
  *   - a container whose /tmp is a symlink out of it and whose /var/tmp
- *     anyone may write: cprof refuses to place the agent, and says why.
+ *     anyone may write: cprof refuses to place the agent, and says why;
+ *   - heap --source jemalloc: jeprofsites-jemalloc with its profiler on
+ *     writes its dump into the container's /tmp, which cprof reads and
+ *     empties (the host's /tmp is not where it goes).
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -54,6 +57,7 @@ struct container {
 	pid_t pid;     /* the target, pid 1 of its namespace, by its host pid */
 	char build_id[128]; /* of the container's /app/target (changed) */
 	char host_build_id[128]; /* of the host's build/targets/demo */
+	bool jeprof;             /* /app/target is jeprofsites-jemalloc (CT_JEPROF) */
 };
 
 static const char *find_tool(const char *name)
@@ -245,6 +249,8 @@ enum {
 	/* The same, the debug file found by .gnu_debuglink at the container's
 	 * /usr/lib/debug/app/target.debug (the old layout, no build id path). */
 	CT_DEBUGLINK = 4,
+	/* /app/target is jeprofsites-jemalloc, its jemalloc profiling. */
+	CT_JEPROF = 8,
 };
 
 static void run_tool(const char *const *argv)
@@ -290,13 +296,19 @@ static void container_run(struct container *c)
 {
 	/* The target finds its libraries where the host has none. */
 	setenv("LD_LIBRARY_PATH", "/app/lib", 1);
+	if (c->jeprof)
+		setenv("MALLOC_CONF", "prof:true,prof_accum:true,lg_prof_sample:12", 1);
 	c->unshare = th_spawn_cmd(
 		(const char *const[]){
 			find_tool("unshare"), "--mount", "--pid", "--fork", "--kill-child",
 			"--propagation", "private", "/bin/sh", "-c",
-			CONTAINER_SETUP " && exec /app/target " TARGET_SECONDS " 2", c->root, NULL },
+			c->jeprof ? CONTAINER_SETUP " && exec /app/target " TARGET_SECONDS
+							" /app/report"
+				  : CONTAINER_SETUP " && exec /app/target " TARGET_SECONDS " 2",
+			c->root, NULL },
 		"demo in a container");
 	unsetenv("LD_LIBRARY_PATH");
+	unsetenv("MALLOC_CONF");
 	c->pid = only_child(c->unshare);
 	cr_assert_gt(c->pid, 0, "no target under unshare %d", c->unshare);
 }
@@ -322,7 +334,11 @@ static void container_start(struct container *c, unsigned flags)
 	} else {
 		make_dirs(c->root, "tmp", 01777);
 	}
-	snprintf(host_exe, sizeof(host_exe), "%s/demo", TARGETS_DIR);
+	c->jeprof = flags & CT_JEPROF;
+	snprintf(host_exe, sizeof(host_exe), "%s/%s", TARGETS_DIR,
+		 c->jeprof ? "jeprofsites-jemalloc" : "demo");
+	if (access(host_exe, X_OK) != 0)
+		cr_skip_test("%s is not built (libjemalloc-dev: scripts/setup)", host_exe);
 	snprintf(exe, sizeof(exe), "%s/app/target", c->root);
 	copy_file(host_exe, exe, 0755);
 	build_id(host_exe, false, c->host_build_id, sizeof(c->host_build_id));
@@ -680,5 +696,40 @@ Test(container, unsafe_tmp_refused)
 	snprintf(dir, sizeof(dir), "%s/var/tmp", c.root);
 	cr_assert_eq(th_dir_entries(dir), 0);
 	th_assert_let_go(c.pid, false, "after refusing");
+	container_stop(&c);
+}
+
+/* jemalloc's own profile of a target in a container: dumped into the
+ * container's /tmp (a directory the host's /tmp is not), read, removed. */
+Test(container, heap_source_jemalloc)
+{
+	const char *out = th_tmp_path("heap-jemalloc-ct.pb.gz");
+	char report[1100];
+	struct container c;
+	struct profile *p;
+	struct th_run r;
+	int inuse;
+
+	container_start(&c, CT_JEPROF);
+	/* jeprofsites is done allocating once its report is there. */
+	snprintf(report, sizeof(report), "%s/app/report", c.root);
+	for (int i = 0; i < 200 && access(report, F_OK) != 0; i++)
+		th_sleep_ms(25);
+	cr_assert_eq(access(report, F_OK), 0, "jeprofsites wrote no report");
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(c.pid), "--source", "jemalloc", "-o", out);
+	th_run_log(&r, "cprof heap --source jemalloc");
+	cr_assert_eq(r.exit_code, 0);
+	cr_expect(strstr(r.err, "jemalloc's own heap profile"), "%s", r.err);
+	th_run_release(&r);
+	/* The agent's copy is all that stays in its /tmp. */
+	cr_expect_eq(agent_copies(&c), 1, "the dump was left in the container's /tmp");
+	p = th_load_profile(out);
+	inuse = th_sample_type(p, "inuse_space", "bytes");
+	cr_assert_geq(inuse, 0);
+	/* retain_1k and retain_16k keep 73,728,000 bytes. */
+	cr_expect_gt(profile_total(p, (size_t)inuse), 70000000, "in use: %lld",
+		     (long long)profile_total(p, (size_t)inuse));
+	profile_free(p);
+	th_assert_let_go(c.pid, false, "after cprof heap --source jemalloc");
 	container_stop(&c);
 }
