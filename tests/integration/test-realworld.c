@@ -13,6 +13,9 @@
  *   - memcached: mutex and block are not empty;
  *   - cpu's top 5 functions agree with `perf record --call-graph dwarf`
  *     over the same window (when perf is installed: Debian's linux-perf);
+ *   - wall accounts every thread that lived through its window for the
+ *     whole window, under its /proc name, and finds a stack for most of
+ *     the time off the CPU;
  *   - afterwards the server answers a write and a read correctly, no thread
  *     is traced and the agent (resident by design) has every GOT entry back.
  *
@@ -544,6 +547,109 @@ static void check_let_go(const struct server *s)
 	munmap(h, CPROF_WIRE_HEADER_SIZE);
 }
 
+/* ---- wall ----------------------------------------------------------------- */
+
+struct thread_time {
+	pid_t tid;
+	const char *name;
+	int64_t total, off, unseen;
+};
+
+static struct thread_time *thread_time_of(struct thread_time *v, size_t *n, pid_t tid)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (v[i].tid == tid)
+			return &v[i];
+	if (*n == MAX_THREADS)
+		return NULL;
+	v[*n] = (struct thread_time){ .tid = tid };
+	return &v[(*n)++];
+}
+
+static const struct profile_label *label_of(const struct profile_sample *s, const char *key)
+{
+	for (size_t i = 0; i < s->nlabels; i++)
+		if (!strcmp(s->labels[i].key, key))
+			return &s->labels[i];
+	return NULL;
+}
+
+static bool leaf_named(const struct profile *p, const struct profile_sample *s, const char *name)
+{
+	const struct profile_location *l;
+	const struct profile_function *f;
+
+	if (!s->nlocations)
+		return false;
+	l = &p->locations[s->location_ids[0] - 1];
+	if (!l->nlines)
+		return false;
+	f = &p->functions[l->lines[0].function_id - 1];
+	return !strcmp(f->name, name);
+}
+
+/* Each thread /proc lists before and after the window totals the window
+ * (within 2%) under its /proc name; the stackless part of its time off the
+ * CPU is logged, and is under half of it over all threads. */
+static void check_wall(const struct server *s)
+{
+	struct named_tid before[MAX_THREADS], after[MAX_THREADS];
+	struct thread_time t[MAX_THREADS];
+	size_t nb, na, nt = 0;
+	int64_t off = 0, unseen = 0;
+	char *err;
+	struct profile *p;
+	int vi;
+
+	nb = proc_threads(s->pid, before, MAX_THREADS);
+	p = agent_profile(s, "wall", &err);
+	na = proc_threads(s->pid, after, MAX_THREADS);
+	vi = th_sample_type(p, "wall", "nanoseconds");
+	cr_assert_geq(vi, 0, "%s: no wall values", s->name);
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct profile_sample *sa = &p->samples[i];
+		const struct profile_label *tid = label_of(sa, "thread_id");
+		const struct profile_label *name = label_of(sa, "thread_name");
+		const struct profile_label *state = label_of(sa, "state");
+		struct thread_time *x;
+
+		cr_assert(tid && name && state, "%s: a sample without thread_id, thread_name "
+			  "or state", s->name);
+		x = thread_time_of(t, &nt, (pid_t)tid->num);
+		if (!x)
+			continue;
+		x->name = name->str;
+		x->total += sa->values[vi];
+		if (strcmp(state->str, "running") && strcmp(state->str, "runnable")) {
+			x->off += sa->values[vi];
+			if (leaf_named(p, sa, "[off-CPU: stack not seen]"))
+				x->unseen += sa->values[vi];
+		}
+	}
+	for (size_t i = 0; i < nb; i++) {
+		const struct named_tid *a = find_tid(after, na, before[i].tid);
+		struct thread_time *x = thread_time_of(t, &nt, before[i].tid);
+
+		if (!a || !x)
+			continue;
+		cr_log_info("%s wall: thread %d \"%s\": %.3f s of %.3f s, %.3f s off the CPU, "
+			    "%.3f s of it without a stack", s->name, x->tid, x->name ? x->name : "?",
+			    x->total / 1e9, p->duration_nanos / 1e9, x->off / 1e9, x->unseen / 1e9);
+		cr_expect(x->total >= p->duration_nanos * 0.98 &&
+				  x->total <= p->duration_nanos * 1.02,
+			  "%s: thread %d: %.3f s in a %.3f s window", s->name, x->tid,
+			  x->total / 1e9, p->duration_nanos / 1e9);
+		cr_expect(x->name && !strcmp(x->name, a->name), "%s: thread %d named '%s', /proc "
+			  "says '%s'", s->name, x->tid, x->name ? x->name : "", a->name);
+		off += x->off;
+		unseen += x->unseen;
+	}
+	cr_expect_lt(unseen, off / 2, "%s: %.3f s of %.3f s off the CPU without a stack\n%s",
+		     s->name, unseen / 1e9, off / 1e9, err);
+	free(err);
+	profile_free(p);
+}
+
 static void expect_answer(const struct server *s, const char *req, const char *want)
 {
 	char *got = exchange(s->port, req, want);
@@ -595,6 +701,7 @@ Test(realworld, redis)
 	check_threads(&s);
 	check_heap(&s, sites, 0.5, "/redis-server");
 	check_cpu(&s);
+	check_wall(&s);
 	expect_answer(&s, "*3\r\n$3\r\nSET\r\n$7\r\ncprofkv\r\n$5\r\nhello\r\n", "+OK\r\n");
 	expect_answer(&s, "*2\r\n$3\r\nGET\r\n$7\r\ncprofkv\r\n", "$5\r\nhello\r\n");
 	check_let_go(&s);
@@ -674,6 +781,7 @@ Test(realworld, nginx)
 	check_threads(&s);
 	check_heap(&s, sites, 0.5, "/nginx");
 	check_cpu(&s);
+	check_wall(&s);
 	expect_answer(&s, "GET / HTTP/1.0\r\n\r\n", "line 63: the quick brown fox jumps over it\n");
 	check_let_go(&s);
 	stop(&s);
@@ -717,6 +825,7 @@ Test(realworld, memcached)
 	check_contention(&s, "mutex", "/usr/bin/memcached has no symbols or debug information");
 	check_contention(&s, "block", "DEBUGINFOD_URLS");
 	check_cpu(&s);
+	check_wall(&s);
 	expect_answer(&s, "set cprofkv 0 0 5\r\nhello\r\n", "STORED\r\n");
 	expect_answer(&s, "get cprofkv\r\n", "VALUE cprofkv 0 5\r\nhello\r\nEND\r\n");
 	check_let_go(&s);
