@@ -377,3 +377,57 @@ Test(heap_jemalloc, source_usage)
 	cr_expect_eq(r.exit_code, 64, "--source tcmalloc: exit %d", r.exit_code);
 	th_run_release(&r);
 }
+
+/*
+ * The target first: heapsites-jemalloc allocating 4,000 rounds a second
+ * (its thread inside jemalloc a good part of the time, and its profiler,
+ * at a 64 KiB period, sampling and taking its locks all the while). Ten
+ * dumps in a row each find a moment when the thread is outside jemalloc (a
+ * thread stopped inside it could hold a lock prof.dump needs), the program
+ * goes on allocating between them, and nothing is left behind. (Without a
+ * pause, the loop is inside jemalloc nearly always: cprof then finds no
+ * safe moment within 5 s and says so, exit 2, the target untouched.)
+ */
+Test(heap_jemalloc, busy_target_repeated)
+{
+	const char *out = th_tmp_path("heap-jemalloc-busy.pb.gz");
+	const char *report = th_tmp_path("heapsites-busy.report");
+	char path[4096], fd[256];
+	uint64_t before = 0, after = 0;
+	pid_t pid;
+
+	skip_unless_root();
+	snprintf(path, sizeof(path), "%s/heapsites-jemalloc", TARGETS_DIR);
+	if (access(path, X_OK) != 0)
+		cr_skip_test("heapsites-jemalloc is not built (libjemalloc-dev: scripts/setup)");
+	cr_assert_eq(setenv("MALLOC_CONF", "prof:true,prof_accum:true,lg_prof_sample:16", 1), 0);
+	pid = TH_SPAWN("heapsites-jemalloc", "40", report, "256", "4000");
+	unsetenv("MALLOC_CONF");
+	for (int i = 0; i < 10; i++) {
+		struct profile *p;
+		struct th_run r;
+		int alloc;
+
+		TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "--source", "jemalloc", "-q",
+			 "-o", out);
+		th_run_log(&r, "dump of a busy target");
+		cr_assert_eq(r.exit_code, 0, "dump %d: exit %d", i, r.exit_code);
+		th_run_release(&r);
+		p = th_load_profile(out);
+		alloc = th_sample_type(p, "alloc_space", "bytes");
+		cr_assert_geq(alloc, 0);
+		after = (uint64_t)profile_total(p, (size_t)alloc);
+		cr_expect_gt(after, before, "dump %d: the target allocated nothing since the last",
+			     i);
+		before = after;
+		profile_free(p);
+		cr_assert(th_alive(pid), "the target died");
+	}
+	cr_log_info("the target allocated %llu bytes (jemalloc's estimate) by the tenth dump",
+		    (unsigned long long)after);
+	th_agent_fd_path(pid, fd, sizeof(fd));
+	cr_expect_str_eq(fd, "", "the agent started a session");
+	th_assert_let_go(pid, false, "ten dumps");
+	assert_no_dump_left();
+	th_kill(pid);
+}
