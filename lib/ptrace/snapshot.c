@@ -33,6 +33,8 @@
  * ends, milliseconds later.
  */
 #define NAP_NS (50ULL * 1000)
+/* About the cpu time a thread takes from PTRACE_INTERRUPT to its stop. */
+#define STOP_CPU_NS (3ULL * 1000)
 /* How long the stops may stall before we look at the state of the threads
  * not stopped yet: a zombie or a thread in uninterruptible sleep. */
 #define STALL_NS (2ULL * 1000 * 1000)
@@ -371,15 +373,18 @@ static void sleep_until_report(uint64_t until)
 /*
  * Collects the stops of @t's share until every thread reported, the stops
  * stalled for the crew's stall_ns (none came: the rest cannot stop, or not
- * soon; those are given up), or the deadline passed. Thousands of threads
- * on a busy machine can take seconds to stop, each in its turn on a cpu: as
+ * soon; those are given up), or the deadline passed. Thousands of threads on
+ * a busy machine can take seconds to stop, each in its turn on a cpu: as
  * long as they do, they are waited for. A round looks at every awaited
- * thread, then sleeps until a report comes, and for at least four times as
- * long as the round's looking took: each stop sends a SIGCHLD, and a round
- * per stop would cost time quadratic in the number of threads, and the cpu
- * the others need to reach their stop (looking takes the lock their stops
- * take, sighand->siglock). Reading the state of every awaited thread in
- * /proc (check_unstoppable()) costs more than a round: it waits until the
+ * thread, then sleeps: while many are awaited, for about the cpu time they
+ * need to stop (a tracer at SCHED_FIFO keeps its cpu from the threads it
+ * woke onto it, and woken by each first report it would let them have the
+ * cpu one at a time), else until a report comes; in both cases for at least four
+ * times as long as the round's looking took: each stop sends a SIGCHLD, and
+ * a round per stop would cost time quadratic in the number of threads, and
+ * the cpu the others need to reach their stop (looking takes the lock their
+ * stops take, sighand->siglock). Reading the state of every awaited thread
+ * in /proc (check_unstoppable()) costs more than a round: it waits until the
  * stops have stalled (a round found none, and none came for a while).
  */
 static void wait_for_stops(struct tracer *t)
@@ -388,7 +393,7 @@ static void wait_for_stops(struct tracer *t)
 
 	t->progress_ns = now_monotonic_ns();
 	for (;;) {
-		uint64_t start = now_monotonic_ns(), copied = t->copy_ns, looked, now, wake;
+		uint64_t start = now_monotonic_ns(), copied = t->copy_ns, looked, now, wake, need;
 		size_t awaited = t->unreported;
 
 		poll_threads(t);
@@ -402,10 +407,19 @@ static void wait_for_stops(struct tracer *t)
 			if (!t->unreported)
 				return;
 		}
-		wake = t->progress_ns + STALL_NS;
-		if (wake > now + NAP_NS)
-			wake = now + NAP_NS;
-		sleep_until_report(wake < deadline ? wake : deadline);
+		need = t->unreported * STOP_CPU_NS;
+		if (need > NAP_NS) {
+			/* Many to stop: they need our cpu (most were woken
+			 * onto it, behind us) for about that long, and the
+			 * report of the first would wake us at once. */
+			wake = now + (need < STALL_NS ? need : STALL_NS);
+			sleep_ns((wake < deadline ? wake : deadline) - now);
+		} else {
+			wake = t->progress_ns + STALL_NS;
+			if (wake > now + NAP_NS)
+				wake = now + NAP_NS;
+			sleep_until_report(wake < deadline ? wake : deadline);
+		}
 		now = now_monotonic_ns();
 		if (now - start < 4 * looked)
 			sleep_ns(4 * looked - (now - start));
