@@ -72,14 +72,36 @@ static double rel_err(double got, double want)
 	return want ? fabs(got - want) / want : (got ? 1.0 : 0.0);
 }
 
+/*
+ * Skips unless jeprofsites is built and its jemalloc has the profiler built
+ * in (Debian's has: --enable-prof): the target's own dump must succeed.
+ */
 static void skip_unless_built(void)
 {
+	const char *dump = th_tmp_path("jeprofsites-probe.heap");
 	char path[4096];
+	struct th_run r;
+	bool no_prof;
+	int code;
 
 	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, PROG);
 	if (access(path, X_OK) != 0)
 		cr_skip_test("%s is not built: libjemalloc-dev was not installed when cprof was "
 			     "configured (scripts/setup installs it)", PROG);
+	cr_assert_eq(setenv("MALLOC_CONF", "prof:true", 1), 0);
+	th_run_cmd_ex(&r, 30000, 0, 0,
+		      (const char *const[]){ path, "0", th_tmp_path("jeprofsites-probe.report"),
+					     dump, NULL });
+	unsetenv("MALLOC_CONF");
+	unlink(dump);
+	code = r.exit_code;
+	no_prof = code != 0 && strstr(r.err, "prof.dump");
+	th_run_log(&r, "jeprofsites dumping itself");
+	th_run_release(&r);
+	if (no_prof)
+		cr_skip_test("the jemalloc %s is linked with has no heap profiler (built without "
+			     "--enable-prof)", PROG);
+	cr_assert_eq(code, 0, "%s could not dump its own profile", PROG);
 }
 
 /*
@@ -397,6 +419,7 @@ Test(heap_jemalloc, busy_target_repeated)
 	pid_t pid;
 
 	skip_unless_root();
+	skip_unless_built();
 	snprintf(path, sizeof(path), "%s/heapsites-jemalloc", TARGETS_DIR);
 	if (access(path, X_OK) != 0)
 		cr_skip_test("heapsites-jemalloc is not built (libjemalloc-dev: scripts/setup)");
