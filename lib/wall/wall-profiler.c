@@ -37,6 +37,12 @@ static const struct profile_value_type wall_types[] = {
 	{ "wall", "nanoseconds" },
 };
 
+/* Sums over a thread's intervals of its preemptions p, sleeps s and waits
+ * for a CPU d, to fit d = p * wait_p + s * wait_s by least squares. */
+struct wait_fit {
+	double pp, ps, ss, pd, sd;
+};
+
 struct wall_thread {
 	pid_t tid;
 	int fd;              /* its schedstat */
@@ -45,6 +51,7 @@ struct wall_thread {
 	struct wall_clocks clk;
 	struct wall_switches sw; /* at the last look at them */
 	bool sw_known;
+	struct wait_fit fit;
 	unsigned preempted_share; /* of its waits for a CPU, in 1/SHARE_ONE */
 	uint64_t owed_ns;        /* counted twice so far: off the CPU, then waiting */
 	bool exited;             /* perf said it ended: accounted to its end */
@@ -299,24 +306,50 @@ static int add_wait(struct wall_profiler *p, struct wall_thread *t, bool run_fir
 }
 
 /*
- * How the thread left its CPUs since the last look: it slept, or it was
- * preempted. Looked at whenever it ran, so that the counts belong to the
- * interval whose waits they split; a wait that ends with no switch since
- * began with the last one counted, and keeps the last shares.
+ * The share of an interval's waits for a CPU that followed its @preempted
+ * preemptions rather than its @slept wake-ups. The two waits differ (CFS
+ * places a woken thread ahead of those that ran on, a preempted one behind
+ * them): each is fitted over the thread's intervals so far, and until the
+ * fit holds the counts alone share them.
  */
-static void count_switches(struct wall_profiler *p, struct wall_thread *t)
+static unsigned preempted_share(const struct wait_fit *f, uint64_t preempted, uint64_t slept)
+{
+	double det = f->pp * f->ss - f->ps * f->ps, wp, ws, all;
+
+	if (det > 1e-6 * f->pp * f->ss) {
+		wp = (f->pd * f->ss - f->sd * f->ps) / det;
+		ws = (f->sd * f->pp - f->pd * f->ps) / det;
+		all = wp * (double)preempted + ws * (double)slept;
+		if (wp >= 0 && ws >= 0 && all > 0)
+			return (unsigned)(SHARE_ONE * wp * (double)preempted / all);
+	}
+	return (unsigned)(preempted * SHARE_ONE / (slept + preempted));
+}
+
+/*
+ * How the thread left its CPUs since the last look, with @ddelay waited for
+ * one: it slept, or it was preempted. Looked at whenever it ran, so that the
+ * counts belong to the interval whose waits they split; a wait that ends
+ * with no switch since began with the last one counted, and keeps the last
+ * shares.
+ */
+static void count_switches(struct wall_profiler *p, struct wall_thread *t, uint64_t ddelay)
 {
 	struct wall_switches sw;
-	uint64_t slept, preempted;
+	struct wait_fit *f = &t->fit;
+	double q, s, d = (double)ddelay;
 
 	if (wall_switches_read(p->opts.pid, t->tid, &sw) < 0)
 		return;
-	if (t->sw_known) {
-		slept = sw.voluntary - MIN(sw.voluntary, t->sw.voluntary);
-		preempted = sw.preempted - MIN(sw.preempted, t->sw.preempted);
-		if (slept + preempted)
-			t->preempted_share =
-				(unsigned)(preempted * SHARE_ONE / (slept + preempted));
+	if (t->sw_known && (sw.voluntary > t->sw.voluntary || sw.preempted > t->sw.preempted)) {
+		q = (double)(sw.preempted - MIN(sw.preempted, t->sw.preempted));
+		s = (double)(sw.voluntary - MIN(sw.voluntary, t->sw.voluntary));
+		f->pp += q * q;
+		f->ps += q * s;
+		f->ss += s * s;
+		f->pd += q * d;
+		f->sd += s * d;
+		t->preempted_share = preempted_share(f, (uint64_t)q, (uint64_t)s);
 	}
 	t->sw = sw;
 	t->sw_known = true;
@@ -425,7 +458,7 @@ static int account(struct wall_profiler *p, struct wall_thread *t)
 	t->last_ns = now;
 	t->run_ns += drun;
 	if (drun)
-		count_switches(p, t);
+		count_switches(p, t, ddelay);
 	p->stats.running_ns += drun;
 	p->stats.runnable_ns += ddelay;
 	p->stats.off_ns += off;
@@ -478,7 +511,7 @@ static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64
 	t->alive = true;
 	t->last_ns = now;
 	wall_run_stacks_init(&t->runs);
-	count_switches(p, t);
+	count_switches(p, t, 0);
 	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) == 0)
 		t->name = profile_intern(p->profile, buf);
 	p->stats.threads++;
