@@ -256,7 +256,7 @@ static int dump_error(const struct target *t, int r, const struct dump_file *f)
 	return EXIT_FAIL;
 }
 
-int heap_jemalloc_dump(struct heap_jemalloc *h, const struct target *t, bool required)
+int heap_jemalloc_dump(struct heap_jemalloc *h, const struct target *t)
 {
 	struct dump_file f = { .dirfd = -1, .fd = -1 };
 	char *text = NULL;
@@ -276,10 +276,7 @@ int heap_jemalloc_dump(struct heap_jemalloc *h, const struct target *t, bool req
 		goto out_remove;
 	h->time_realtime_ns = now_realtime_ns();
 	if (res < 0) {
-		if (!required && (res == -ENOENT || res == -ENOTSUP || res == -ENODATA))
-			code = HEAP_JEMALLOC_OFF;
-		else
-			code = dump_error(t, res, &f);
+		code = dump_error(t, res, &f);
 		goto out_remove;
 	}
 	h->inactive = res == CPROF_JEMALLOC_INACTIVE;
@@ -330,7 +327,7 @@ static int op_take(void *ctx, struct collection *run)
 		    a->required ? "--source jemalloc"
 				: "its MALLOC_CONF turns the profiler on; --source hooks samples "
 				  "with cprof's hooks instead");
-	code = heap_jemalloc_dump(&a->je, &run->target, true);
+	code = heap_jemalloc_dump(&a->je, &run->target);
 	if (code)
 		return code;
 	if (a->je.al.rep.tid)

@@ -40,17 +40,12 @@ bool heap_jemalloc_present(const struct target *t);
  * started with turns its profiler on (prof:true). */
 bool heap_jemalloc_auto(const struct target *t);
 
-/* heap_jemalloc_dump() found jemalloc's profiler off (@required false). */
-#define HEAP_JEMALLOC_OFF (-1)
-
 /*
  * Loads the agent into @t and has it dump jemalloc's profile, read into
- * @h->prof. 0; HEAP_JEMALLOC_OFF when @required is false and the target
- * has no jemalloc with its profiler on (nothing said: the hooks go next);
- * else an exit code after reporting (EXIT_TARGET: no jemalloc, none with
- * profiling built in, or profiling off, with how to turn it on).
+ * @h->prof. 0, or an exit code after reporting (EXIT_TARGET: no jemalloc,
+ * none with profiling built in, or profiling off, with how to turn it on).
  */
-int heap_jemalloc_dump(struct heap_jemalloc *h, const struct target *t, bool required);
+int heap_jemalloc_dump(struct heap_jemalloc *h, const struct target *t);
 void heap_jemalloc_release(struct heap_jemalloc *h);
 
 /* cprof heap's run with jemalloc's profiler as its source (collector.h):
