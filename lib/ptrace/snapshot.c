@@ -77,6 +77,7 @@ struct tracer {
 	uint64_t first_interrupt_ns, last_detach_ns;
 	uint64_t copy_ns;      /* spent copying threads so far */
 	uint64_t progress_ns;  /* the last report, or the last look at /proc */
+	uint64_t slept_ns;     /* asleep since then: the cpu left to the threads */
 };
 
 /*
@@ -163,6 +164,7 @@ static void mark_reported(struct tracer *t, size_t i)
 	t->crew->reported[i] = true;
 	t->unreported--;
 	t->progress_ns = now_monotonic_ns();
+	t->slept_ns = 0;
 }
 
 /*
@@ -385,15 +387,19 @@ static void sleep_until_report(uint64_t until)
  * the cpu the others need to reach their stop (looking takes the lock their
  * stops take, sighand->siglock). Reading the state of every awaited thread
  * in /proc (check_unstoppable()) costs more than a round: it waits until the
- * stops have stalled (a round found none, and none came for a while).
+ * stops have stalled (a round found none, and none came while the tracer
+ * slept for a while: time it spent looking, at SCHED_FIFO, may have kept
+ * them from their cpu).
  */
 static void wait_for_stops(struct tracer *t)
 {
 	uint64_t stall_ns = t->crew->stall_ns, deadline = t->crew->deadline;
 
 	t->progress_ns = now_monotonic_ns();
+	t->slept_ns = 0;
 	for (;;) {
-		uint64_t start = now_monotonic_ns(), copied = t->copy_ns, looked, now, wake, need;
+		uint64_t start = now_monotonic_ns(), copied = t->copy_ns, looked, now, wake, need,
+			 asleep;
 		size_t awaited = t->unreported;
 
 		poll_threads(t);
@@ -401,12 +407,14 @@ static void wait_for_stops(struct tracer *t)
 		looked = now - start - (t->copy_ns - copied);
 		if (!t->unreported || now >= deadline || now - t->progress_ns >= stall_ns)
 			return;
-		if (t->unreported == awaited && now - t->progress_ns >= STALL_NS) {
+		if (t->unreported == awaited && t->slept_ns >= STALL_NS) {
 			check_unstoppable(t);
 			t->progress_ns = now_monotonic_ns();
+			t->slept_ns = 0;
 			if (!t->unreported)
 				return;
 		}
+		asleep = now;
 		need = t->unreported * STOP_CPU_NS;
 		if (need > NAP_NS) {
 			/* Many to stop: they need our cpu (most were woken
@@ -415,14 +423,13 @@ static void wait_for_stops(struct tracer *t)
 			wake = now + (need < STALL_NS ? need : STALL_NS);
 			sleep_ns((wake < deadline ? wake : deadline) - now);
 		} else {
-			wake = t->progress_ns + STALL_NS;
-			if (wake > now + NAP_NS)
-				wake = now + NAP_NS;
+			wake = now + NAP_NS;
 			sleep_until_report(wake < deadline ? wake : deadline);
 		}
 		now = now_monotonic_ns();
 		if (now - start < 4 * looked)
 			sleep_ns(4 * looked - (now - start));
+		t->slept_ns += now_monotonic_ns() - asleep;
 	}
 }
 
