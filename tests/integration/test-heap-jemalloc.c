@@ -22,6 +22,7 @@
 
 #include "heap/jemalloc-prof.h"
 #include "symbolize/symbolize.h"
+#include "site-truth.h"
 #include "testhelp.h"
 
 TestSuite(heap_jemalloc, .init = th_init, .fini = th_cleanup, .timeout = 120);
@@ -32,45 +33,6 @@ TestSuite(heap_jemalloc, .init = th_init, .fini = th_cleanup, .timeout = 120);
 
 static const char *const freeing[] = { "small_64", "medium_4k", "large_256k" };
 static const char *const retaining[] = { "retain_1k", "retain_16k" };
-
-struct truth {
-	char name[32];
-	uint64_t objects, bytes;
-};
-
-static size_t read_truth(const char *path, struct truth *t, size_t max)
-{
-	char line[256];
-	size_t n = 0;
-	FILE *f = fopen(path, "re");
-
-	cr_assert_not_null(f, "jeprofsites wrote no report %s", path);
-	while (n < max && fgets(line, sizeof(line), f)) {
-		unsigned long long o, b;
-
-		if (sscanf(line, "%31s %llu %llu", t[n].name, &o, &b) == 3) {
-			t[n].objects = o;
-			t[n].bytes = b;
-			n++;
-		}
-	}
-	fclose(f);
-	return n;
-}
-
-static const struct truth *truth_of(const struct truth *t, size_t n, const char *name)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!strcmp(t[i].name, name))
-			return &t[i];
-	cr_assert_fail("no truth for %s", name);
-	return NULL;
-}
-
-static double rel_err(double got, double want)
-{
-	return want ? fabs(got - want) / want : (got ? 1.0 : 0.0);
-}
 
 /*
  * Skips unless jeprofsites is built and its jemalloc has the profiler built
@@ -127,7 +89,7 @@ static pid_t spawn(const char *conf, const char *report, const char *dump, const
 static void check_profile(const struct profile *p, const char *report)
 {
 	struct th_func_sum *sums[4];
-	struct truth truth[16];
+	struct site_truth truth[16];
 	size_t nsums[4], n = read_truth(report, truth, 16);
 
 	cr_assert_eq(th_sample_type(p, "alloc_objects", "count"), 0);
@@ -140,7 +102,7 @@ static void check_profile(const struct profile *p, const char *report)
 	for (int i = 0; i < 4; i++)
 		th_func_sums(p, (size_t)i, &sums[i], &nsums[i]);
 	for (size_t i = 0; i < n; i++) {
-		const struct truth *t = &truth[i];
+		const struct site_truth *t = &truth[i];
 		struct th_func_sum ao, as;
 
 		if (!strncmp(t->name, "live_", 5))
@@ -161,7 +123,7 @@ static void check_profile(const struct profile *p, const char *report)
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(retaining); i++) {
 		char live[64];
-		const struct truth *t;
+		const struct site_truth *t;
 		struct th_func_sum io = th_func_get(sums[2], nsums[2], retaining[i]);
 		struct th_func_sum is = th_func_get(sums[3], nsums[3], retaining[i]);
 
@@ -178,7 +140,7 @@ static void check_profile(const struct profile *p, const char *report)
 			      "%s inuse_objects", retaining[i]);
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(freeing); i++) {
-		const struct truth *t = truth_of(truth, n, freeing[i]);
+		const struct site_truth *t = truth_of(truth, n, freeing[i]);
 		struct th_func_sum is = th_func_get(sums[3], nsums[3], freeing[i]);
 
 		cr_expect_leq((double)is.flat, 0.01 * (double)t->bytes,
@@ -213,7 +175,7 @@ Test(heap_jemalloc, parser_on_real_dump)
 	uint64_t retained = 0, allocated = 0;
 	double cur = 0, accum = 0;
 	struct symbolizer *sym;
-	struct truth truth[16];
+	struct site_truth truth[16];
 	struct profile *p;
 	struct jeprof *j;
 	uint8_t *text;
