@@ -124,6 +124,9 @@ static void op_summary(const void *ctx, const struct collection *run)
 		report_note("wrote %s: %zu %s, paused %.3f ms", output_name(&run->out),
 			    a->s->nstopped, plural(a->s->nstopped, "thread", "threads"),
 			    (double)a->s->pause_ns / 1e6);
+	/* Go's text has no profile for collector_run() to look at. */
+	if (a->common.debug)
+		report_unsymbolized_program(a->s->sym);
 }
 
 static uint64_t op_count(const void *ctx)

@@ -211,8 +211,9 @@ static const struct named_tid *find_tid(const struct named_tid *v, size_t n, pid
 }
 
 /* Every thread of cprof's --debug 2 is named as /proc names it (read just
- * before and after), and every thread /proc shows both times is there. */
-static void check_threads(const struct server *s)
+ * before and after), and every thread /proc shows both times is there;
+ * stderr says @said (NULL: anything). */
+static void check_threads(const struct server *s, const char *said)
 {
 	struct named_tid before[MAX_THREADS], after[MAX_THREADS], seen[MAX_THREADS];
 	size_t nb, na, ns = 0;
@@ -223,6 +224,9 @@ static void check_threads(const struct server *s)
 	TH_CPROF(&r, 30000, "threads", "-p", th_pid_str(s->pid), "--debug", "2", "-o", "-");
 	na = proc_threads(s->pid, after, MAX_THREADS);
 	cr_assert_eq(r.exit_code, 0, "cprof threads on %s: %s", s->name, r.err);
+	if (said)
+		cr_expect(strstr(r.err, said), "%s: threads --debug 2 did not say '%s':\n%s",
+			  s->name, said, r.err);
 	for (line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
 		const struct named_tid *p;
 
@@ -698,7 +702,7 @@ Test(realworld, redis)
 							"100000000", "-q", NULL },
 				 th_tmp_path("redis-benchmark.log"));
 	th_sleep_ms(500);
-	check_threads(&s);
+	check_threads(&s, NULL);
 	check_heap(&s, sites, 0.5, "/redis-server");
 	check_cpu(&s);
 	check_wall(&s);
@@ -778,7 +782,7 @@ Test(realworld, nginx)
 	s.load = th_spawn_daemon((const char *const[]){ wrk, "-t1", "-c16", "-d120s", url, NULL },
 				 th_tmp_path("wrk.log"));
 	th_sleep_ms(500);
-	check_threads(&s);
+	check_threads(&s, NULL);
 	check_heap(&s, sites, 0.5, "/nginx");
 	check_cpu(&s);
 	check_wall(&s);
@@ -819,7 +823,7 @@ Test(realworld, memcached)
 							"200000", "-t", "set", NULL },
 				 th_tmp_path("memcslap.log"));
 	th_sleep_ms(1000);
-	check_threads(&s);
+	check_threads(&s, "/usr/bin/memcached has no symbols or debug information");
 	check_heap(&s, sites, 0.5, "/memcached");
 	/* Stripped: cprof says how its frames could get names. */
 	check_contention(&s, "mutex", "/usr/bin/memcached has no symbols or debug information");
