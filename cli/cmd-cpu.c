@@ -148,25 +148,7 @@ static void summary(const void *profiler, const void *args, const struct output 
 			       plural(st->samples, "stack", "stacks"));
 }
 
-static int op_start(void *p)
-{
-	return cpu_profiler_start(p);
-}
-
-static int op_poll(void *p, int timeout_ms)
-{
-	return cpu_profiler_poll(p, timeout_ms);
-}
-
-static int op_stop(void *p)
-{
-	return cpu_profiler_stop(p);
-}
-
-static int op_finish(void *p, struct profile **ret)
-{
-	return cpu_profiler_finish(p, ret);
-}
+SAMPLER_DEFINE_CALLS(cpu_profiler)
 
 static void op_facts(const void *p, struct sampler_facts *ret)
 {
@@ -185,10 +167,7 @@ static void op_progress(const void *p, char *buf, size_t size)
 
 static const struct sampler_ops cpu_ops = {
 	.command = CMD,
-	.start = op_start,
-	.poll = op_poll,
-	.stop = op_stop,
-	.finish = op_finish,
+	SAMPLER_CALLS(cpu_profiler),
 	.facts = op_facts,
 	.progress = op_progress,
 	.summary = summary,

@@ -133,25 +133,7 @@ static void summary(const void *profiler, const void *args, const struct output 
 			       plural(looked, "interval", "intervals"));
 }
 
-static int op_start(void *p)
-{
-	return wall_profiler_start(p);
-}
-
-static int op_poll(void *p, int timeout_ms)
-{
-	return wall_profiler_poll(p, timeout_ms);
-}
-
-static int op_stop(void *p)
-{
-	return wall_profiler_stop(p);
-}
-
-static int op_finish(void *p, struct profile **ret)
-{
-	return wall_profiler_finish(p, ret);
-}
+SAMPLER_DEFINE_CALLS(wall_profiler)
 
 /* Its samples, for --json: the looks at every thread. */
 static void op_facts(const void *p, struct sampler_facts *ret)
@@ -171,10 +153,7 @@ static void op_progress(const void *p, char *buf, size_t size)
 
 static const struct sampler_ops wall_ops = {
 	.command = CMD,
-	.start = op_start,
-	.poll = op_poll,
-	.stop = op_stop,
-	.finish = op_finish,
+	SAMPLER_CALLS(wall_profiler),
 	.facts = op_facts,
 	.progress = op_progress,
 	.summary = summary,

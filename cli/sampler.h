@@ -37,6 +37,23 @@ struct sampler_ops {
 	void (*summary)(const void *p, const void *args, const struct output *out);
 };
 
+/*
+ * A profiler's PREFIX_start, _poll, _stop and _finish as sampler_ops calls
+ * them (through void *): SAMPLER_DEFINE_CALLS(cpu_profiler) defines them,
+ * SAMPLER_CALLS(cpu_profiler) fills the table's four fields.
+ */
+#define SAMPLER_DEFINE_CALLS(prefix)                                                     \
+	static int prefix##_op_start(void *p) { return prefix##_start(p); }             \
+	static int prefix##_op_poll(void *p, int ms) { return prefix##_poll(p, ms); }   \
+	static int prefix##_op_stop(void *p) { return prefix##_stop(p); }               \
+	static int prefix##_op_finish(void *p, struct profile **ret)                     \
+	{                                                                                \
+		return prefix##_finish(p, ret);                                          \
+	}
+#define SAMPLER_CALLS(prefix)                                                    \
+	.start = prefix##_op_start, .poll = prefix##_op_poll, .stop = prefix##_op_stop, \
+	.finish = prefix##_op_finish
+
 /* The exit code of a profiler that could not be set up with -errno @err. */
 int sampler_setup_exit_code(int err);
 
