@@ -139,6 +139,11 @@ static void assert_untouched(char expect_state_not)
 	free(tids);
 }
 
+/*
+ * Every thread stopped and copied, by one tracer and by as many as the
+ * machine gives (NTHREADS is enough for two): each share is stopped before
+ * any is let go.
+ */
 Test(ptrace, snapshot_all_threads)
 {
 	struct maps m;
@@ -148,27 +153,33 @@ Test(ptrace, snapshot_all_threads)
 	start_child();
 	skip_unless_ptrace();
 	cr_assert_eq(maps_read(child, &m), 0);
-	cr_assert_eq(ptrace_snapshot_take(&s, child, &o), 0);
-	cr_assert_eq(s.nthreads, NTHREADS);
-	for (size_t i = 0; i < s.nthreads; i++) {
-		struct ptrace_thread *th = &s.threads[i];
+	for (unsigned tracers = 1; tracers <= 2; tracers++) {
+		o.tracers = tracers == 1 ? 1 : 0;
+		cr_assert_eq(ptrace_snapshot_take(&s, child, &o), 0);
+		cr_assert_eq(s.nthreads, NTHREADS);
+		cr_assert(s.tracers >= 1 && s.tracers <= (tracers == 1 ? 1 : NTHREADS));
+		for (size_t i = 0; i < s.nthreads; i++) {
+			struct ptrace_thread *th = &s.threads[i];
 
-		cr_assert_eq(th->result, PTRACE_THREAD_STOPPED, "tid %d result %d", th->tid,
-			     th->result);
-		cr_assert_neq(th->user.regs[UNWIND_REG_RIP], 0);
-		cr_assert_gt(th->user.stack_size, 128);
-		cr_assert_eq(th->user.stack_start, th->user.regs[UNWIND_REG_RSP] - 128);
-		/* All stops fall inside the pause. */
-		cr_assert_geq(th->stopped_ns, s.first_interrupt_ns);
-		cr_assert_leq(th->stopped_ns, s.last_detach_ns);
+			cr_assert_eq(th->result, PTRACE_THREAD_STOPPED, "tid %d result %d",
+				     th->tid, th->result);
+			cr_assert_neq(th->user.regs[UNWIND_REG_RIP], 0);
+			cr_assert_gt(th->user.stack_size, 128);
+			cr_assert_eq(th->user.stack_start, th->user.regs[UNWIND_REG_RSP] - 128);
+			/* All stops fall inside the pause, before anything is let go. */
+			cr_assert_geq(th->stopped_ns, s.first_interrupt_ns);
+			cr_assert_leq(th->stopped_ns, s.all_stopped_ns);
+			cr_assert_leq(th->stopped_ns, s.last_detach_ns);
+		}
+		cr_assert_gt(s.pause_ns, 0);
+		cr_log_info("pause %.3f ms for %zu threads by %u tracers (all stopped after "
+			    "%.3f ms, %u listings)",
+			    s.pause_ns / 1e6, s.nthreads, s.tracers,
+			    (s.all_stopped_ns - s.first_interrupt_ns) / 1e6, s.listings);
+		ptrace_snapshot_release(&s);
+		assert_untouched(0);
 	}
-	cr_assert_gt(s.pause_ns, 0);
-	cr_log_info("pause %.3f ms for %zu threads (all stopped after %.3f ms, %u listings)",
-		    s.pause_ns / 1e6, s.nthreads, (s.all_stopped_ns - s.first_interrupt_ns) / 1e6,
-		    s.listings);
-	ptrace_snapshot_release(&s);
 	maps_release(&m);
-	assert_untouched(0);
 	stop_child();
 }
 
