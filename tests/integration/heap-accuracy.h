@@ -2,12 +2,19 @@
  * The accuracy check on Go's heap-sampling pattern (tests/targets/heapsites), shared
  * by test-heap (glibc) and test-heap-alloc (jemalloc, tcmalloc, mimalloc):
  * cprof heap against the truth the target counts itself over exactly the
- * window the agent hooks its malloc slot. Every site within 15%, sites at or
- * above the rate within 3%, the retained live set within 15%, sites that
- * free at once ~0 in use, Go's sample types and period.
+ * window the agent hooks its malloc slot. Every site within HEAP_SITE_MAX_ERR,
+ * sites at or above the rate within HEAP_AT_RATE_MAX_ERR, each from at least
+ * HEAP_MIN_SAMPLES expected samples, the retained live set within
+ * HEAP_LIVE_MAX_ERR, sites that free at once ~0 in use, Go's sample types and
+ * period. docs/measured.md quotes these bounds (tests/unit/test-docs checks).
  */
 #ifndef CPROF_TEST_HEAP_ACCURACY_H
 #define CPROF_TEST_HEAP_ACCURACY_H
+
+#define HEAP_SITE_MAX_ERR 0.15
+#define HEAP_AT_RATE_MAX_ERR 0.03
+#define HEAP_MIN_SAMPLES 400
+#define HEAP_LIVE_MAX_ERR 0.15
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -27,14 +34,15 @@ static double expected_samples(const struct site_truth *t, uint64_t rate)
 	return (double)t->objects * (1 - exp(-avg / (double)rate));
 }
 
-/* One site against its truth (logged), its in-use bytes at most @inuse_max. */
-static void check_site(const struct site_truth *t, struct th_func_sum *const sums[4],
+/* One site against its truth (logged), its in-use bytes at most @inuse_max;
+ * returns its larger error (objects or bytes). */
+static double check_site(const struct site_truth *t, struct th_func_sum *const sums[4],
 		       const size_t nsums[4], uint64_t rate, int64_t inuse_max)
 {
 	struct th_func_sum ao = th_func_get(sums[0], nsums[0], t->name);
 	struct th_func_sum as = th_func_get(sums[1], nsums[1], t->name);
 	double avg = (double)t->bytes / (double)t->objects, expected = expected_samples(t, rate);
-	double limit = avg >= (double)rate ? 0.03 : 0.15;
+	double limit = avg >= (double)rate ? HEAP_AT_RATE_MAX_ERR : HEAP_SITE_MAX_ERR;
 	double eo = rel_err((double)ao.flat, (double)t->objects);
 	double eb = rel_err((double)as.flat, (double)t->bytes);
 
@@ -43,7 +51,8 @@ static void check_site(const struct site_truth *t, struct th_func_sum *const sum
 		    (unsigned long long)t->bytes, (long long)ao.flat,
 		    100.0 * ((double)ao.flat / (double)t->objects - 1), (long long)as.flat,
 		    100.0 * ((double)as.flat / (double)t->bytes - 1), expected);
-	cr_assert_geq(expected, 400, "%s: only %.0f expected samples: run longer", t->name, expected);
+	cr_assert_geq(expected, HEAP_MIN_SAMPLES, "%s: only %.0f expected samples: run longer",
+		      t->name, expected);
 	cr_expect_leq(eo, limit, "%s: alloc_objects off by %.1f%%", t->name, eo * 100);
 	cr_expect_leq(eb, limit, "%s: alloc_space off by %.1f%%", t->name, eb * 100);
 	if (inuse_max >= 0) {
@@ -53,6 +62,7 @@ static void check_site(const struct site_truth *t, struct th_func_sum *const sum
 		cr_expect_leq(is.flat, inuse_max, "%s frees at once, yet %lld bytes in use", t->name,
 			      (long long)is.flat);
 	}
+	return eo > eb ? eo : eb;
 }
 
 /*
@@ -72,6 +82,7 @@ static void check_heapsites_accuracy(pid_t pid, const char *report, const char *
 	struct th_func_sum *sums[4];
 	size_t nsums[4], ntruth;
 	const struct site_truth *live;
+	double at_rate = 0, tiny = 0, live_err, min_samples = 1e300;
 	struct profile *p;
 	struct th_run r;
 	int vi[4];
@@ -104,7 +115,15 @@ static void check_heapsites_accuracy(pid_t pid, const char *report, const char *
 		const struct site_truth *t = truth_of(truth, ntruth, sites[i]);
 		int64_t max_block = t->objects ? (int64_t)(t->bytes / t->objects) * 4 : 0;
 
-		check_site(t, sums, nsums, rate, strcmp(sites[i], "retain_4k") ? max_block : -1);
+		double err = check_site(t, sums, nsums, rate,
+					strcmp(sites[i], "retain_4k") ? max_block : -1);
+
+		if (t->objects && t->bytes / t->objects >= rate && err > at_rate)
+			at_rate = err;
+		if (t->objects && t->bytes / t->objects == 16 && err > tiny)
+			tiny = err;
+		if (expected_samples(t, rate) < min_samples)
+			min_samples = expected_samples(t, rate);
 	}
 	live = truth_of(truth, ntruth, "live_retain_4k");
 	{
@@ -114,9 +133,15 @@ static void check_heapsites_accuracy(pid_t pid, const char *report, const char *
 		cr_log_info("retain_4k live: truth %llu objects %llu bytes; cprof %lld, %lld",
 			    (unsigned long long)live->objects, (unsigned long long)live->bytes,
 			    (long long)io.flat, (long long)is.flat);
-		cr_expect_leq(rel_err((double)is.flat, (double)live->bytes), 0.15);
-		cr_expect_leq(rel_err((double)io.flat, (double)live->objects), 0.15);
+		live_err = rel_err((double)is.flat, (double)live->bytes);
+		cr_expect_leq(live_err, HEAP_LIVE_MAX_ERR);
+		cr_expect_leq(rel_err((double)io.flat, (double)live->objects), HEAP_LIVE_MAX_ERR);
 	}
+	/* The figures docs/measured.md quotes (scripts/measured collects them). */
+	cr_log_info("measured: heap accuracy, %s, rate %s: sites >= the rate within %.1f%%, "
+		    "16 B sites within %.1f%% (>= %.0f samples a site); retained inuse_space "
+		    "within %.1f%%",
+		    what, rate_arg, 100 * at_rate, 100 * tiny, min_samples, 100 * live_err);
 	/* Every sample says its block size. */
 	for (size_t i = 0; i < p->nsamples; i++) {
 		const struct profile_label *l = th_label(&p->samples[i], "bytes");

@@ -98,7 +98,10 @@ Test(heap_alloc, mimalloc_preloaded)
 
 /* ---- allocators cprof cannot hook: said plainly, exit 2 ----------------- */
 
-/* cprof heap on @prog refuses with exit 2 and says @expect. */
+/* The exit status of a refused target (cprof(1)); docs/measured.md quotes it. */
+#define REFUSED_EXIT 2
+
+/* cprof heap on @prog refuses with REFUSED_EXIT and says @expect. */
 static void refused(const char *prog, const char *expect)
 {
 	char path[4096];
@@ -115,7 +118,8 @@ static void refused(const char *prog, const char *expect)
 	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "1s", "-o",
 		 th_tmp_path("refused.pb.gz"));
 	th_run_log(&r, prog);
-	cr_expect_eq(r.exit_code, 2, "%s: exit %d, not 2", prog, r.exit_code);
+	cr_expect_eq(r.exit_code, REFUSED_EXIT, "%s: exit %d, not %d", prog, r.exit_code,
+		     REFUSED_EXIT);
 	cr_expect(strstr(r.err, expect), "%s: cprof did not say '%s':\n%s", prog, expect, r.err);
 	cr_expect(strstr(r.err, "GOT"), "%s: cprof did not say why:\n%s", prog, r.err);
 	cr_expect(access(th_tmp_path("refused.pb.gz"), F_OK) != 0, "%s: a profile was written", prog);

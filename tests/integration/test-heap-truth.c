@@ -77,13 +77,24 @@ static double sum_of(const struct profile *p, const char *type, const char *unit
 	return sum;
 }
 
+/*
+ * The bounds docs/measured.md quotes (tests/unit/test-docs checks them):
+ * under overload every figure within RING_MAX_ERR of the target's count;
+ * a single-threaded loop after four sessions at least SINGLE_MIN_SPEED of
+ * its speed before; RSS at most SESSIONS_RSS_MAX_KB more after 20 sessions
+ * than after the first.
+ */
+#define RING_MAX_ERR 0.10
+#define SINGLE_MIN_SPEED 0.85
+#define SESSIONS_RSS_MAX_KB 2048
+
 static void assert_near(double got, double want, double tolerance, const char *what,
 			unsigned threads)
 {
 	double err = want ? (got - want) / want : 1.0;
 
-	cr_log_info("%u thread(s): %-13s %.0f, truth %.0f (%+.2f%%)", threads, what, got, want,
-		    100 * err);
+	cr_log_info("measured: ring %u thread(s): %-13s %.0f, truth %.0f (%+.2f%%)", threads, what,
+		    got, want, 100 * err);
 	cr_expect(err <= tolerance && err >= -tolerance,
 		  "%u thread(s): %s is %.0f, truth %.0f (%+.1f%%, allowed %.0f%%)", threads, what,
 		  got, want, 100 * err, 100 * tolerance);
@@ -113,13 +124,15 @@ static void ring_figures(unsigned threads)
 	cr_assert_not_null(p);
 	/* Each figure is the truth's within 10%: inuse from ~118 sampled blocks
 	 * per snapshot, ten of them (8.7% / sqrt(10) per snapshot's draw). */
-	assert_near(sum_of(p, "inuse_space", "bytes"), (double)truth.live_bytes, 0.10, "inuse_space",
+	assert_near(sum_of(p, "inuse_space", "bytes"), (double)truth.live_bytes, RING_MAX_ERR,
+		    "inuse_space",
 		    threads);
-	assert_near(sum_of(p, "inuse_objects", "count"), (double)truth.live_objects, 0.10,
+	assert_near(sum_of(p, "inuse_objects", "count"), (double)truth.live_objects, RING_MAX_ERR,
 		    "inuse_objects", threads);
-	assert_near(sum_of(p, "alloc_objects", "count"), (double)truth.hooked_ops, 0.10,
+	assert_near(sum_of(p, "alloc_objects", "count"), (double)truth.hooked_ops, RING_MAX_ERR,
 		    "alloc_objects", threads);
-	assert_near(sum_of(p, "alloc_space", "bytes"), (double)truth.hooked_ops * 65536, 0.10,
+	assert_near(sum_of(p, "alloc_space", "bytes"), (double)truth.hooked_ops * 65536,
+		    RING_MAX_ERR,
 		    "alloc_space", threads);
 	cr_log_info("%u thread(s): %s", threads, strstr(r.err, "not recorded") ? "records were lost"
 									      : "nothing lost");
@@ -228,15 +241,16 @@ Test(heap_truth, single_threaded_target_keeps_its_speed)
 		th_assert_let_go(pid, false, sessions[i][0]);
 	}
 	after = speed_against(pid, report, twin, twin_report);
-	cr_log_info("single-threaded malloc loop against its untouched twin: %.3fx before, %.3fx "
-		    "after four sessions (%.3fx)", before, after, after / before);
+	cr_log_info("measured: single-threaded malloc loop against its untouched twin: %.3fx "
+		    "before, %.3fx after four sessions (%.3fx)", before, after, after / before);
 	/*
 	 * The flag above is the cause and is exact; the speed is a loose
 	 * guard against the 0.40x it was (scripts/bench-heap-truth gives the
 	 * figure), judged in the plain build only: the machines are shared.
 	 */
 #ifndef __SANITIZE_ADDRESS__
-	cr_expect_geq(after / before, 0.85, "after detach the target runs at %.3fx its speed",
+	cr_expect_geq(after / before, SINGLE_MIN_SPEED,
+		      "after detach the target runs at %.3fx its speed",
 		      after / before);
 #endif
 	th_kill(twin);
@@ -311,12 +325,13 @@ Test(heap_truth, sessions_in_a_row_get_in_and_leave_nothing_new)
 	}
 	now = maps_of(pid);
 	rss_after = rss_kb(pid);
-	cr_log_info("RSS %ld kB before the first session, %ld kB after it, %ld kB after the 20th",
-		    rss_before, rss_first, rss_after);
+	cr_log_info("measured: RSS %ld kB before the first session, %ld kB after it, %ld kB after "
+		    "the 20th", rss_before, rss_first, rss_after);
 	if (strcmp(after_second, now) != 0)
 		cr_log_error("after the second session:\n%s\nafter the 20th:\n%s", after_second, now);
 	cr_expect_str_eq(after_second, now, "20 sessions left mappings the first two did not");
-	cr_expect_leq(rss_after - rss_first, 2048, "RSS grew by %ld kB after the first session",
+	cr_expect_leq(rss_after - rss_first, SESSIONS_RSS_MAX_KB,
+		      "RSS grew by %ld kB after the first session",
 		      rss_after - rss_first);
 	free(after_second);
 	free(now);

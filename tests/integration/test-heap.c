@@ -142,6 +142,14 @@ static size_t parse_text(char *out, struct th_stack *b, size_t max, long *sample
  * 20 times must be in the other: a walk that lost, added or shifted a frame
  * would make a stack the copies never give.
  */
+/*
+ * The bounds docs/measured.md quotes (tests/unit/test-docs checks them): at
+ * least HEAP_WALKED_MIN_PCT of the samples walked by the agent itself; the
+ * hooks gone within HEAP_UNHOOK_MAX_MS of cprof's SIGKILL.
+ */
+#define HEAP_WALKED_MIN_PCT 90
+#define HEAP_UNHOOK_MAX_MS 1000
+
 Test(heap, walked_stacks_match_copied_stacks)
 {
 	static struct th_stack walked[512], copied[512];
@@ -166,10 +174,12 @@ Test(heap, walked_stacks_match_copied_stacks)
 	th_run_release(&r);
 	th_kill(pid);
 
-	cr_log_info("with rules: %ld of %ld samples walked, %zu buckets; copies: %ld of %ld, %zu buckets",
+	cr_log_info("measured: heap, with rules: %ld of %ld samples walked, %zu buckets; copies: "
+		    "%ld of %ld, %zu buckets",
 		    nwalked[0], samples[0], nw, nwalked[1], samples[1], nc);
 	cr_assert_gt(samples[0], 1000);
-	cr_assert_geq(nwalked[0], samples[0] * 9 / 10, "only %ld of %ld samples walked", nwalked[0],
+	cr_assert_geq(nwalked[0], samples[0] * HEAP_WALKED_MIN_PCT / 100,
+		      "only %ld of %ld samples walked", nwalked[0],
 		      samples[0]);
 	cr_assert_eq(nwalked[1], 0);
 	checked = th_stacks_agree(walked, nw, "walked", copied, nc, "copied", 20);
@@ -251,10 +261,11 @@ Test(heap, sigkill_of_cprof_unhooks_within_a_second)
 	cr_assert(detached, "the agent never unhooked");
 	/* Reason 3 is the watchdog seeing cprof exit; 4, its heartbeat stop
 	 * (then the pid it was given tells why it did not see the exit). */
-	cr_log_info("hooks gone %.0f ms after cprof's SIGKILL (reason %u, cprof pid %d as given, "
+	cr_log_info("measured: heap, hooks gone %.0f ms after cprof's SIGKILL (reason %u, cprof "
+		    "pid %d as given, "
 		    "%d in fact)", (detached - killed) / 1e6, h->detach_reason, h->cprof_pid,
 		    (int)r.pid);
-	cr_assert_lt(detached - killed, 1000000000ull,
+	cr_assert_lt(detached - killed, HEAP_UNHOOK_MAX_MS * 1000000ull,
 		     "unhooked after %.0f ms (reason %u, cprof pid %d as given, %d in fact)",
 		     (detached - killed) / 1e6, h->detach_reason, h->cprof_pid, (int)r.pid);
 	cr_assert_eq(h->hooked, 0);

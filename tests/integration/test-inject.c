@@ -132,7 +132,8 @@ static void detours(const char *mode, int times)
 		int fd = inject(pid, CPROF_AGENT_PATH, &s);
 
 		cr_assert_geq(fd, 0, "%s, injection %d: %s (%s)", mode, i, strerror(-fd), s.rep.why);
-		cr_log_info("regcheck %s: injection %d by thread %d, stopped %.2f ms, call %.2f ms%s",
+		cr_log_info("measured: regcheck %s: injection %d by thread %d, stopped %.2f ms, "
+			    "call %.2f ms%s",
 			    mode, i, (int)s.rep.tid, s.rep.stopped_ns / 1e6, s.rep.call_ns / 1e6,
 			    s.rep.resident ? ", the resident agent's trampoline" : "");
 		cr_assert_eq(s.rep.tid, pid, "single-threaded: the detour is the main thread's");

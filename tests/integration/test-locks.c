@@ -83,6 +83,16 @@ static struct profile *profile_of(const char *cmd, pid_t pid, const char *dur, c
 	return th_load_profile(out);
 }
 
+/*
+ * The bounds docs/measured.md quotes (tests/unit/test-docs checks them):
+ * block's delay per site within BLOCK_MAX_ERR of the truth (and of each
+ * other); mutex's long holder within MUTEX_LONG_MAX_ERR; at least
+ * BLOCK_WALKED_MIN_PCT of block's records walked by the agent itself.
+ */
+#define BLOCK_MAX_ERR 0.15
+#define MUTEX_LONG_MAX_ERR 0.25
+#define BLOCK_WALKED_MIN_PCT 90
+
 static double rel(double a, double b)
 {
 	return b ? fabs(a - b) / b : 1.0;
@@ -105,8 +115,8 @@ static void check_sites(const struct profile *p, const struct truth *t, size_t n
 		const struct truth *tr = truth_of(t, nt, sites[i]);
 		struct th_func_sum s = th_func_get(sums, nsums, sites[i]);
 
-		cr_log_info("%-8s truth %5llu waits %8.1f ms; cprof %8.1f ms (%+.1f%%)", sites[i],
-			    (unsigned long long)tr->count, tr->ns / 1e6, s.flat / 1e6,
+		cr_log_info("measured: %-8s truth %5llu waits %8.1f ms; cprof %8.1f ms (%+.1f%%)",
+			    sites[i], (unsigned long long)tr->count, tr->ns / 1e6, s.flat / 1e6,
 			    100.0 * ((double)s.flat / (double)tr->ns - 1));
 		cr_expect_leq(rel((double)s.flat, (double)tr->ns), tol, "%s: %.1f%% off the truth",
 			      sites[i], 100 * rel((double)s.flat, (double)tr->ns));
@@ -135,7 +145,7 @@ static void block_unbiased(const char *mode, const char *base_us, const char *ra
 	pid = TH_SPAWN("locks", mode, "20", base_us, report);
 	p = profile_of("block", pid, "5s", rate, th_tmp_path("block-unbiased.pb.gz"));
 	nt = read_truth(pid, report, t, 8);
-	check_sites(p, t, nt, sites, n, 0.15);
+	check_sites(p, t, nt, sites, n, BLOCK_MAX_ERR);
 	profile_free(p);
 	th_kill(pid);
 }
@@ -176,10 +186,11 @@ Test(locks, mutex_charges_the_holder)
 	waiter = th_func_get(sums, nsums, "contend");
 	tl = truth_of(t, nt, "holder_long");
 	ts = truth_of(t, nt, "holder_short");
-	cr_log_info("mutex: holder_long %.1f ms (truth %.1f), holder_short %.1f ms (truth %.1f), "
+	cr_log_info("measured: mutex: holder_long %.1f ms (truth %.1f), holder_short %.1f ms "
+		    "(truth %.1f), "
 		    "waiter's site %.1f ms", lng.flat / 1e6, tl->ns / 1e6, shrt.flat / 1e6,
 		    ts->ns / 1e6, waiter.cum / 1e6);
-	cr_expect_leq(rel((double)lng.flat, (double)tl->ns), 0.25);
+	cr_expect_leq(rel((double)lng.flat, (double)tl->ns), MUTEX_LONG_MAX_ERR);
 	cr_expect_leq(rel((double)shrt.flat, (double)ts->ns), 0.5);
 	cr_expect_gt(lng.flat, 4 * shrt.flat, "the long holder must carry most of the delay");
 	cr_expect_eq(waiter.cum, 0, "the waiter's lock site was charged");
@@ -310,10 +321,12 @@ Test(locks, block_walked_stacks_match_copied_stacks)
 
 	nw = folded_of(out_w, walked, 256);
 	nc = folded_of(out_c, copied, 256);
-	cr_log_info("with rules: %ld of %ld records walked, %zu stacks; copies: %ld of %ld, %zu stacks",
+	cr_log_info("measured: block with rules: %ld of %ld records walked, %zu stacks; copies: "
+		    "%ld of %ld, %zu stacks",
 		    nwalked[0], records[0], nw, nwalked[1], records[1], nc);
 	cr_assert_gt(records[0], 100);
-	cr_assert_geq(nwalked[0], records[0] * 9 / 10, "only %ld of %ld records walked", nwalked[0],
+	cr_assert_geq(nwalked[0], records[0] * BLOCK_WALKED_MIN_PCT / 100,
+		      "only %ld of %ld records walked", nwalked[0],
 		      records[0]);
 	cr_assert_eq(nwalked[1], 0);
 	checked = th_stacks_agree(walked, nw, "walked", copied, nc, "copied", 20);

@@ -225,7 +225,7 @@ Test(oracle, threads_in_their_calls)
 {
 	pid_t pid = TH_SPAWN("threads", "8", "30");
 
-	cr_log_info("%d frames agree", oracle_rounds(pid, 5, 4));
+	cr_log_info("measured: oracle, threads: %d frames agree", oracle_rounds(pid, 5, 4));
 	th_assert_let_go(pid, false, "after the oracle");
 	th_kill(pid);
 }
@@ -235,7 +235,7 @@ Test(oracle, signal_frames_exceptions_in_flight_and_the_vdso)
 	pid_t pid = TH_SPAWN("unwindmix", "30");
 
 	/* Many rounds: the vDSO thread is caught in the vDSO's code in some. */
-	cr_log_info("%d frames agree", oracle_rounds(pid, 20, 3));
+	cr_log_info("measured: oracle, unwindmix: %d frames agree", oracle_rounds(pid, 20, 3));
 	th_assert_let_go(pid, false, "after the oracle");
 	th_kill(pid);
 }
