@@ -351,15 +351,24 @@ Test(docs, measured_rows_state_the_bounds_their_tests_assert)
 
 /* ---- README's figures come from docs/measured.md ------------------------ */
 
+/* Whether the digit at @s[@i] is a man page's section, as in cprof-wall(1). */
+static bool man_section(const char *s, size_t i)
+{
+	return i >= 2 && s[i - 1] == '(' && s[i + 1] == ')' &&
+	       (isalnum((unsigned char)s[i - 2]) || s[i - 2] == '-');
+}
+
 /* The next number of @s from *@pos (digits with inner . or ,, not part of
- * a word such as x86 or p90) in @buf; false at the end. */
+ * a word such as x86 or p90, nor a man page's section) in @buf; false at
+ * the end. */
 static bool next_number(const char *s, size_t *pos, char *buf, size_t size)
 {
 	for (size_t i = *pos; s[i]; i++) {
 		size_t n = 0;
 
 		if (!isdigit((unsigned char)s[i]) ||
-		    (i && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_')))
+		    (i && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_')) ||
+		    man_section(s, i))
 			continue;
 		while (isdigit((unsigned char)s[i + n]) ||
 		       ((s[i + n] == '.' || s[i + n] == ',') &&
