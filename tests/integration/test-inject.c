@@ -126,7 +126,9 @@ static void detours(const char *mode, int times)
 	pid_t pid;
 
 	skip_without_ptrace();
-	pid = TH_SPAWN("regcheck", mode, "3");
+	/* Long enough for five sessions on a loaded machine (3 s was not: CI
+	 * saw the target exit before the fifth); it is waited for at the end. */
+	pid = TH_SPAWN("regcheck", mode, "8");
 	for (int i = 0; i < times; i++) {
 		struct session s;
 		int fd = inject(pid, CPROF_AGENT_PATH, &s);
