@@ -121,6 +121,14 @@ static void summary(const void *profiler, const void *args, const struct output 
 			    "each of its context switches dearer while attached; events on the "
 			    "CPUs, which do not, need root or CAP_PERFMON (or "
 			    "kernel.perf_event_paranoid <= 0)");
+	if (st->split == WALL_SPLIT_TOO_MANY_SWITCHES)
+		report_note("the target switched %llu times a second: too often for the kernel's "
+			    "switch records to be cheap, so its waits for a CPU are shared between the "
+			    "stack a thread ran on and the one it slept on by estimate "
+			    "(cprof-wall(1))", (unsigned long long)st->switch_rate);
+	else if (st->split != WALL_SPLIT_EXACT && !st->perf_refused)
+		report_note("waits for a CPU are shared between the stack a thread ran on and the "
+			    "one it slept on by estimate: %s", wall_split_reason(st->split));
 	if (st->lost)
 		report_warning("%llu perf %s lost (the buffers overflowed): some running stacks "
 			       "are missing, the times are still the kernel's; try "

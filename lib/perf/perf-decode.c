@@ -126,6 +126,22 @@ out_bad:
 	s->stats.bad++;
 }
 
+/* A switch record is its sample id alone: pid, tid, time, cpu. */
+static void dispatch_switch(struct perf_session *s, struct cursor *c, uint16_t misc,
+			    const struct perf_handlers *h)
+{
+	uint32_t pid_tid[2];
+	uint64_t time;
+
+	if (!take(c, pid_tid, sizeof(pid_tid)) || !take_u64(c, &time)) {
+		s->stats.bad++;
+		return;
+	}
+	if ((pid_t)pid_tid[0] == s->opts.pid && h->cpu_switch)
+		h->cpu_switch((pid_t)pid_tid[1], time, misc & PERF_RECORD_MISC_SWITCH_OUT,
+			      misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT, h->arg);
+}
+
 /* PERF_RECORD_FORK and _EXIT: pid, ppid, tid, ptid, time, then the id. */
 static void dispatch_task(struct perf_session *s, struct cursor *c, bool exited,
 			  const struct perf_handlers *h)
@@ -175,6 +191,9 @@ int perf_record_dispatch(struct perf_session *s, const uint8_t *rec, size_t size
 	case PERF_RECORD_FORK:
 	case PERF_RECORD_EXIT:
 		dispatch_task(s, &c, hdr->type == PERF_RECORD_EXIT, h);
+		return 0;
+	case PERF_RECORD_SWITCH:
+		dispatch_switch(s, &c, hdr->misc, h);
 		return 0;
 	case PERF_RECORD_LOST:
 		if (take(&c, v, sizeof(v)))

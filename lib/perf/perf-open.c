@@ -64,6 +64,20 @@ static void perf_attr_init(struct perf_event_attr *attr, const struct perf_opts 
 	}
 	attr->comm = 1;
 	attr->task = o->task;
+	if (o->switches_only) {
+		/* A dummy event counts nothing: its records alone, each with
+		 * its sample id (pid, tid, time, cpu). */
+		attr->config = PERF_COUNT_SW_DUMMY;
+		attr->sample_period = 0;
+		attr->sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
+		attr->sample_regs_user = 0;
+		attr->sample_stack_user = 0;
+		attr->exclude_kernel = 1;
+		attr->exclude_callchain_kernel = 0;
+		attr->comm = 0;
+		attr->task = 0;
+		attr->context_switch = 1;
+	}
 	attr->sample_id_all = 1;
 	attr->use_clockid = 1;
 	attr->clockid = CLOCK_MONOTONIC;
@@ -252,7 +266,7 @@ int perf_session_open(struct perf_session **ret, const struct perf_opts *o)
 	size_t ncpus = 0;
 	int r;
 
-	if (!o->period_ns || o->stack_bytes % 8 || !o->ring_pages ||
+	if ((!o->period_ns && !o->switches_only) || o->stack_bytes % 8 || !o->ring_pages ||
 	    (o->ring_pages & (o->ring_pages - 1)))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));

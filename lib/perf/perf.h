@@ -36,6 +36,9 @@ struct perf_opts {
 	bool kernel;          /* count time in the kernel too (needs privilege) */
 	bool kernel_stacks;   /* and record the kernel's call chain (needs @kernel) */
 	bool task;            /* and the birth and the end of every target thread */
+	/* Instead of samples, every switch of a target thread off and on a
+	 * CPU (PERF_SCOPE_THREAD; period_ns and stack_bytes unused). */
+	bool switches_only;
 };
 
 /* Kernel frames kept per sample (kernel.perf_event_max_stack is 127). */
@@ -68,6 +71,9 @@ struct perf_handlers {
 	int (*sample)(const struct perf_sample *s, void *arg);
 	/* A thread of the target took a name (exec, prctl, pthread_setname_np). */
 	void (*comm)(pid_t tid, const char *name, void *arg);
+	/* With switches_only: @tid left a CPU (@out), taken from it if
+	 * @preempted, or came back onto one, at @time (perf clock). */
+	void (*cpu_switch)(pid_t tid, uint64_t time, bool out, bool preempted, void *arg);
 	/* With task: thread @tid of the target was born (@exited false) or
 	 * ended at @time (perf clock). */
 	void (*task)(pid_t tid, uint64_t time, bool exited, void *arg);

@@ -19,6 +19,17 @@
 #define MAX_FRAMES 256
 #define STACK_BYTES 8192
 #define RING_PAGES 256
+/* PERF_RECORD_SWITCH: header and sample id (pid, tid, time, cpu). */
+#define SWITCH_RECORD_BYTES 32
+/*
+ * The kernel's switch records tell exactly which waits for a CPU followed a
+ * preemption, but each costs the target's switch a little and cprof 32
+ * bytes: above this many a second (or this many threads, an event each a
+ * CPU) they are closed and the split is estimated.
+ */
+#define SWITCH_RECORDS_MAX 10000
+#define SWITCH_THREADS_MAX 512 /* wall_split_reason() says the figure */
+#define SWITCH_RING_PAGES 64
 /* PERF_RECORD_FORK, _EXIT: header, four ids, time, sample id. */
 #define TASK_RECORD_BYTES 56
 #define LIVENESS_NS (100ULL * 1000 * 1000)
@@ -37,6 +48,11 @@ static const struct profile_value_type wall_types[] = {
 	{ "wall", "nanoseconds" },
 };
 
+struct cpu_switch {
+	uint64_t time;
+	bool out, preempted;
+};
+
 /* Sums over a thread's intervals of its preemptions p, sleeps s and waits
  * for a CPU d, to fit d = p * wait_p + s * wait_s by least squares. */
 struct wait_fit {
@@ -49,9 +65,14 @@ struct wall_thread {
 	bool alive, listed;
 	uint64_t last_ns;    /* accounted up to here (CLOCK_MONOTONIC) */
 	struct wall_clocks clk;
+	struct cpu_switch *switches; /* reported since the last tick, any order */
+	size_t nswitches, switches_alloc;
+	uint64_t preempted_at;   /* perf time it was taken off a CPU; 0: not */
+	uint64_t preempted_wait; /* waits after preemptions not yet accounted */
 	struct wall_switches sw; /* at the last look at them */
 	bool sw_known;
 	struct wait_fit fit;
+	uint64_t last_slept, last_preempted; /* the counts of the last interval */
 	unsigned preempted_share; /* of its waits for a CPU, in 1/SHARE_ONE */
 	uint64_t owed_ns;        /* counted twice so far: off the CPU, then waiting */
 	bool exited;             /* perf said it ended: accounted to its end */
@@ -70,6 +91,10 @@ struct wall_profiler {
 	struct symbolizer *sym;
 	struct unwinder *unw;
 	struct perf_session *perf; /* NULL: refused, no CPU stacks */
+	struct perf_session *switches; /* NULL: none, or closed (too many) */
+	bool switches_decided;
+	uint64_t switches_counted; /* by the threads' status, since the start */
+	uint64_t switches_since, switch_records; /* the rate's window */
 	struct profile *profile;
 	struct maps maps;
 	struct wall_thread *threads;
@@ -218,6 +243,111 @@ static void on_comm(pid_t tid, const char *name, void *arg)
 		t->name = profile_intern(p->profile, name);
 }
 
+/* Each CPU has its ring: a thread's switches come in time order only once
+ * sorted (it may leave one CPU and come back on another). */
+static void on_cpu_switch(pid_t tid, uint64_t time, bool out, bool preempted, void *arg)
+{
+	struct wall_profiler *p = arg;
+	struct wall_thread *t = thread_of(p, tid);
+
+	p->stats.bytes_read += SWITCH_RECORD_BYTES;
+	p->switch_records++;
+	if (!t || GROW(t->switches, t->nswitches + 1, t->switches_alloc) < 0)
+		return;
+	t->switches[t->nswitches++] = (struct cpu_switch){ time, out, preempted };
+}
+
+static int by_time(const void *a, const void *b)
+{
+	const struct cpu_switch *x = a, *y = b;
+
+	return (x->time > y->time) - (x->time < y->time);
+}
+
+/* A preempted thread's wait for a CPU ends when it is back on one. */
+static void settle_switches(struct wall_thread *t)
+{
+	if (!t->nswitches)
+		return;
+	qsort(t->switches, t->nswitches, sizeof(*t->switches), by_time);
+	for (size_t i = 0; i < t->nswitches; i++) {
+		const struct cpu_switch *sw = &t->switches[i];
+
+		if (sw->out) {
+			t->preempted_at = sw->preempted ? sw->time : 0;
+			continue;
+		}
+		if (t->preempted_at && sw->time > t->preempted_at)
+			t->preempted_wait += sw->time - t->preempted_at;
+		t->preempted_at = 0;
+	}
+	t->nswitches = 0;
+}
+
+/* From now on the waits for a CPU are shared by estimate. */
+static void close_switches(struct wall_profiler *p, enum wall_split why)
+{
+	perf_session_free(p->switches);
+	p->switches = NULL;
+	p->stats.split = why;
+	for (size_t i = 0; i < p->nthreads; i++) {
+		p->threads[i].nswitches = 0;
+		p->threads[i].preempted_at = 0;
+		p->threads[i].preempted_wait = 0;
+	}
+}
+
+/*
+ * The switch records, after the first tick, where the budget allows them:
+ * the threads' own counts tell how often they switch before any record
+ * costs them anything.
+ */
+static void open_switches(struct wall_profiler *p, uint64_t now)
+{
+	struct perf_opts o = { .pid = p->opts.pid, .scope = PERF_SCOPE_THREAD,
+			       .ring_pages = SWITCH_RING_PAGES, .switches_only = true };
+	uint64_t rate = p->switches_counted * 1000000000ULL / MAX(now - p->start_mono, 1);
+
+	p->switches_decided = true;
+	if (!p->perf) {
+		p->stats.split = WALL_SPLIT_REFUSED;
+		return;
+	}
+	if (2 * rate > SWITCH_RECORDS_MAX) {
+		p->stats.switch_rate = rate;
+		p->stats.split = WALL_SPLIT_TOO_MANY_SWITCHES;
+		return;
+	}
+	if (p->nthreads > SWITCH_THREADS_MAX) {
+		p->stats.split = WALL_SPLIT_TOO_MANY_THREADS;
+		return;
+	}
+	if (perf_session_open(&p->switches, &o) < 0 || perf_session_enable(p->switches) < 0) {
+		perf_session_free(p->switches);
+		p->switches = NULL;
+		p->stats.split = WALL_SPLIT_REFUSED;
+		return;
+	}
+	p->stats.split = WALL_SPLIT_EXACT;
+	p->switches_since = now_monotonic_ns();
+}
+
+/* Switches come at a price per switch: past the budget, none. */
+static void check_switch_rate(struct wall_profiler *p, uint64_t now)
+{
+	uint64_t rate;
+
+	if (!p->switches || now - p->switches_since < 1000000000ULL)
+		return;
+	rate = p->switch_records * 1000000000ULL / (now - p->switches_since);
+	p->switches_since = now;
+	p->switch_records = 0;
+	if (rate > SWITCH_RECORDS_MAX) {
+		p->stats.switch_rate = rate / 2; /* a record out, one in */
+		close_switches(p, WALL_SPLIT_TOO_MANY_SWITCHES);
+	}
+}
+
 static int add_final(struct wall_profiler *p, struct wall_thread *t, uint64_t end);
 
 /*
@@ -249,6 +379,15 @@ static int drain(struct wall_profiler *p)
 	const struct perf_stats *ps;
 	int r;
 
+	if (p->switches) {
+		struct perf_handlers sh = { .cpu_switch = on_cpu_switch, .arg = p };
+
+		r = perf_session_drain(p->switches, &sh);
+		if (r < 0)
+			return r;
+		if (perf_session_stats(p->switches)->lost)
+			close_switches(p, WALL_SPLIT_LOST);
+	}
 	if (!p->perf)
 		return 0;
 	r = perf_session_drain(p->perf, &h);
@@ -337,13 +476,21 @@ static void count_switches(struct wall_profiler *p, struct wall_thread *t, uint6
 {
 	struct wall_switches sw;
 	struct wait_fit *f = &t->fit;
+	uint64_t slept, preempted;
 	double q, s, d = (double)ddelay;
 
 	if (wall_switches_read(p->opts.pid, t->tid, &sw) < 0)
 		return;
 	if (t->sw_known && (sw.voluntary > t->sw.voluntary || sw.preempted > t->sw.preempted)) {
-		q = (double)(sw.preempted - MIN(sw.preempted, t->sw.preempted));
-		s = (double)(sw.voluntary - MIN(sw.voluntary, t->sw.voluntary));
+		/* A switch late in the last interval ends its wait in this one:
+		 * the waits of an interval follow the switches of two. */
+		slept = sw.voluntary - MIN(sw.voluntary, t->sw.voluntary);
+		preempted = sw.preempted - MIN(sw.preempted, t->sw.preempted);
+		p->switches_counted += slept + preempted;
+		q = (double)(preempted + t->last_preempted);
+		s = (double)(slept + t->last_slept);
+		t->last_slept = slept;
+		t->last_preempted = preempted;
 		f->pp += q * q;
 		f->ps += q * s;
 		f->ss += s * s;
@@ -357,13 +504,20 @@ static void count_switches(struct wall_profiler *p, struct wall_thread *t, uint6
 
 /*
  * Time on a run queue follows either a preemption (the thread waits where
- * it ran) or a wake-up (it waits to return from the call it slept in),
- * shared as the thread's switches were.
+ * it ran) or a wake-up (it waits to return from the call it slept in):
+ * exactly so by the kernel's switch records, else shared as estimated.
  */
 static int add_runnable(struct wall_profiler *p, struct wall_thread *t, uint64_t ddelay)
 {
-	uint64_t preempted = ddelay * t->preempted_share / SHARE_ONE;
+	uint64_t preempted;
 	int r;
+
+	if (p->switches) {
+		preempted = MIN(ddelay, t->preempted_wait);
+		t->preempted_wait -= preempted;
+	} else {
+		preempted = ddelay * t->preempted_share / SHARE_ONE;
+	}
 
 	r = add_wait(p, t, true, preempted);
 	if (r == 0)
@@ -456,6 +610,7 @@ static int account(struct wall_profiler *p, struct wall_thread *t)
 	}
 	t->clk = c;
 	t->last_ns = now;
+	settle_switches(t);
 	t->run_ns += drun;
 	if (drun)
 		count_switches(p, t, ddelay);
@@ -568,6 +723,10 @@ static int take_tick(struct wall_profiler *p)
 	int r = tick(p);
 
 	took = now_monotonic_ns() - t0;
+	if (!p->switches_decided)
+		open_switches(p, t0 + took);
+	else
+		check_switch_rate(p, t0 + took);
 	p->tick_cost = p->tick_cost ? (3 * p->tick_cost + took) / 4 : took;
 	/* +-25% at random: a thread whose cycle is a multiple of the tick
 	 * would otherwise be seen in the same phase of it every time. */
@@ -728,6 +887,8 @@ int wall_profiler_stop(struct wall_profiler *p)
 	 * the window's end. */
 	if (p->running && p->perf)
 		perf_session_disable(p->perf);
+	if (p->running && p->switches)
+		perf_session_disable(p->switches);
 	if (drain(p) < 0)
 		r = -EIO;
 	if (p->running && !p->stats.target_exited && tick(p) == -ENOMEM)
@@ -743,6 +904,23 @@ int wall_profiler_stop(struct wall_profiler *p)
 	return r;
 }
 
+const char *wall_split_reason(enum wall_split split)
+{
+	switch (split) {
+	case WALL_SPLIT_EXACT:
+		break;
+	case WALL_SPLIT_REFUSED:
+		return "perf_event_open refused them";
+	case WALL_SPLIT_TOO_MANY_THREADS:
+		return "an event a thread is too dear above 512 threads";
+	case WALL_SPLIT_TOO_MANY_SWITCHES:
+		return "the target switches too often for them to be cheap";
+	case WALL_SPLIT_LOST:
+		return "some were lost";
+	}
+	return "exact";
+}
+
 static int add_comments(struct wall_profiler *p)
 {
 	char c[512];
@@ -751,6 +929,12 @@ static int add_comments(struct wall_profiler *p)
 	if (p->stats.perf_refused) {
 		snprintf(c, sizeof(c), "no CPU stacks: perf_event_open refused (%s); running time "
 			 "is in [running: not sampled]", p->stats.perf_error);
+		r = profile_add_comment(p->profile, c);
+	}
+	if (r == 0 && p->stats.split != WALL_SPLIT_EXACT) {
+		snprintf(c, sizeof(c), "runnable time is split between the stack a thread ran on "
+			 "and the one it slept on by estimate, not by the kernel's switch records "
+			 "(%s)", wall_split_reason(p->stats.split));
 		r = profile_add_comment(p->profile, c);
 	}
 	if (r == 0 && p->stats.lost) {
@@ -789,12 +973,14 @@ void wall_profiler_free(struct wall_profiler *p)
 	if (!p)
 		return;
 	perf_session_free(p->perf);
+	perf_session_free(p->switches);
 	for (size_t i = 0; i < p->nthreads; i++) {
 		if (p->threads[i].fd >= 0)
 			close(p->threads[i].fd);
 		wall_off_stack_release(&p->threads[i].off);
 		free(p->threads[i].run_pcs);
 		wall_run_stacks_release(&p->threads[i].runs);
+		free(p->threads[i].switches);
 	}
 	free(p->threads);
 	u64map_release(&p->by_tid);

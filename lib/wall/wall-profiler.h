@@ -36,6 +36,16 @@ struct wall_profiler_opts {
 	const char *command_line; /* for the profile's comments */
 };
 
+/* How the waits for a CPU are split between the stack a thread ran on and
+ * the one it slept on. */
+enum wall_split {
+	WALL_SPLIT_EXACT,                /* by the kernel's switch records */
+	WALL_SPLIT_REFUSED,              /* estimated: no records (perf refused) */
+	WALL_SPLIT_TOO_MANY_THREADS,     /* estimated: an event a thread is too dear */
+	WALL_SPLIT_TOO_MANY_SWITCHES,    /* estimated since switch_rate a second */
+	WALL_SPLIT_LOST,                 /* estimated since records were lost */
+};
+
 struct wall_profiler_stats {
 	uint64_t ticks;          /* looks at every thread */
 	uint64_t lost;           /* perf records the kernel dropped */
@@ -51,11 +61,16 @@ struct wall_profiler_stats {
 	int stacks_refused;      /* -errno: no sleeping stacks (no ptrace access) */
 	bool perf_refused;       /* no CPU stacks: perf_event_open said no */
 	bool perf_per_thread;    /* events on the target's threads, not its CPUs */
+	enum wall_split split;
+	uint64_t switch_rate;    /* with WALL_SPLIT_TOO_MANY_SWITCHES */
 	char perf_error[256];
 	bool target_exited;
 };
 
 struct wall_profiler;
+
+/* Why the split was estimated, in a few words ("exact" when it was not). */
+const char *wall_split_reason(enum wall_split split);
 
 /* Prepares everything; nothing is sampled yet. On failure @err says why. */
 int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opts *o, char *err,
