@@ -23,6 +23,45 @@ struct wall_switches {
 	uint64_t preempted; /* it was taken off a runnable CPU */
 };
 
+/*
+ * How a thread's waits for a CPU split between the stack it ran on (a wait
+ * after a preemption) and the one it slept on (after a wake-up), waits.c:
+ * exactly from the kernel's switch records while they come, else by an
+ * estimate fitted to its switch counts. Zeroed is a valid start.
+ */
+struct wall_switch_record {
+	uint64_t time;
+	bool out, preempted;
+};
+
+struct wall_waits {
+	struct wall_switch_record *records; /* since the last settle, any order */
+	size_t nrecords, records_alloc;
+	uint64_t preempted_at;   /* perf time it was taken off a CPU; 0: not */
+	uint64_t preempted_wait; /* waits after preemptions not yet accounted */
+	struct wall_switches sw; /* the counts at the last look */
+	bool sw_known;
+	uint64_t last_slept, last_preempted; /* the last interval's counts */
+	double pp, ps, ss, pd, sd; /* the fit's sums: preemptions p, sleeps s, waits d */
+	unsigned preempted_share;  /* of its waits, in 1/WALL_SHARE_ONE */
+};
+
+#define WALL_SHARE_ONE 1024
+
+/* A switch record of the thread (perf time, off a CPU or onto one). */
+void wall_waits_switch(struct wall_waits *w, uint64_t time, bool out, bool preempted);
+/* The records so far, in time order, into the waits after preemptions. */
+void wall_waits_settle(struct wall_waits *w);
+/* The records stop: what they left half-told is dropped. */
+void wall_waits_forget_switches(struct wall_waits *w);
+/* Reads the thread's switch counts, after an interval that waited
+ * @ddelay; returns the switches since the last read. */
+uint64_t wall_waits_count(struct wall_waits *w, pid_t pid, pid_t tid, uint64_t ddelay);
+/* The part of @ddelay that followed preemptions: from the records if
+ * @exact, else estimated. */
+uint64_t wall_waits_preempted(struct wall_waits *w, bool exact, uint64_t ddelay);
+void wall_waits_release(struct wall_waits *w);
+
 /* What a thread is doing as /proc tells it, without stopping it. */
 struct wall_look {
 	char state;      /* stat's letter: R S D T t I (X: gone) */

@@ -36,8 +36,6 @@
 /* A tick may take this share of cprof's time at most: more threads, rarer
  * ticks (every interval is still accounted in full). */
 #define TICK_DUTY 10
-/* A share of a thread's waits for a CPU, in 1/SHARE_ONE. */
-#define SHARE_ONE 1024
 
 /* Addresses that are never a PC: the frames of time without a stack. */
 #define ADDR_OFF_UNSEEN 0
@@ -48,32 +46,13 @@ static const struct profile_value_type wall_types[] = {
 	{ "wall", "nanoseconds" },
 };
 
-struct cpu_switch {
-	uint64_t time;
-	bool out, preempted;
-};
-
-/* Sums over a thread's intervals of its preemptions p, sleeps s and waits
- * for a CPU d, to fit d = p * wait_p + s * wait_s by least squares. */
-struct wait_fit {
-	double pp, ps, ss, pd, sd;
-};
-
 struct wall_thread {
 	pid_t tid;
 	int fd;              /* its schedstat */
 	bool alive, listed;
 	uint64_t last_ns;    /* accounted up to here (CLOCK_MONOTONIC) */
 	struct wall_clocks clk;
-	struct cpu_switch *switches; /* reported since the last tick, any order */
-	size_t nswitches, switches_alloc;
-	uint64_t preempted_at;   /* perf time it was taken off a CPU; 0: not */
-	uint64_t preempted_wait; /* waits after preemptions not yet accounted */
-	struct wall_switches sw; /* at the last look at them */
-	bool sw_known;
-	struct wait_fit fit;
-	uint64_t last_slept, last_preempted; /* the counts of the last interval */
-	unsigned preempted_share; /* of its waits for a CPU, in 1/SHARE_ONE */
+	struct wall_waits waits;
 	uint64_t owed_ns;        /* counted twice so far: off the CPU, then waiting */
 	bool exited;             /* perf said it ended: accounted to its end */
 	uint64_t run_ns;         /* its clock's run time in the window */
@@ -252,36 +231,8 @@ static void on_cpu_switch(pid_t tid, uint64_t time, bool out, bool preempted, vo
 
 	p->stats.bytes_read += SWITCH_RECORD_BYTES;
 	p->switch_records++;
-	if (!t || GROW(t->switches, t->nswitches + 1, t->switches_alloc) < 0)
-		return;
-	t->switches[t->nswitches++] = (struct cpu_switch){ time, out, preempted };
-}
-
-static int by_time(const void *a, const void *b)
-{
-	const struct cpu_switch *x = a, *y = b;
-
-	return (x->time > y->time) - (x->time < y->time);
-}
-
-/* A preempted thread's wait for a CPU ends when it is back on one. */
-static void settle_switches(struct wall_thread *t)
-{
-	if (!t->nswitches)
-		return;
-	qsort(t->switches, t->nswitches, sizeof(*t->switches), by_time);
-	for (size_t i = 0; i < t->nswitches; i++) {
-		const struct cpu_switch *sw = &t->switches[i];
-
-		if (sw->out) {
-			t->preempted_at = sw->preempted ? sw->time : 0;
-			continue;
-		}
-		if (t->preempted_at && sw->time > t->preempted_at)
-			t->preempted_wait += sw->time - t->preempted_at;
-		t->preempted_at = 0;
-	}
-	t->nswitches = 0;
+	if (t)
+		wall_waits_switch(&t->waits, time, out, preempted);
 }
 
 /* From now on the waits for a CPU are shared by estimate. */
@@ -290,11 +241,8 @@ static void close_switches(struct wall_profiler *p, enum wall_split why)
 	perf_session_free(p->switches);
 	p->switches = NULL;
 	p->stats.split = why;
-	for (size_t i = 0; i < p->nthreads; i++) {
-		p->threads[i].nswitches = 0;
-		p->threads[i].preempted_at = 0;
-		p->threads[i].preempted_wait = 0;
-	}
+	for (size_t i = 0; i < p->nthreads; i++)
+		wall_waits_forget_switches(&p->threads[i].waits);
 }
 
 /*
@@ -444,62 +392,10 @@ static int add_wait(struct wall_profiler *p, struct wall_thread *t, bool run_fir
 	return add_time(p, t->tid, NULL, 0, ADDR_OFF_UNSEEN, "runnable", -1, ns);
 }
 
-/*
- * The share of an interval's waits for a CPU that followed its @preempted
- * preemptions rather than its @slept wake-ups. The two waits differ (CFS
- * places a woken thread ahead of those that ran on, a preempted one behind
- * them): each is fitted over the thread's intervals so far, and until the
- * fit holds the counts alone share them.
- */
-static unsigned preempted_share(const struct wait_fit *f, uint64_t preempted, uint64_t slept)
-{
-	double det = f->pp * f->ss - f->ps * f->ps, wp, ws, all;
-
-	if (det > 1e-6 * f->pp * f->ss) {
-		wp = (f->pd * f->ss - f->sd * f->ps) / det;
-		ws = (f->sd * f->pp - f->pd * f->ps) / det;
-		all = wp * (double)preempted + ws * (double)slept;
-		if (wp >= 0 && ws >= 0 && all > 0)
-			return (unsigned)(SHARE_ONE * wp * (double)preempted / all);
-	}
-	return (unsigned)(preempted * SHARE_ONE / (slept + preempted));
-}
-
-/*
- * How the thread left its CPUs since the last look, with @ddelay waited for
- * one: it slept, or it was preempted. Looked at whenever it ran, so that the
- * counts belong to the interval whose waits they split; a wait that ends
- * with no switch since began with the last one counted, and keeps the last
- * shares.
- */
+/* The thread's switch counts now, for the estimate (and the rate). */
 static void count_switches(struct wall_profiler *p, struct wall_thread *t, uint64_t ddelay)
 {
-	struct wall_switches sw;
-	struct wait_fit *f = &t->fit;
-	uint64_t slept, preempted;
-	double q, s, d = (double)ddelay;
-
-	if (wall_switches_read(p->opts.pid, t->tid, &sw) < 0)
-		return;
-	if (t->sw_known && (sw.voluntary > t->sw.voluntary || sw.preempted > t->sw.preempted)) {
-		/* A switch late in the last interval ends its wait in this one:
-		 * the waits of an interval follow the switches of two. */
-		slept = sw.voluntary - MIN(sw.voluntary, t->sw.voluntary);
-		preempted = sw.preempted - MIN(sw.preempted, t->sw.preempted);
-		p->switches_counted += slept + preempted;
-		q = (double)(preempted + t->last_preempted);
-		s = (double)(slept + t->last_slept);
-		t->last_slept = slept;
-		t->last_preempted = preempted;
-		f->pp += q * q;
-		f->ps += q * s;
-		f->ss += s * s;
-		f->pd += q * d;
-		f->sd += s * d;
-		t->preempted_share = preempted_share(f, (uint64_t)q, (uint64_t)s);
-	}
-	t->sw = sw;
-	t->sw_known = true;
+	p->switches_counted += wall_waits_count(&t->waits, p->opts.pid, t->tid, ddelay);
 }
 
 /*
@@ -512,12 +408,7 @@ static int add_runnable(struct wall_profiler *p, struct wall_thread *t, uint64_t
 	uint64_t preempted;
 	int r;
 
-	if (p->switches) {
-		preempted = MIN(ddelay, t->preempted_wait);
-		t->preempted_wait -= preempted;
-	} else {
-		preempted = ddelay * t->preempted_share / SHARE_ONE;
-	}
+	preempted = wall_waits_preempted(&t->waits, p->switches != NULL, ddelay);
 
 	r = add_wait(p, t, true, preempted);
 	if (r == 0)
@@ -610,7 +501,7 @@ static int account(struct wall_profiler *p, struct wall_thread *t)
 	}
 	t->clk = c;
 	t->last_ns = now;
-	settle_switches(t);
+	wall_waits_settle(&t->waits);
 	t->run_ns += drun;
 	if (drun)
 		count_switches(p, t, ddelay);
@@ -980,7 +871,7 @@ void wall_profiler_free(struct wall_profiler *p)
 		wall_off_stack_release(&p->threads[i].off);
 		free(p->threads[i].run_pcs);
 		wall_run_stacks_release(&p->threads[i].runs);
-		free(p->threads[i].switches);
+		wall_waits_release(&p->threads[i].waits);
 	}
 	free(p->threads);
 	u64map_release(&p->by_tid);
