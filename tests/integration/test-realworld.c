@@ -603,7 +603,8 @@ static bool leaf_named(const struct profile *p, const struct profile_sample *s, 
 
 /* Each thread /proc lists before and after the window totals the window
  * (within 2%) under its /proc name; the stackless part of its time off the
- * CPU is logged, and is under half of it over all threads. */
+ * CPU is logged, and is under half of it over all threads where they slept
+ * a quarter of the window or more. */
 static void check_wall(const struct server *s)
 {
 	struct named_tid before[MAX_THREADS], after[MAX_THREADS];
@@ -658,8 +659,11 @@ static void check_wall(const struct server *s)
 		off += x->off;
 		unseen += x->unseen;
 	}
-	cr_expect_lt(unseen, off / 2, "%s: %.3f s of %.3f s off the CPU without a stack\n%s",
-		     s->name, unseen / 1e9, off / 1e9, err);
+	/* A busy server may hardly sleep at all (nginx's worker under wrk on a
+	 * loaded machine: 0.08 s in 2 s, every wait shorter than a copy). */
+	if (off > p->duration_nanos / 4)
+		cr_expect_lt(unseen, off / 2, "%s: %.3f s of %.3f s off the CPU without a "
+			     "stack\n%s", s->name, unseen / 1e9, off / 1e9, err);
 	free(err);
 	profile_free(p);
 }
