@@ -1275,13 +1275,16 @@ Test(threads, churn)
 {
 	char pid[16], path[64];
 	unsigned ok = 0, gone = 0;
+	uint64_t t0 = th_now_ns();
 	pid_t target;
 
 	/* 2000 threads/s, each burning 200 us and ending: about 0.4 core. */
 	target = TH_SPAWN("churn", "30", "500", "200");
 	snprintf(pid, sizeof(pid), "%d", (int)target);
 	snprintf(path, sizeof(path), "/proc/%d", (int)target);
-	for (int i = 0; i < 50; i++) {
+	/* Up to 20 s of its 30: on a loaded machine (CI's ASan run) fifty
+	 * snapshots outlived the target. */
+	for (int i = 0; i < 50 && th_now_ns() - t0 < 20000000000ULL; i++) {
 		struct th_run r;
 		size_t total;
 
@@ -1297,8 +1300,10 @@ Test(threads, churn)
 		ok++;
 		cr_assert_eq(sscanf(r.out, "threads profile: total %zu", &total), 1,
 			     "snapshot %d: bad output:\n%s", i, r.out);
-		/* The main thread and at most 64 workers are alive at once. */
-		cr_assert(total >= 1 && total <= 65, "snapshot %d: %zu threads", i, total);
+		/* The main thread and at most 64 workers at work at once, and
+		 * as many again that have counted themselves out but not yet
+		 * ended (a loaded machine saw 76). */
+		cr_assert(total >= 1 && total <= 129, "snapshot %d: %zu threads", i, total);
 		th_run_release(&r);
 		th_assert_let_go(target, false, "after a snapshot of a churning process");
 	}
