@@ -7,12 +7,11 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-#include <linux/openat2.h>
 
 #include "agent/cprof-agent.h"
 #include "report.h"
+#include "target/target.h"
 #include "util/util.h"
 
 /* A dump holds one line per backtrace and the process's maps: megabytes
@@ -82,33 +81,6 @@ bool heap_jemalloc_auto(const struct target *t)
 	return heap_jemalloc_present(t) && environ_prof_on(t->pid);
 }
 
-/*
- * @dir of @pid's root, resolved as the target resolves it (its mount
- * namespace, its symbolic links kept inside its root: RESOLVE_IN_ROOT),
- * as an O_PATH descriptor. Kernels before 5.6: /proc/PID/root/DIR.
- */
-static int open_dir_in_root(pid_t pid, const char *dir)
-{
-	struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-				.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
-	char root[64], path[128];
-	int rootfd, fd;
-
-	snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
-	rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (rootfd < 0)
-		return -errno;
-	fd = (int)syscall(SYS_openat2, rootfd, dir, &how, sizeof(how));
-	if (fd < 0 && errno == ENOSYS) {
-		snprintf(path, sizeof(path), "%s%s", root, dir);
-		fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	}
-	if (fd < 0)
-		fd = -errno;
-	close(rootfd);
-	return fd;
-}
-
 struct dump_file {
 	int dirfd, fd;
 	char name[64];  /* in dirfd */
@@ -135,7 +107,7 @@ static int dump_file_create(struct dump_file *f, pid_t pid)
 	if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
 		return -EIO;
 	for (size_t i = 0; i < ARRAY_SIZE(dump_dirs); i++) {
-		f->dirfd = open_dir_in_root(pid, dump_dirs[i]);
+		f->dirfd = target_open_in_root(pid, dump_dirs[i], O_DIRECTORY);
 		if (f->dirfd < 0) {
 			r = f->dirfd;
 			continue;

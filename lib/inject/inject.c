@@ -33,7 +33,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <linux/openat2.h>
 
 #include "agent/wire.h"
 #include "inject/inject-private.h"
@@ -146,40 +145,16 @@ static bool is_agent(const char *path)
 	return b && strncmp(b + 1, "cprof-agent", 11) == 0 && strstr(b, ".so");
 }
 
-/*
- * stat() of @path as process @pid resolves it: inside its root, where an
- * absolute symlink (a container's /tmp -> /tmp, say) means the container's
- * own "/", not ours. A plain stat of /proc/PID/root/PATH follows such a link
- * in cprof's root and can find cprof's file where the target sees a loop or
- * something else. Falls back to that stat where openat2 is missing (< 5.6).
- */
+/* stat() of @path as process @pid resolves it (target_open_in_root()). */
 static int stat_in_root(pid_t pid, const char *path, struct stat *ret)
 {
-	struct open_how how = { .flags = O_PATH | O_CLOEXEC,
-				.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
-	char root[64], there[1100];
-	int rootfd, fd, r = 0;
+	int fd = target_open_in_root(pid, path, 0), r = 0;
 
-	snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
-	rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (rootfd < 0)
-		return -errno;
-	fd = (int)syscall(SYS_openat2, rootfd, path, &how, sizeof(how));
-	if (fd < 0 && errno == ENOSYS) {
-		snprintf(there, sizeof(there), "%s%s", root, path);
-		if (stat(there, ret) < 0)
-			r = -errno;
-		goto out_close_root;
-	}
-	if (fd < 0) {
-		r = -errno;
-		goto out_close_root;
-	}
+	if (fd < 0)
+		return fd;
 	if (fstat(fd, ret) < 0)
 		r = -errno;
 	close(fd);
-out_close_root:
-	close(rootfd);
 	return r;
 }
 

@@ -6,10 +6,16 @@
 #include "target/target.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/openat2.h>
 
 static bool same_file(const char *a, const char *b)
 {
@@ -26,6 +32,28 @@ bool target_other_root(pid_t pid)
 
 	snprintf(path, sizeof(path), "/proc/%d/root", (int)pid);
 	return !same_file("/proc/self/root", path);
+}
+
+int target_open_in_root(pid_t pid, const char *path, int flags)
+{
+	struct open_how how = { .flags = (uint64_t)(O_PATH | O_CLOEXEC | flags),
+				.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+	char root[64], there[PATH_MAX + 64];
+	int rootfd, fd;
+
+	snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
+	rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0)
+		return -errno;
+	fd = (int)syscall(SYS_openat2, rootfd, path, &how, sizeof(how));
+	if (fd < 0 && errno == ENOSYS) {
+		snprintf(there, sizeof(there), "%s%s", root, path);
+		fd = open(there, O_PATH | O_CLOEXEC | flags);
+	}
+	if (fd < 0)
+		fd = -errno;
+	close(rootfd);
+	return fd;
 }
 
 bool target_other_pidns(pid_t pid)

@@ -64,6 +64,14 @@ int target_program_path(pid_t pid, const char *exe_path, char *buf, size_t size)
 /* namespace.c: containers. True when @pid's root directory is not ours
  * (its paths must be opened under /proc/PID/root); false if unsure. */
 bool target_other_root(pid_t pid);
+/*
+ * @path opened as process @pid resolves it: inside its root, where an
+ * absolute symlink (a container's /tmp -> /tmp, say) means the container's
+ * own "/", not ours, as an O_PATH descriptor (@flags added: O_DIRECTORY,
+ * say). Where openat2 is missing (< 5.6), /proc/PID/root/PATH, which
+ * follows such a link in cprof's root. The descriptor or -errno.
+ */
+int target_open_in_root(pid_t pid, const char *path, int flags);
 /* True when @pid is in another PID namespace than cprof; false if unsure. */
 bool target_other_pidns(pid_t pid);
 /* Thread @tid of @pid as its own PID namespace numbers it (the last NSpid
