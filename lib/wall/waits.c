@@ -52,6 +52,10 @@ void wall_waits_forget_switches(struct wall_waits *w)
 	w->nrecords = 0;
 	w->preempted_at = 0;
 	w->preempted_wait = 0;
+	/* The counts were not read while the records came: the next read is
+	 * a new baseline, not one interval. */
+	w->sw_known = false;
+	w->last_slept = w->last_preempted = 0;
 }
 
 /*

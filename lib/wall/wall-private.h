@@ -52,7 +52,8 @@ struct wall_waits {
 void wall_waits_switch(struct wall_waits *w, uint64_t time, bool out, bool preempted);
 /* The records so far, in time order, into the waits after preemptions. */
 void wall_waits_settle(struct wall_waits *w);
-/* The records stop: what they left half-told is dropped. */
+/* The records stop: what they left half-told is dropped, and the counts
+ * start again from their next read. */
 void wall_waits_forget_switches(struct wall_waits *w);
 /* Reads the thread's switch counts, after an interval that waited
  * @ddelay; returns the switches since the last read. */

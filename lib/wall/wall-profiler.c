@@ -392,9 +392,13 @@ static int add_wait(struct wall_profiler *p, struct wall_thread *t, bool run_fir
 	return add_time(p, t->tid, NULL, 0, ADDR_OFF_UNSEEN, "runnable", -1, ns);
 }
 
-/* The thread's switch counts now, for the estimate (and the rate). */
+/* The thread's switch counts now, for the first tick's rate and the
+ * estimate; not read while the records tell the split (a status file a
+ * thread that ran, each tick). */
 static void count_switches(struct wall_profiler *p, struct wall_thread *t, uint64_t ddelay)
 {
+	if (p->switches)
+		return;
 	p->switches_counted += wall_waits_count(&t->waits, p->opts.pid, t->tid, ddelay);
 }
 
