@@ -210,8 +210,14 @@ static int inject_error(int r, const struct target *t, const struct agent_load *
 		return EXIT_PERMISSION;
 	case -EBUSY:
 		report_error("pid %d (%s) is traced by another process (a debugger, strace), or "
-			     "another cprof is profiling it", t->pid, t->comm);
+			     "its agent serves another cprof's session", t->pid, t->comm);
 		report_hint("wait for it to end, or detach the debugger");
+		return EXIT_TARGET;
+	case -EUSERS:
+		report_error("another process (pid %d: %s) kept stopping threads of pid %d (%s) "
+			     "for %d s", rep->holder.pid, rep->holder.command[0] ? rep->holder.command : "?",
+			     t->pid, t->comm, (PICK_TIMEOUT_MS + CALL_TIMEOUT_MS) / 1000);
+		report_hint("try again when it is done");
 		return EXIT_TARGET;
 	case -ENOENT:
 		report_error("pid %d (%s) has no libc.so with dlopen: it is statically linked, "
@@ -368,6 +374,39 @@ int agent_call(struct agent_load *al, const struct target *t, const char *functi
 	return inject_error(r, t, al);
 }
 
+/*
+ * The agent serves one session at a time: a second cprof is refused at
+ * once, told whose session it is (not left to find the agent busy after
+ * stopping a thread, or to take another's hooks for a debugger).
+ */
+static int claim_session(struct agent_load *al, const struct target *t)
+{
+	struct target_claim_holder h;
+	int r;
+
+	r = target_claim_take(&al->session, t->pid, TARGET_CLAIM_AGENT, 0, NULL, &h);
+	if (r == -EBUSY) {
+		report_error("pid %d (%s) is being profiled by cprof pid %d (%s): its agent serves "
+			     "one session at a time", t->pid, t->comm, h.pid,
+			     h.command[0] ? h.command : "?");
+		report_hint("wait for that cprof to end, then run this one; cpu, wall and threads "
+			    "need no agent and may run beside it");
+		return EXIT_TARGET;
+	}
+	if (r == -ESRCH) {
+		report_error("pid %d (%s) exited before the agent was loaded", t->pid, t->comm);
+		return EXIT_TARGET;
+	}
+	if (r < 0) {
+		report_error("cannot claim pid %d (%s) for a session of the agent: %s", t->pid,
+			     t->comm, strerror(-r));
+		report_hint("cprof keeps a lock file per target in /run/lock (else /tmp)");
+		return EXIT_FAIL;
+	}
+	al->claimed = true;
+	return 0;
+}
+
 int agent_load(struct agent_load *al, const struct target *t, uint32_t events, uint64_t rate)
 {
 	char agent[PATH_MAX];
@@ -375,6 +414,9 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 	int r;
 
 	r = agent_prepare(al, t, agent, sizeof(agent));
+	if (r)
+		return r;
+	r = claim_session(al, t);
 	if (r)
 		return r;
 	o = inject_opts_for(al, t, agent);
@@ -406,7 +448,11 @@ int agent_load(struct agent_load *al, const struct target *t, uint32_t events, u
 
 void agent_load_release(struct agent_load *al)
 {
+	/* After the channel: the detach is sent through it. */
 	channel_close(al->ch);
+	al->ch = NULL;
+	if (al->claimed)
+		target_claim_drop(&al->session);
 	unwinder_free(al->unw);
 	symbolizer_free(al->sym);
 	maps_release(&al->maps);

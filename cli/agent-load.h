@@ -6,11 +6,13 @@
 #ifndef CPROF_AGENT_LOAD_H
 #define CPROF_AGENT_LOAD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "channel/channel.h"
 #include "inject/inject.h"
+#include "target/claim.h"
 #include "target/target.h"
 
 struct agent_load {
@@ -20,6 +22,8 @@ struct agent_load {
 	int fd;                 /* the agent's memfd, as numbered in the target */
 	struct channel *ch;     /* ... opened */
 	struct inject_report rep;
+	struct target_claim session; /* the agent's, agent_load() to release */
+	bool claimed;
 };
 
 /* heap_opts/contention_opts.put_rule: a rule to the agent through @channel

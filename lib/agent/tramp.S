@@ -23,7 +23,7 @@ cprof_agent_tramp:
 	.p2align 6
 cprof_agent_tramp_data:
 .Ltramp_data:
-	.zero TRAMP_SIZE - TRAMP_DATA
+	.zero TD_END
 	.size cprof_agent_tramp_data, . - cprof_agent_tramp_data
 
 	.section .note.GNU-stack, "", @progbits

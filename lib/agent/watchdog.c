@@ -4,7 +4,8 @@
  *   - cprof's process exited, even by SIGKILL: a pidfd becomes readable
  *     (fallback without pidfd_open, Linux < 5.3: kill(pid, 0) says ESRCH);
  *   - cprof's heartbeat did not change for CPROF_WIRE_HEARTBEAT_TIMEOUT_MS
- *     (cprof stopped, hung, or in another PID namespace we cannot watch);
+ *     (cprof stopped or hung), or CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS when
+ *     there is no pidfd to tell its death (another PID namespace);
  * and it applies cprof's commands (start, stop, detach, rate). It exits when
  * its session is over, whoever ended it.
  *
@@ -79,6 +80,8 @@ static int watchdog_main(void *arg)
 {
 	const struct watch *w = arg;
 	uint64_t last_beat = 0, last_change = raw_now_ns();
+	uint64_t silence_ns = (w->pidfd >= 0 ? CPROF_WIRE_HEARTBEAT_TIMEOUT_MS
+					     : CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS) * 1000000ull;
 
 	RAW2(SYS_prctl, PR_SET_NAME, "cprof-agent");
 	for (;;) {
@@ -104,7 +107,7 @@ static int watchdog_main(void *arg)
 		if (beat != last_beat) {
 			last_beat = beat;
 			last_change = now;
-		} else if (now - last_change > CPROF_WIRE_HEARTBEAT_TIMEOUT_MS * 1000000ull) {
+		} else if (now - last_change > silence_ns) {
 			agent_detach_locked(CPROF_DETACH_HEARTBEAT);
 			agent_unlock();
 			break;

@@ -60,11 +60,16 @@
 #define CPROF_WIRE_RATE_MAX (1ull << 40)
 
 /*
- * cprof must increment `heartbeat` at least this often (well, much more often:
- * every 100-250 ms); when the agent sees it unchanged for this long (by its
- * own clock), it detaches by itself.
+ * cprof increments `heartbeat` every 100-250 ms. When the agent sees it
+ * unchanged for this long (by its own clock), it detaches by itself: cprof
+ * is stopped (Ctrl-Z) or hung. Where the agent watches cprof's pidfd, that
+ * is the authority on cprof's death, and a silence only as long as a busy
+ * host may starve a process (an incident host) is not taken for one: the
+ * longer bound. Without a pidfd (cprof in a PID namespace the target cannot
+ * see), the heartbeat is all there is: the shorter.
  */
-#define CPROF_WIRE_HEARTBEAT_TIMEOUT_MS 1000u
+#define CPROF_WIRE_HEARTBEAT_TIMEOUT_MS 60000u
+#define CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS 10000u
 
 /* header.state, written by the agent. */
 enum cprof_wire_state {

@@ -41,7 +41,7 @@
 #include "target/target.h"
 #include "util/util.h"
 
-#define RED_ZONE 128
+#define FRAME_MAX ((TF_XSAVE + TF_XSAVE_MAX + 64 + 8 * TR_COUNT + 63) & ~63)
 #define STOP_TIMEOUT_NS (100ULL * 1000 * 1000)
 #define SYSCALL_TIMEOUT_NS (1000ULL * 1000 * 1000)
 #define MAX_PENDING 8
@@ -68,6 +68,7 @@ struct call {
 	size_t npending;
 	int result;
 	uint8_t *image; /* TRAMP_SIZE bytes: what the page will hold */
+	uint8_t *frame; /* FRAME_MAX bytes: the frame for the thread's stack */
 	size_t xsave_size;
 	bool fxsave;
 	uint64_t sigmask; /* the chosen thread's, put back by the trampoline */
@@ -380,14 +381,14 @@ static int map_page(struct call *c, pid_t tid, const struct user_regs_struct *or
 
 static int save_xstate(struct call *c, pid_t tid)
 {
-	struct iovec iov = { c->image + TRAMP_DATA + TD_XSAVE, TD_XSAVE_MAX };
+	struct iovec iov = { c->frame + TF_XSAVE, TF_XSAVE_MAX };
 
 	if (ptrace(PTRACE_GETREGSET, tid, (void *)NT_X86_XSTATE, &iov) == 0) {
 		c->xsave_size = iov.iov_len;
 		c->fxsave = false;
 		return 0;
 	}
-	if (ptrace(PTRACE_GETFPREGS, tid, 0, c->image + TRAMP_DATA + TD_XSAVE) == 0) {
+	if (ptrace(PTRACE_GETFPREGS, tid, 0, c->frame + TF_XSAVE) == 0) {
 		c->xsave_size = 512;
 		c->fxsave = true;
 		return 0;
@@ -395,11 +396,9 @@ static int save_xstate(struct call *c, pid_t tid)
 	return errno == ESRCH ? -ESRCH : -ENOTSUP;
 }
 
-/* Fills the page image: code, what to call, and how to come back. */
-static void fill_image(struct call *c, const struct user_regs_struct *r)
+/* Fills the page image: the code, and what to call in the data block. */
+static void fill_image(struct call *c)
 {
-	uint64_t *regs = field(c, TD_REGS), rip, rax;
-
 	memcpy(c->image, cprof_tramp_code, (size_t)(cprof_tramp_code_end - cprof_tramp_code));
 	*field(c, TD_MAGIC) = TRAMP_MAGIC;
 	*field(c, TD_DLOPEN) = c->dlopen;
@@ -418,16 +417,38 @@ static void fill_image(struct call *c, const struct user_regs_struct *r)
 		*field(c, TD_ARG3) = c->o->events ? c->o->events : CPROF_EVENTS_HEAP;
 	}
 	*field(c, TD_DONE) = 0;
-	*field(c, TD_FXSAVE) = c->fxsave;
 	*field(c, TD_UNMAP) = c->old_page;
-	*field(c, TD_SETCANCEL) = c->setcancel;
-	*field(c, TD_CANCELSTATE) = 0;
-	*field(c, TD_SIGOLD) = c->sigmask;
 	/* Preset: the trampoline calls it alone (no dlopen, no dlsym). */
 	*field(c, TD_FUNC) = c->attach_fn;
 	*field(c, TD_HANDLE) = c->attach_fn ? 1 : 0;
 	snprintf((char *)field(c, TD_SYM), TD_SYM_MAX, "%s", function_of(c->o));
 	snprintf((char *)field(c, TD_PATH), TD_PATH_MAX, "%s", c->rep->agent_path);
+}
+
+static uint64_t *frame_slot(struct call *c, size_t off)
+{
+	return (uint64_t *)(c->frame + off);
+}
+
+/*
+ * Lays out the frame of trampoline.h for a thread stopped with @r: the
+ * extended state is at TF_XSAVE already (save_xstate()); the registers go
+ * to their fixed place below the thread's rsp. Returns the detour's entry
+ * rsp, the frame's start in the target; *ret_len: the bytes to write there.
+ */
+static uint64_t fill_frame(struct call *c, const struct user_regs_struct *r, size_t *ret_len)
+{
+	uint64_t g = r->rsp - TF_RET_POP - 8 * TR_COUNT, start, rip, rax, *regs;
+
+	start = (g - TF_XSAVE - c->xsave_size) & ~(uint64_t)63;
+	/* The registers sit after the xsave image, at g - start from the frame's start. */
+	regs = frame_slot(c, g - start);
+	memset(c->frame + TF_XSAVE + c->xsave_size, 0, g - start - TF_XSAVE - c->xsave_size);
+	*frame_slot(c, TF_REGS) = g;
+	*frame_slot(c, TF_SIGOLD) = c->sigmask;
+	*frame_slot(c, TF_CANCELSTATE) = 0;
+	*frame_slot(c, TF_FXSAVE) = c->fxsave;
+	*frame_slot(c, TF_SETCANCEL) = c->setcancel;
 	ptrace_resume_point(r, &rip, &rax);
 	regs[TR_RAX] = rax;
 	regs[TR_RBX] = r->rbx;
@@ -445,15 +466,18 @@ static void fill_image(struct call *c, const struct user_regs_struct *r)
 	regs[TR_R13] = r->r13;
 	regs[TR_R14] = r->r14;
 	regs[TR_R15] = r->r15;
-	regs[TR_RIP] = rip;
 	regs[TR_RFLAGS] = r->eflags;
+	regs[TR_RIP] = rip;
+	*ret_len = (size_t)(g - start) + 8 * TR_COUNT;
+	return start;
 }
 
 /* With @tid stopped and judged safe: send it on the detour. */
 static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig)
 {
 	struct user_regs_struct r = *orig;
-	uint64_t all = ~(uint64_t)0;
+	uint64_t all = ~(uint64_t)0, entry;
+	size_t frame_len;
 	int k;
 
 	k = save_xstate(c, tid);
@@ -471,18 +495,27 @@ static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig
 			return k;
 		}
 	}
-	fill_image(c, orig);
+	fill_image(c);
+	entry = fill_frame(c, orig, &frame_len);
+	/* The frame first: a thread's own stack, written only while it is
+	 * stopped; a stack that cannot take it (an unfaulted main stack)
+	 * refuses this thread, not the call. */
+	if (poke(tid, entry, c->frame, frame_len) < 0) {
+		ptrace(PTRACE_SETREGS, tid, 0, orig);
+		snprintf(c->rep->why, sizeof(c->rep->why), "its stack could not take the detour's frame");
+		return -EAGAIN;
+	}
 	/* The agent's own code and its data block, or the page: code, data. */
 	if (c->entry)
-		k = poke(c->pid, c->data, c->image + TRAMP_DATA, TD_XSAVE + c->xsave_size);
+		k = poke(c->pid, c->data, c->image + TRAMP_DATA, TD_END);
 	else
-		k = poke(c->pid, c->page, c->image, TRAMP_DATA + TD_XSAVE + c->xsave_size);
+		k = poke(c->pid, c->page, c->image, TRAMP_DATA + TD_END);
 	if (k < 0) {
 		ptrace(PTRACE_SETREGS, tid, 0, orig);
 		return k;
 	}
 	r.rip = c->entry ? c->entry : c->page;
-	r.rsp = (orig->rsp - RED_ZONE - 256) & ~(uint64_t)15;
+	r.rsp = entry;
 	r.orig_rax = (uint64_t)-1;
 	/* The ABI wants DF clear at a call; AC would fault unaligned code. */
 	r.eflags &= ~(uint64_t)(EFLAGS_DF | EFLAGS_AC);
@@ -704,7 +737,8 @@ static int collect(struct call *c, uint64_t launched)
 int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *rep)
 {
 	struct call c = { .pid = pid, .o = o, .rep = rep };
-	uint64_t launched;
+	struct target_claim claim = { .fd = -1 };
+	uint64_t launched = 0;
 	int r;
 
 	memset(rep, 0, sizeof(*rep));
@@ -730,12 +764,23 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 		inject_find_function(pid, o->maps, "libpthread.so.", "pthread_setcancelstate",
 				     &c.setcancel);
 	c.image = calloc(1, TRAMP_SIZE);
-	if (!c.image)
-		return -ENOMEM;
+	c.frame = aligned_alloc(64, FRAME_MAX);
+	if (!c.image || !c.frame) {
+		r = -ENOMEM;
+		goto out_free;
+	}
 	/* Last of the preparations: it may place a copy of the agent. */
 	r = choose_agent_path(&c);
 	if (r < 0)
 		goto out_free;
+	/* From the page's or the block's first look to the results read, no
+	 * other cprof stops a thread of this target or writes either. */
+	r = target_claim_take(&claim, pid, TARGET_CLAIM_PTRACE,
+			      o->pick_timeout_ms + o->call_timeout_ms, o->cancelled, &rep->holder);
+	if (r < 0) {
+		r = r == -EBUSY ? -EUSERS : r;
+		goto out_unplace;
+	}
 	find_old_page(&c);
 	inject_warm_up(o);
 	r = run_tracer(&c);
@@ -744,11 +789,17 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 		rep->tid = c.tid;
 		r = collect(&c, launched);
 	}
+	/* A call that timed out may still write the block: its claim is
+	 * kept (the descriptor left open) for as long as this cprof lives. */
+	if (r != -ETIMEDOUT)
+		target_claim_drop(&claim);
+out_unplace:
 	/* A copy never loaded goes; one that was (or may yet be) stays, as the
 	 * resident agent of later runs. */
 	if (r < 0 && rep->placed == 1 && (!launched || r == -ENOEXEC))
 		inject_unplace_agent(pid, rep->agent_path);
 out_free:
+	free(c.frame);
 	free(c.image);
 	return r;
 }

@@ -26,6 +26,7 @@
 #include <sys/types.h>
 
 #include "maps/maps.h"
+#include "target/claim.h"
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
 
@@ -75,6 +76,8 @@ struct inject_report {
 	int placed;              /* a copy in the target's root: 1 new, 2 found there */
 	int place_error;         /* -errno: why no copy could be put there */
 	int called;              /* 1: the agent's function ran: inject_agent() returned its result */
+	/* -EUSERS: who kept the target's ptrace claim (target/claim.h). */
+	struct target_claim_holder holder;
 };
 
 /*
@@ -82,6 +85,8 @@ struct inject_report {
  *   -ESRCH      the process is gone
  *   -EPERM      not allowed to ptrace it
  *   -EBUSY      already traced by another process
+ *   -EUSERS     another cprof kept stopping its threads (its ptrace claim,
+ *               @rep->holder) for pick_timeout_ms + call_timeout_ms
  *   -ENOENT     no libc.so with dlopen in it (a static binary)
  *   -EAGAIN     no safe thread within pick_timeout_ms (@rep->why says why)
  *   -ETIMEDOUT  the call did not finish in call_timeout_ms (it goes on)

@@ -24,18 +24,26 @@
  * halfway, holding a lock of the loader's or the agent's for good; one that
  * came meanwhile acts once they are put back.
  *
+ * What the thread goes back with lives on its own stack, in a frame cprof
+ * writes below the red zone while the thread is stopped (TF_*), never in
+ * the data block: once done is set the detour reads only that frame, so the
+ * data block may serve the next call, another cprof's, at once, and no
+ * thread can ever leave with another's registers.
+ *
  * Where the code runs: for the first load, cprof maps TRAMP_SIZE bytes
  * (read, write, execute) in the target, copies the code to offset 0 and
  * fills the data block at TRAMP_DATA. Once the agent is resident, its own
  * copy of the code runs in place (cprof_agent_tramp, lib/agent/tramp.S) with
  * the data block in its .bss (cprof_agent_tramp_data), and that call unmaps
  * the page an earlier load left (TD_UNMAP): nothing cprof wrote stays
- * executable in the target.
+ * executable in the target. Either block is written only under the target's
+ * ptrace claim (target/claim.h), which every cprof takes before it stops a
+ * thread of the target.
  */
 #ifndef CPROF_INJECT_TRAMPOLINE_H
 #define CPROF_INJECT_TRAMPOLINE_H
 
-#define TRAMP_SIZE 16384 /* bytes mapped in the target */
+#define TRAMP_SIZE 4096 /* bytes mapped in the target */
 #define TRAMP_DATA 1024  /* offset of the data block (the code is before) */
 
 /* Fields of the data block: offsets from TRAMP_DATA, 8 bytes each. */
@@ -44,29 +52,42 @@
 #define TD_DLSYM 16
 #define TD_DLERROR 24
 #define TD_FLAGS 32    /* dlopen's mode */
-#define TD_ARG0 40     /* the function's three integer arguments */
+#define TD_ARG0 40     /* the function's four integer arguments */
 #define TD_ARG1 48
 #define TD_ARG2 56
-#define TD_HANDLE 64   /* results: dlopen's, */
-#define TD_FUNC 72     /* dlsym's, */
-#define TD_RET 80      /* the function's, */
-#define TD_ERRSTR 88   /* dlerror's (an address in the target) */
-#define TD_DONE 96     /* 0 while running, 1 when the results are in */
-#define TD_FXSAVE 104  /* 1: restore with fxrstor64 (no XSAVE), 0: xrstor64 */
-#define TD_ARG3 112    /* the function's fourth argument */
-#define TD_REGS 128    /* the registers to go back with, TR_* order */
-#define TD_SETCANCEL 272   /* pthread_setcancelstate in the target, 0: none */
-#define TD_CANCELSTATE 280 /* the thread's cancel state, kept over the detour */
-#define TD_SIGOLD 288      /* the thread's own mask, put back at the end */
-#define TD_UNMAP 296       /* a page to unmap after the call, 0: none */
-#define TD_SYM 320     /* NUL-terminated symbol name, TD_SYM_MAX bytes */
+#define TD_ARG3 64
+#define TD_HANDLE 72   /* results: dlopen's, */
+#define TD_FUNC 80     /* dlsym's, */
+#define TD_RET 88      /* the function's, */
+#define TD_ERRSTR 96   /* dlerror's (an address in the target) */
+#define TD_DONE 104    /* 0 while running, 1 when the results are in */
+#define TD_UNMAP 112   /* a page to unmap after the call, 0: none */
+#define TD_SYM 128     /* NUL-terminated symbol name, TD_SYM_MAX bytes */
 #define TD_SYM_MAX 64
-#define TD_PATH 384    /* NUL-terminated path of the .so, TD_PATH_MAX bytes */
+#define TD_PATH 192    /* NUL-terminated path of the .so, TD_PATH_MAX bytes */
 #define TD_PATH_MAX 1024
-#define TD_STR 1408    /* NUL-terminated string argument (inject_opts.string) */
+#define TD_STR 1216    /* NUL-terminated string argument (inject_opts.string) */
 #define TD_STR_MAX 64
-#define TD_XSAVE 1472  /* the xsave (or fxsave) image, 64-byte aligned */
-#define TD_XSAVE_MAX (TRAMP_SIZE - TRAMP_DATA - TD_XSAVE)
+#define TD_END 1280
+
+/*
+ * The frame on the thread's stack. From the detour's entry rsp S (64-byte
+ * aligned, below everything else):
+ */
+#define TF_REGS 0        /* the address G of the registers (below) */
+#define TF_SIGOLD 8      /* the thread's own mask, put back at the end */
+#define TF_CANCELSTATE 16 /* its cancel state, kept over the detour */
+#define TF_FXSAVE 24     /* 1: restore with fxrstor64 (no XSAVE), 0: xrstor64 */
+#define TF_SETCANCEL 32  /* pthread_setcancelstate in the target, 0: none */
+#define TF_XSAVE 64      /* the xsave (or fxsave) image, 64-byte aligned */
+#define TF_XSAVE_MAX 16384
+/*
+ * and, at fixed distances below the thread's own rsp O, G = O - TF_RET_POP
+ * - 8 * TR_COUNT: the registers in TR_* order, rflags and rip last, so that
+ * `popfq; ret $TF_RET_POP` from G + 8 * TR_RFLAGS leaves rsp at O. The
+ * rip slot ends TF_RET_POP bytes below O: outside the red zone.
+ */
+#define TF_RET_POP 128
 
 /* Register slots in TD_REGS. */
 #define TR_RAX 0
@@ -85,22 +106,23 @@
 #define TR_R13 13
 #define TR_R14 14
 #define TR_R15 15
-#define TR_RIP 16
-#define TR_RFLAGS 17
+#define TR_RFLAGS 16
+#define TR_RIP 17
 #define TR_COUNT 18
 
-#define TRAMP_MAGIC 0x31504d4152544350 /* "PCTRAMP1", little-endian */
+#define TRAMP_MAGIC 0x32504d4152544350 /* "PCTRAMP2", little-endian */
 
 #ifndef __ASSEMBLER__
 /* The code, to be copied to offset 0 of the target's page. */
 extern const unsigned char cprof_tramp_code[], cprof_tramp_code_end[];
 
-_Static_assert(TD_REGS + 8 * TR_COUNT <= TD_SETCANCEL, "trampoline layout");
 _Static_assert(TD_UNMAP + 8 <= TD_SYM, "trampoline layout");
 _Static_assert(TD_SYM + TD_SYM_MAX <= TD_PATH, "trampoline layout");
 _Static_assert(TD_PATH + TD_PATH_MAX <= TD_STR, "trampoline layout");
-_Static_assert(TD_STR + TD_STR_MAX <= TD_XSAVE, "trampoline layout");
-_Static_assert((TRAMP_DATA + TD_XSAVE) % 64 == 0, "xrstor needs 64-byte alignment");
+_Static_assert(TD_STR + TD_STR_MAX <= TD_END, "trampoline layout");
+_Static_assert(TRAMP_DATA + TD_END <= TRAMP_SIZE, "trampoline layout");
+_Static_assert(TF_SETCANCEL + 8 <= TF_XSAVE && TF_XSAVE % 64 == 0, "xrstor needs 64-byte alignment");
+_Static_assert(TR_RIP == TR_RFLAGS + 1 && TR_RIP == TR_COUNT - 1, "popfq; ret");
 #endif
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "maps/maps.h"
 #include "symbolize/symbolize.h"
+#include "target/claim.h"
 #include "target/target.h"
 #include "threads/threads.h"
 #include "unwind/unwind.h"
@@ -17,6 +18,8 @@
 /* Thread stacks in use are a few KiB; deep recursion gets this much. */
 #define MAX_STACK (256 * 1024)
 #define STOP_TIMEOUT_MS 1000
+/* An injection's look for a safe thread and its call, at their longest. */
+#define CLAIM_WAIT_MS 15000
 
 /* State, name and CPU time of one thread, from /proc/PID/task/TID/stat. */
 static void read_thread_proc(pid_t pid, struct thread_record *t)
@@ -161,6 +164,8 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, s
 	struct ptrace_snapshot_opts po = { .max_stack = MAX_STACK,
 					   .stop_timeout_ms = STOP_TIMEOUT_MS };
 	struct ptrace_snapshot ps = { 0 };
+	struct target_claim claim = { .fd = -1 };
+	struct target_claim_holder holder;
 	struct thread_record *before = NULL;
 	struct unwinder *unw = NULL;
 	struct threads_snapshot *s;
@@ -193,8 +198,22 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, s
 		snprintf(err, errlen, "cannot list the threads of pid %d: %s", pid, strerror(-r));
 		goto out_free;
 	}
+	/* Another cprof stopping threads of it (an injection's look, its
+	 * call, a snapshot) is done within CLAIM_WAIT_MS. */
+	r = target_claim_take(&claim, pid, TARGET_CLAIM_PTRACE, CLAIM_WAIT_MS, NULL, &holder);
+	if (r == -EBUSY) {
+		snprintf(err, errlen, "another process (pid %d: %s) kept stopping threads of pid %d "
+			 "for %d s", holder.pid, holder.command[0] ? holder.command : "?", pid,
+			 CLAIM_WAIT_MS / 1000);
+		goto out_free;
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "cannot claim pid %d for a snapshot: %s", pid, strerror(-r));
+		goto out_free;
+	}
 	s->time_nanos = (int64_t)now_realtime_ns();
 	r = ptrace_snapshot_take(&ps, pid, &po);
+	target_claim_drop(&claim);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot stop the threads of pid %d: %s", pid, strerror(-r));
 		goto out_free;

@@ -50,7 +50,7 @@ struct scenario {
 	void (*parent_mid)(pid_t child, struct cprof_wire_header *h, int to_child);
 	uint64_t rate;
 	uint32_t ring;
-	pid_t cprof_pid; /* 0: the test process */
+	pid_t cprof_pid; /* 0: the test process; -1: none (a cprof the agent cannot see) */
 	uint32_t events; /* CPROF_EVENTS_*; 0: heap (cprof_agent_attach) */
 };
 
@@ -358,7 +358,8 @@ static void run_scenario(const struct scenario *s, struct run *r)
 	if (r->pid == 0) {
 		close(to_child[1]);
 		close(from_child[0]);
-		child_main(s, s->cprof_pid ? s->cprof_pid : getppid(), to_child[0], from_child[1]);
+		child_main(s, s->cprof_pid < 0 ? 0 : s->cprof_pid ? s->cprof_pid : getppid(),
+			   to_child[0], from_child[1]);
 	}
 	close(to_child[0]);
 	close(from_child[1]);
@@ -1240,23 +1241,65 @@ static void stop_heartbeat(pid_t child, struct cprof_wire_header *h, int to_chil
 	uint64_t t0 = now_ns();
 
 	(void)child;
-	while (__atomic_load_n(&h->state, __ATOMIC_ACQUIRE) != CPROF_STATE_DETACHED && now_ns() - t0 < 4000000000ull)
+	while (__atomic_load_n(&h->state, __ATOMIC_ACQUIRE) != CPROF_STATE_DETACHED &&
+	       now_ns() - t0 < (CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS + 4000) * 1000000ull)
 		usleep(5000);
 	detach_ms = (now_ns() - t0) / 1000000;
 	cr_assert_eq(write(to_child, "k", 1), 1);
 }
 
-Test(agent, watchdog_stale_heartbeat)
+/* Without a pidfd (cprof_pid 0: a cprof in a PID namespace the agent
+ * cannot see), the heartbeat alone tells cprof's death. */
+Test(agent, watchdog_stale_heartbeat, .timeout = 60)
 {
-	struct scenario s = { .pre = got_save, .run = wait_then_check_restored, .parent_mid = stop_heartbeat, .rate = 1 };
+	struct scenario s = { .pre = got_save, .run = wait_then_check_restored, .parent_mid = stop_heartbeat,
+			      .rate = 1, .cprof_pid = -1 };
 	struct run r;
 
 	run_scenario(&s, &r);
 	cr_log_info("GOT restored %" PRIu64 " ms after the last heartbeat", detach_ms);
 	cr_assert_eq(r.result, 0, "child check failed at %d", r.result);
 	cr_assert_eq(r.info[0], CPROF_DETACH_HEARTBEAT);
-	cr_assert_geq(detach_ms, 900);
-	cr_assert_lt(detach_ms, 2000);
+	cr_assert_geq(detach_ms, CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS - 100);
+	cr_assert_lt(detach_ms, CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS + 4000);
+	run_release(&r);
+}
+
+/* A cprof that lives but is starved (a saturated host) misses heartbeats:
+ * its pidfd says it lives, and the session goes on. */
+static bool running_after_silence;
+
+static void starve_heartbeat(pid_t child, struct cprof_wire_header *h, int to_child)
+{
+	(void)child;
+	usleep(3000000);
+	running_after_silence = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == CPROF_STATE_RUNNING;
+	cr_assert_eq(write(to_child, "k", 1), 1);
+}
+
+/* The child, told by the parent, checks it is still hooked, then ends the
+ * session itself. */
+static int wait_then_check_hooked(struct child_ctx *c)
+{
+	int e;
+
+	wait_parent(c);
+	e = got_all_hooked();
+	c->info[0] = c->hdr->state;
+	CHECK(c->detach() == 0);
+	return e;
+}
+
+Test(agent, watchdog_starved_cprof_is_not_dead)
+{
+	struct scenario s = { .pre = got_save, .run = wait_then_check_hooked,
+			      .parent_mid = starve_heartbeat, .rate = 1 };
+	struct run r;
+
+	run_scenario(&s, &r);
+	cr_assert(running_after_silence, "the agent left a live cprof after 3 s without a heartbeat");
+	cr_assert_eq(r.info[0], CPROF_STATE_RUNNING);
+	cr_assert_eq(r.result, 0, "the hooks were gone after 3 s without a heartbeat (%d)", r.result);
 	run_release(&r);
 }
 
