@@ -382,8 +382,10 @@ int hook_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void 
 			void *arg) HIDDEN;
 /* Resolve the try-functions the hooks call first. 0 or -ENOENT. */
 int locks_resolve(void) HIDDEN;
-/* Forget every registered waiter (a new session, a fork child). */
+/* Forget every registered waiter (a new session). */
 void locks_reset(void) HIDDEN;
+/* The same and the stripes, in a fork child: the only thread there is. */
+void locks_reset_after_fork(void) HIDDEN;
 
 /* --- got.c ---------------------------------------------------------------- */
 

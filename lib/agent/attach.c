@@ -177,6 +177,23 @@ void agent_patch_new_objects(void)
 }
 
 /*
+ * Around fork(), the forking thread goes straight to the real functions,
+ * from our prepare handler (registered after the program's, it runs first)
+ * to our child handler (it runs last): the program's own handlers may lock
+ * and unlock, and in the child a stripe or lock that another thread of the
+ * parent held at the fork is held by nobody, for good, until we reset it.
+ */
+static void atfork_prepare(void)
+{
+	agent_in_hook = 1;
+}
+
+static void atfork_parent(void)
+{
+	agent_in_hook = 0;
+}
+
+/*
  * The child of a fork has our hooks but not the watchdog, and shares the
  * memfd's pages with its parent: it must not write a record. It is the only
  * thread now, so it unhooks without locks and forgets the session.
@@ -185,6 +202,8 @@ static void atfork_child(void)
 {
 	agent_unlock();
 	event_unlock();
+	locks_reset_after_fork();
+	agent_in_hook = 0;
 	watchdog_forget();
 	agent_pid = getpid();
 	capture_forget_thread();
@@ -308,7 +327,7 @@ CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint
 	if (ret < 0)
 		goto out_unlock;
 	if (!atfork_registered) {
-		ret = -pthread_atfork(NULL, NULL, atfork_child);
+		ret = -pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 		if (ret < 0)
 			goto out_unlock;
 		atfork_registered = true;

@@ -165,6 +165,14 @@ void locks_reset(void)
 	__atomic_store_n(&waiters_total, 0, __ATOMIC_RELAXED);
 }
 
+void locks_reset_after_fork(void)
+{
+	/* A stripe another thread of the parent held at the fork stays held
+	 * in the child, where that thread does not exist. */
+	memset(wait_stripe_locks, 0, sizeof(wait_stripe_locks));
+	locks_reset();
+}
+
 int locks_resolve(void)
 {
 	/* Once: a later attach may run on a thread stopped inside malloc
