@@ -240,10 +240,13 @@ static int memfd_setup(uint32_t ring_size)
 			memset(memfd_map, 0, CPROF_WIRE_HEADER_SIZE);
 		return 0;
 	}
-	fd = memfd_create("cprof-agent", MFD_CLOEXEC);
+	fd = memfd_create("cprof-agent", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return -errno;
-	if (ftruncate(fd, (off_t)size) != 0) {
+	/* Sealed against shrinking: cprof maps it too, and a file cut short
+	 * under a mapping is SIGBUS on the next touch, in cprof and here. */
+	if (ftruncate(fd, (off_t)size) != 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
 		ret = -errno;
 		goto out_close;
 	}

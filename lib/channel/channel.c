@@ -129,7 +129,10 @@ int channel_open(struct channel **ret, pid_t pid, int fd)
 	mfd = open(path, O_RDWR | O_CLOEXEC);
 	if (mfd < 0)
 		return errno == ENOENT ? -ESRCH : -errno;
-	if (fstat(mfd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < CPROF_WIRE_HEADER_SIZE ||
+	/* Only a file that can never shrink is mapped: one cut short under
+	 * the mapping would be SIGBUS at our next read. */
+	if ((fcntl(mfd, F_GET_SEALS) & F_SEAL_SHRINK) == 0 ||
+	    fstat(mfd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < CPROF_WIRE_HEADER_SIZE ||
 	    pread(mfd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
 	    !header_ok(&h, (uint64_t)st.st_size)) {
 		r = -EPROTO;

@@ -1303,6 +1303,27 @@ Test(agent, watchdog_starved_cprof_is_not_dead)
 	run_release(&r);
 }
 
+/* The target (or anyone with its descriptors) cannot cut the memfd short
+ * under cprof's mapping: SIGBUS in both. */
+static int sealed_run(struct child_ctx *c)
+{
+	CHECK(ftruncate(c->memfd, 0) == -1 && errno == EPERM);
+	CHECK(ftruncate(c->memfd, 4096) == -1 && errno == EPERM);
+	CHECK(fcntl(c->memfd, F_GET_SEALS) & F_SEAL_SHRINK);
+	CHECK(c->detach() == 0);
+	return 0;
+}
+
+Test(agent, memfd_sealed_against_shrinking)
+{
+	struct scenario s = { .run = sealed_run, .rate = 1 };
+	struct run r;
+
+	run_scenario(&s, &r);
+	cr_assert_eq(r.result, 0, "child check failed at %d", r.result);
+	run_release(&r);
+}
+
 /* --- commands, re-attach --------------------------------------------------- */
 
 static int reattach_run(struct child_ctx *c)

@@ -5,7 +5,10 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "channel/channel.h"
 
@@ -236,4 +239,33 @@ Test(channel, walked_stacks_are_whole_addresses)
 		walked_case(types[i], 6 * 8 + 4, -EPROTO);
 		walked_case(types[i], (CPROF_RULES_MAX_FRAMES + 1) * 8, -EPROTO);
 	}
+}
+
+/* A memfd as the agent makes it, with @seals added (0: none). */
+static int agent_memfd(unsigned seals)
+{
+	int fd = memfd_create("cprof-agent", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	cr_assert_geq(fd, 0);
+	fresh();
+	cr_assert_eq(write(fd, mem, sizeof(mem)), (ssize_t)sizeof(mem));
+	if (seals)
+		cr_assert_eq(fcntl(fd, F_ADD_SEALS, seals), 0);
+	return fd;
+}
+
+/* Only a file that can never shrink is mapped: one cut short under
+ * cprof's mapping would be SIGBUS at its next read. */
+Test(channel, maps_only_a_memfd_sealed_against_shrinking)
+{
+	struct channel *ch = NULL;
+	int open_fd = agent_memfd(0), sealed_fd = agent_memfd(F_SEAL_SHRINK | F_SEAL_SEAL);
+
+	cr_assert_eq(channel_open(&ch, getpid(), open_fd), -EPROTO);
+	cr_assert_eq(channel_open(&ch, getpid(), sealed_fd), 0);
+	cr_assert_not_null(ch);
+	cr_assert_eq(ftruncate(sealed_fd, 0), -1, "a sealed memfd was cut short");
+	channel_close(ch);
+	close(open_fd);
+	close(sealed_fd);
 }
