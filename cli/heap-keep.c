@@ -16,9 +16,14 @@
 #include "pprof/pprof.h"
 #include "report.h"
 #include "target/target.h"
+#include "util/util.h"
 
 #define TICK_MS 10
 #define REQUEST_MAX 128
+/* What a client takes from a background session at most: a profile, and
+ * how long it waits for a byte of it (the session renders it first). */
+#define BODY_MAX (256u << 20)
+#define CLIENT_TIMEOUT_S 30
 
 /* "\0cprof-heap/PID/STARTTIME": a reused pid is another name. */
 static socklen_t socket_name(const struct target *t, struct sockaddr_un *sun)
@@ -83,8 +88,24 @@ int keep_end(struct channel *ch)
 	return r;
 }
 
+/*
+ * The other end runs as root or as us: an abstract name is anyone's to
+ * bind, and neither end trusts what another user's process would say (a
+ * profile of its making, a request for ours).
+ */
+static bool peer_allowed(int fd)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return false;
+	return cred.uid == 0 || cred.uid == geteuid();
+}
+
 int keep_connect(const struct target *t)
 {
+	struct timeval tv = { CLIENT_TIMEOUT_S, 0 };
 	struct sockaddr_un sun;
 	socklen_t len = socket_name(t, &sun);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -95,6 +116,13 @@ int keep_connect(const struct target *t)
 		close(fd);
 		return -ENOENT;
 	}
+	if (!peer_allowed(fd)) {
+		close(fd);
+		return -EACCES;
+	}
+	/* A silent server is given up, not waited for. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	return fd;
 }
 
@@ -138,6 +166,7 @@ static int read_line(int fd, char *buf, size_t size)
 
 int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 {
+	uint64_t deadline = now_monotonic_ns() + 4ULL * CLIENT_TIMEOUT_S * 1000000000ULL;
 	char line[256];
 	unsigned long long len;
 	char *body;
@@ -148,13 +177,17 @@ int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 	if (write_all(fd, request, strlen(request)) < 0 || read_line(fd, line, sizeof(line)) < 0)
 		return -EIO;
 	if (strncmp(line, "ok", 2) != 0) {
+		/* Said on a terminal: printable ASCII only. */
+		for (char *c = line; *c; c++)
+			if (*c < 0x20 || *c > 0x7e)
+				*c = '?';
 		*ret = strdup(line);
 		return -EPROTO;
 	}
 	if (sscanf(line, "ok %llu", &len) != 1)
 		return 0; /* "ok stopped" */
-	if (len > (1ULL << 32))
-		return -EPROTO;
+	if (len > BODY_MAX)
+		return -EFBIG;
 	body = malloc(len + 1);
 	if (!body)
 		return -ENOMEM;
@@ -163,9 +196,10 @@ int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 
 		if (k < 0 && errno == EINTR)
 			continue;
-		if (k <= 0) {
+		/* A trickle is as bad as silence. */
+		if (k <= 0 || now_monotonic_ns() > deadline) {
 			free(body);
-			return -EIO;
+			return k < 0 && errno == EAGAIN ? -ETIMEDOUT : -EIO;
 		}
 		got += (size_t)k;
 	}
@@ -173,16 +207,6 @@ int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 	*ret = body;
 	*ret_len = len;
 	return 0;
-}
-
-static bool peer_allowed(int fd)
-{
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
-
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-		return false;
-	return cred.uid == 0 || cred.uid == geteuid();
 }
 
 /* One client: one request, one reply. Returns 1 when it asked to stop. */
@@ -228,10 +252,17 @@ void keep_serve(int lfd, struct channel *ch, const struct target *t,
 
 	while (!interrupt_requested() && target_alive(t->pid)) {
 		struct pollfd pfd = { .fd = lfd, .events = POLLIN };
+		struct channel_counters c;
 
 		channel_heartbeat(ch);
 		if (!broken && channel_drain(ch, h) == -EPROTO)
 			broken = true; /* garbage in the ring: keep the hooks' lifeline only */
+		/* The agent ended the session (it took us for gone): no more
+		 * answers from totals that no longer move; the name goes, and
+		 * the next 'cprof heap' starts afresh. */
+		channel_counters(ch, &c);
+		if (c.state == CPROF_STATE_DETACHED)
+			break;
 		if (poll(&pfd, 1, TICK_MS) > 0) {
 			int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 
@@ -314,6 +345,15 @@ int keep_ask(const struct target *t, const struct common_opts *o, const char *in
 	size_t len = 0;
 	int fd = keep_connect(t), r;
 
+	if (fd == -EACCES) {
+		char name[128];
+
+		keep_socket_label(t, name, sizeof(name));
+		report_error("the socket '%s' of pid %d's background heap sampling is held by a "
+			     "process of another user: its answers are not taken", name, t->pid);
+		report_hint("'ss -xap' names the process bound to it");
+		return EXIT_FAIL;
+	}
 	if (fd < 0) {
 		if (!stop)
 			return -1;

@@ -21,11 +21,13 @@
 #include "options.h"
 #include "target/target.h"
 
-/* Client: a connection to @t's background session, or -ENOENT if none. */
+/* Client: a connection to @t's background session, -ENOENT if none, or
+ * -EACCES when a process of another user (not root) holds its name. */
 int keep_connect(const struct target *t);
 
 /* Client: sends @request and reads the reply's body (malloc'd) into *@ret.
- * 0, or -EPROTO with *@ret holding the daemon's error text. */
+ * 0, or -EPROTO with *@ret holding the daemon's error text (printable),
+ * -EFBIG for a body over 256 MiB, -ETIMEDOUT when it went silent. */
 int keep_request(int fd, const char *request, char **ret, size_t *ret_len);
 
 /* Renders the profile since sampling began, for a "profile" request. */
