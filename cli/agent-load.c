@@ -263,6 +263,11 @@ static int inject_error(int r, const struct target *t, const struct agent_load *
 			     "the agent", t->pid, t->comm);
 		report_hint("send it SIGCONT first");
 		return EXIT_TARGET;
+	case -EKEYREJECTED:
+		report_error("not loading the agent into pid %d (%s): %s; it was left as it was",
+			     t->pid, t->comm, rep->why);
+		report_hint("cpu, wall and threads need no agent and work on it");
+		return EXIT_TARGET;
 	}
 	report_error("cannot load the agent into pid %d (%s): %s", t->pid, t->comm, strerror(-r));
 	return EXIT_FAIL;

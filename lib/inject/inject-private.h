@@ -3,6 +3,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/user.h>
 
@@ -23,6 +24,14 @@ void inject_warm_up(const struct inject_opts *o);
 
 /* The threads of @pid, those asleep in a harmless system call first. */
 int inject_order_threads(pid_t pid, pid_t **ret_tids, size_t *ret_n);
+
+/*
+ * seccomp.c: would the seccomp filters of stopped thread @tid (its pc @ip)
+ * let it make every system call a load makes? 0 when they would (or it
+ * has none), -EKEYREJECTED with @why when one would be refused, kill it,
+ * or cannot be known (the filter unreadable without CAP_SYS_ADMIN).
+ */
+int inject_seccomp_check(pid_t pid, pid_t tid, uint64_t ip, char *why, size_t len);
 
 /*
  * place.c: copies @agent_path into @pid's root (a container's /tmp,

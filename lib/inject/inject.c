@@ -41,6 +41,7 @@
 #include "target/target.h"
 #include "util/util.h"
 
+#define DETOUR_NAME "cprof-detour"
 #define FRAME_MAX ((TF_XSAVE + TF_XSAVE_MAX + 64 + 8 * TR_COUNT + 63) & ~63)
 #define STOP_TIMEOUT_NS (100ULL * 1000 * 1000)
 #define SYSCALL_TIMEOUT_NS (1000ULL * 1000 * 1000)
@@ -104,29 +105,25 @@ static uint64_t *field(struct call *c, unsigned off)
 	return (uint64_t *)(c->image + TRAMP_DATA + off);
 }
 
-/* An earlier run's page: anonymous, rwx, our size, our magic, not busy.
- * Used again for a first load; unmapped by a resident agent's call. */
+/* Pages an earlier load left (cprof gone before it unmapped them): the
+ * detour's code, a memfd of ours mapped read+execute, with the data block
+ * after it. Unmapped by a resident agent's call (TD_UNMAP). */
 static void find_old_page(struct call *c)
 {
 	const struct maps *m = c->o->maps;
 
-	for (size_t i = 0; i < m->n; i++) {
+	for (size_t i = 0; i + 1 < m->n; i++) {
 		const struct map_entry *e = &m->entries[i];
 		uint64_t magic, done;
 
-		if (e->path[0] || e->end - e->start != TRAMP_SIZE ||
-		    e->prot != (MAPS_READ | MAPS_WRITE | MAPS_EXEC))
+		if (!strstr(e->path, "/memfd:" DETOUR_NAME) || e->end - e->start != TRAMP_DATA ||
+		    e->prot != (MAPS_READ | MAPS_EXEC) || m->entries[i + 1].start != e->end)
 			continue;
 		if (peek(c->pid, e->start + TRAMP_DATA + TD_MAGIC, &magic, sizeof(magic)) < 0 ||
 		    peek(c->pid, e->start + TRAMP_DATA + TD_DONE, &done, sizeof(done)) < 0)
 			continue;
 		if (magic == TRAMP_MAGIC && done == 1) {
-			if (c->entry) {
-				c->old_page = e->start;
-			} else {
-				c->page = e->start;
-				c->rep->reused_page = 1;
-			}
+			c->old_page = e->start;
 			return;
 		}
 	}
@@ -352,7 +349,11 @@ static int syscall_site(struct call *c, pid_t tid, const struct user_regs_struct
 	return -ENOTSUP;
 }
 
-static int map_page(struct call *c, pid_t tid, const struct user_regs_struct *orig)
+/* System call @nr with @args, run by stopped thread @tid from the state
+ * @orig (whose registers it changes: the caller puts them back). Its
+ * result, or -errno from ptrace. */
+static int remote(struct call *c, pid_t tid, const struct user_regs_struct *orig, long nr,
+		  const uint64_t args[6], uint64_t *ret)
 {
 	struct user_regs_struct r = *orig;
 	uint64_t site;
@@ -362,21 +363,88 @@ static int map_page(struct call *c, pid_t tid, const struct user_regs_struct *or
 	if (k < 0)
 		return k;
 	r.rip = site;
-	r.rax = SYS_mmap;
+	r.rax = (uint64_t)nr;
 	r.orig_rax = (uint64_t)-1; /* no restart of the interrupted call */
-	r.rdi = 0;
-	r.rsi = TRAMP_SIZE;
-	r.rdx = PROT_READ | PROT_WRITE | PROT_EXEC;
-	r.r10 = MAP_PRIVATE | MAP_ANONYMOUS;
-	r.r8 = (uint64_t)-1;
-	r.r9 = 0;
+	r.rdi = args[0];
+	r.rsi = args[1];
+	r.rdx = args[2];
+	r.r10 = args[3];
+	r.r8 = args[4];
+	r.r9 = args[5];
 	k = remote_syscall(c, tid, &r);
 	if (k < 0)
 		return k;
-	if (r.rax > (uint64_t)-4096)
-		return (int)r.rax;
-	c->page = r.rax;
+	*ret = r.rax;
 	return 0;
+}
+
+#define REMOTE(c, tid, orig, ret, nr, ...) \
+	remote((c), (tid), (orig), (nr), (const uint64_t[6]){ __VA_ARGS__ }, (ret))
+
+static bool remote_failed(int k, uint64_t v)
+{
+	return k < 0 || v > (uint64_t)-4096;
+}
+
+/* The code, through the memfd's /proc entry (ptrace access allows it). */
+static int write_code(struct call *c, int fd)
+{
+	char path[64];
+	size_t len = (size_t)(cprof_tramp_code_end - cprof_tramp_code);
+	int mfd, r = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", c->pid, fd);
+	mfd = open(path, O_WRONLY | O_CLOEXEC);
+	if (mfd < 0)
+		return -errno;
+	if (pwrite(mfd, cprof_tramp_code, len, 0) != (ssize_t)len)
+		r = -EIO;
+	close(mfd);
+	return r;
+}
+
+/*
+ * The detour's pages for a first load, never writable and executable at
+ * once (what MDWE and systemd's MemoryDenyWriteExecute= allow): the code
+ * in a memfd mapped read+execute, the data block in an anonymous page
+ * right after it (the code reaches it rip-relative). The memfd's name goes
+ * below the thread's red zone, where the frame will be written later.
+ */
+static int map_detour(struct call *c, pid_t tid, const struct user_regs_struct *orig)
+{
+	uint64_t name = (orig->rsp - TF_RET_POP - 8 * TR_COUNT - 64) & ~(uint64_t)15;
+	uint64_t fd, base = 0, v;
+	int k;
+
+	if (poke(tid, name, DETOUR_NAME, sizeof(DETOUR_NAME)) < 0) {
+		snprintf(c->rep->why, sizeof(c->rep->why), "its stack could not take the detour");
+		return -EAGAIN;
+	}
+	k = REMOTE(c, tid, orig, &fd, SYS_memfd_create, name, MFD_CLOEXEC, 0, 0, 0, 0);
+	if (remote_failed(k, fd))
+		return k < 0 ? k : (int)fd;
+	k = write_code(c, (int)fd);
+	if (k < 0)
+		goto out_close;
+	k = REMOTE(c, tid, orig, &base, SYS_mmap, 0, TRAMP_SIZE, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, (uint64_t)-1, 0);
+	if (remote_failed(k, base)) {
+		k = k < 0 ? k : (int)base;
+		base = 0;
+		goto out_close;
+	}
+	k = REMOTE(c, tid, orig, &v, SYS_mmap, base, TRAMP_DATA, PROT_READ | PROT_EXEC,
+		   MAP_SHARED | MAP_FIXED, fd, 0);
+	if (remote_failed(k, v)) {
+		k = k < 0 ? k : (int)v;
+		REMOTE(c, tid, orig, &v, SYS_munmap, base, TRAMP_SIZE, 0, 0, 0, 0);
+		goto out_close;
+	}
+	c->page = base;
+	k = 0;
+out_close:
+	REMOTE(c, tid, orig, &v, SYS_close, fd, 0, 0, 0, 0, 0);
+	return k;
 }
 
 static int save_xstate(struct call *c, pid_t tid)
@@ -396,10 +464,9 @@ static int save_xstate(struct call *c, pid_t tid)
 	return errno == ESRCH ? -ESRCH : -ENOTSUP;
 }
 
-/* Fills the page image: the code, and what to call in the data block. */
+/* Fills the data block's image: what to call, with what. */
 static void fill_image(struct call *c)
 {
-	memcpy(c->image, cprof_tramp_code, (size_t)(cprof_tramp_code_end - cprof_tramp_code));
 	*field(c, TD_MAGIC) = TRAMP_MAGIC;
 	*field(c, TD_DLOPEN) = c->dlopen;
 	*field(c, TD_DLSYM) = c->dlsym;
@@ -488,9 +555,9 @@ static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig
 	if (ptrace(PTRACE_GETSIGMASK, tid, sizeof(c->sigmask), &c->sigmask) < 0)
 		return errno == ESRCH ? -ESRCH : -ENOTSUP;
 	if (!c->entry && !c->page) {
-		k = map_page(c, tid, orig);
+		k = map_detour(c, tid, orig);
 		if (k < 0) {
-			/* Put back what map_page changed; xstate it did not touch. */
+			/* Put back what map_detour changed; xstate it did not touch. */
 			ptrace(PTRACE_SETREGS, tid, 0, orig);
 			return k;
 		}
@@ -505,11 +572,8 @@ static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig
 		snprintf(c->rep->why, sizeof(c->rep->why), "its stack could not take the detour's frame");
 		return -EAGAIN;
 	}
-	/* The agent's own code and its data block, or the page: code, data. */
-	if (c->entry)
-		k = poke(c->pid, c->data, c->image + TRAMP_DATA, TD_END);
-	else
-		k = poke(c->pid, c->page, c->image, TRAMP_DATA + TD_END);
+	/* The data block: the agent's own, or the one after the code. */
+	k = poke(c->pid, data_block(c), c->image + TRAMP_DATA, TD_END);
 	if (k < 0) {
 		ptrace(PTRACE_SETREGS, tid, 0, orig);
 		return k;
@@ -596,6 +660,12 @@ static int try_thread(struct call *c, pid_t tid)
 	stopped = now_monotonic_ns();
 	if (ptrace(PTRACE_GETREGS, tid, 0, &regs) < 0)
 		return -EAGAIN;
+	/* The target's own policy first: a call it forbids is never made. */
+	k = inject_seccomp_check(c->pid, tid, regs.rip, c->rep->why, sizeof(c->rep->why));
+	if (k < 0) {
+		detach(c, tid);
+		return k == -ESRCH ? -EAGAIN : k;
+	}
 	/* Only a resident agent's attach allocates nothing (warm_agent()). */
 	k = inject_judge_thread(c->o, tid, &regs, c->attach_fn != 0 && !c->o->function,
 				c->rep->why, sizeof(c->rep->why));
@@ -698,6 +768,82 @@ static int run_tracer(struct call *c)
 	return c->result;
 }
 
+/*
+ * After a first load: the detour's pages go, so that nothing cprof mapped
+ * stays in the target. The thread that took the detour, stopped once more,
+ * runs munmap and goes back to where it was (its interrupted call restarted
+ * as the detour would). Failing that, the next session's call unmaps them
+ * (find_old_page()).
+ */
+/* One try: -EINPROGRESS while the thread is still on its way out of the
+ * code (done is set before its last instructions run). */
+static int unmap_once(struct call *c)
+{
+	struct user_regs_struct orig, r;
+	uint64_t v, rip, rax;
+	int status, k = -EAGAIN;
+
+	if (ptrace(PTRACE_SEIZE, c->tid, 0, PTRACE_O_TRACESYSGOOD) < 0)
+		return -ESRCH;
+	if (ptrace(PTRACE_INTERRUPT, c->tid, 0, 0) < 0 ||
+	    wait_stop(c->tid, &status, STOP_TIMEOUT_NS, false) < 0)
+		goto out_detach;
+	if (status >> 16 != PTRACE_EVENT_STOP) {
+		keep_signal(c, WSTOPSIG(status));
+		goto out_detach;
+	}
+	waitpid(c->tid, &status, __WALL | WNOHANG);
+	if (WSTOPSIG(status) != SIGTRAP || ptrace(PTRACE_GETREGS, c->tid, 0, &orig) < 0)
+		goto out_detach;
+	if (orig.rip >= c->page && orig.rip < c->page + TRAMP_SIZE) {
+		k = -EINPROGRESS;
+		goto out_detach;
+	}
+	if (REMOTE(c, c->tid, &orig, &v, SYS_munmap, c->page, TRAMP_SIZE, 0, 0, 0, 0) == 0 &&
+	    v == 0)
+		k = 0;
+	r = orig;
+	ptrace_resume_point(&orig, &rip, &rax);
+	r.rip = rip;
+	r.rax = rax;
+	r.orig_rax = (uint64_t)-1;
+	ptrace(PTRACE_SETREGS, c->tid, 0, &r);
+out_detach:
+	detach(c, c->tid);
+	return k;
+}
+
+static void *unmap_main(void *arg)
+{
+	const struct timespec pause = { 0, 1000000 };
+	struct call *c = arg;
+
+	for (int i = 0; i < 100; i++) {
+		c->result = unmap_once(c);
+		if (c->result != -EINPROGRESS && c->result != -EAGAIN)
+			break;
+		nanosleep(&pause, NULL);
+	}
+	return NULL;
+}
+
+static int unmap_detour(struct call *c)
+{
+	sigset_t all, old;
+	pthread_t th;
+	int r;
+
+	/* A tracer thread of its own, every signal blocked (run_tracer()). */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r = pthread_create(&th, NULL, unmap_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r)
+		return -r;
+	pthread_join(th, NULL);
+	return c->result;
+}
+
 /* ---- waiting for the call ---------------------------------------------- */
 
 static int collect(struct call *c, uint64_t launched)
@@ -789,6 +935,8 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 		rep->tid = c.tid;
 		r = collect(&c, launched);
 	}
+	if (launched && c.page && r != -ETIMEDOUT)
+		rep->left_pages = unmap_detour(&c) < 0;
 	/* A call that timed out may still write the block: its claim is
 	 * kept (the descriptor left open) for as long as this cprof lives. */
 	if (r != -ETIMEDOUT)

@@ -68,7 +68,7 @@ struct inject_report {
 	uint64_t call_ns;        /* from its release to the results */
 	unsigned tried;          /* threads looked at */
 	unsigned refused;        /* of which found unsafe */
-	int reused_page;         /* 1: the trampoline page of an earlier run */
+	int left_pages;          /* 1: the first load's pages could not be unmapped (the next session does) */
 	int resident;            /* 1: the agent was loaded and warm: attach called alone */
 	char why[160];           /* why the last thread was refused */
 	char dlerror[256];       /* dlopen's complaint, when it failed */
@@ -95,6 +95,8 @@ struct inject_report {
  *               could be placed in its root (@rep->place_error), or a
  *               resident agent was deleted
  *   -ENOTSUP    a stopped (SIGSTOP) target, or no way to save its state
+ *   -EKEYREJECTED  its seccomp filter would refuse or kill one of the calls
+ *               a load makes, or cannot be read (@rep->why); nothing made
  *   other -errno from cprof_agent_attach_events() (-EBUSY: another cprof's
  *   session runs) or from the system.
  * With @rep->called set, the agent's function ran and the value returned is

@@ -30,21 +30,22 @@
  * data block may serve the next call, another cprof's, at once, and no
  * thread can ever leave with another's registers.
  *
- * Where the code runs: for the first load, cprof maps TRAMP_SIZE bytes
- * (read, write, execute) in the target, copies the code to offset 0 and
- * fills the data block at TRAMP_DATA. Once the agent is resident, its own
- * copy of the code runs in place (cprof_agent_tramp, lib/agent/tramp.S) with
- * the data block in its .bss (cprof_agent_tramp_data), and that call unmaps
- * the page an earlier load left (TD_UNMAP): nothing cprof wrote stays
- * executable in the target. Either block is written only under the target's
+ * Where the code runs: for the first load, cprof has the target map
+ * TRAMP_SIZE bytes, the code from a memfd at offset 0 (read, execute) and
+ * the data block at TRAMP_DATA (read, write): never a page both writable
+ * and executable (MDWE). cprof unmaps them once the call is done. Once the
+ * agent is resident, its own copy of the code runs in place
+ * (cprof_agent_tramp, lib/agent/tramp.S) with the data block in its .bss
+ * (cprof_agent_tramp_data); that call unmaps pages an earlier load left
+ * (TD_UNMAP), had its cprof gone before it could. Either block is written only under the target's
  * ptrace claim (target/claim.h), which every cprof takes before it stops a
  * thread of the target.
  */
 #ifndef CPROF_INJECT_TRAMPOLINE_H
 #define CPROF_INJECT_TRAMPOLINE_H
 
-#define TRAMP_SIZE 4096 /* bytes mapped in the target */
-#define TRAMP_DATA 1024  /* offset of the data block (the code is before) */
+#define TRAMP_SIZE 8192 /* bytes mapped in the target: code, then data */
+#define TRAMP_DATA 4096  /* offset of the data block (the code is before) */
 
 /* Fields of the data block: offsets from TRAMP_DATA, 8 bytes each. */
 #define TD_MAGIC 0     /* TRAMP_MAGIC: finds a page left by an earlier run */

@@ -137,14 +137,16 @@ static void vdso_range(pid_t pid, uint64_t *start, uint64_t *end)
 
 /*
  * libunwind-ptrace reads CFI from the files /proc/PID/maps names, and the
- * vDSO has none: past a frame in it, its walk guesses. Compared up to the
- * vDSO frame's caller only (-1: everywhere).
+ * vDSO has none: past a frame in it, its walk guesses (it follows rbp,
+ * and skips the caller of a frameless helper that has CFI of its own in
+ * the vDSO image libdw reads). Compared up to the first vDSO frame only
+ * (-1: everywhere).
  */
 static int vdso_cut(const struct walk *live, uint64_t start, uint64_t end)
 {
 	for (int i = 0; i < live->n; i++)
 		if (live->pcs[i] >= start && live->pcs[i] < end)
-			return i + 2;
+			return i + 1;
 	return -1;
 }
 
@@ -213,7 +215,7 @@ static int oracle_rounds(pid_t pid, int rounds, int min_frames)
 		th_sleep_ms(20);
 	}
 	if (cut_walks)
-		cr_log_info("%d walks through the vDSO compared up to its caller only: "
+		cr_log_info("%d walks through the vDSO compared up to its first frame only: "
 			    "libunwind-ptrace has no CFI for it", cut_walks);
 	unwinder_free(unw);
 	symbolizer_free(sym);

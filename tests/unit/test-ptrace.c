@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,17 +22,18 @@
 
 static pid_t child;
 static int report_pipe[2];
-static volatile sig_atomic_t rt_count;
+/* Several threads run the handler at once: a plain ++ loses counts. */
+static atomic_int rt_count;
 
 static void on_rt(int sig)
 {
 	(void)sig;
-	rt_count++;
+	atomic_fetch_add(&rt_count, 1);
 }
 
 static void on_usr2(int sig)
 {
-	int v = rt_count;
+	int v = atomic_load(&rt_count);
 
 	(void)sig;
 	if (write(report_pipe[1], &v, sizeof(v)) < 0)

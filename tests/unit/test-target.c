@@ -134,9 +134,11 @@ Test(target, namespaces_of_the_dead)
 }
 
 /* Runs @path with argv[0] @argv0 ("sleep 30"); returns its pid once exec'd. */
+/* Started: its exe is sleep and its cmdline laid out (the exec installs
+ * the exe before it writes the arguments on the new stack). */
 static pid_t exec_sleep(const char *path, const char *argv0)
 {
-	char exe[64], buf[256];
+	char exe[64], cmdline[64], buf[256];
 	pid_t child = fork();
 
 	if (child == 0) {
@@ -145,10 +147,14 @@ static pid_t exec_sleep(const char *path, const char *argv0)
 	}
 	cr_assert_gt(child, 0);
 	snprintf(exe, sizeof(exe), "/proc/%d/exe", (int)child);
+	snprintf(cmdline, sizeof(cmdline), "/proc/%d/cmdline", (int)child);
 	for (int i = 0; i < 400; i++) {
 		ssize_t n = readlink(exe, buf, sizeof(buf) - 1);
+		size_t len = 0;
 
-		if (n > 0 && (buf[n] = '\0', strstr(buf, "sleep")))
+		if (n > 0 && (buf[n] = '\0', strstr(buf, "sleep")) &&
+		    proc_read(cmdline, buf, sizeof(buf), &len) == 0 && len > 0 &&
+		    !strncmp(buf, argv0, strlen(buf)))
 			return child;
 		usleep(5000);
 	}
