@@ -416,6 +416,9 @@ void agent_poll_commands_locked(void) HIDDEN;
 bool agent_session_running(uint64_t session) HIDDEN;
 /* From the dlopen hook: patch what got loaded, if a session runs. */
 void agent_patch_new_objects(void) HIDDEN;
+/* From a hook's slow path (agent_in_hook set): objects a dlopen could not
+ * patch are patched now, if the lock is free. */
+void agent_patch_if_pending(void) HIDDEN;
 /* Session counter; the watchdog of an older session exits. */
 extern uint64_t agent_session HIDDEN;
 

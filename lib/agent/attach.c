@@ -163,16 +163,42 @@ void agent_poll_commands_locked(void)
 	}
 }
 
-void agent_patch_new_objects(void)
+/* Objects loaded while the lock stayed taken: patched by the next hook
+ * that gets it (agent_patch_if_pending()). */
+static int patch_pending;
+#define PATCH_WAIT_NS (20ull * 1000 * 1000)
+
+static void patch_locked(void)
 {
-	/* trylock: never wait in a hook; an attach or detach running now walks
-	 * the objects itself. */
-	if (!agent_trylock())
-		return;
+	__atomic_store_n(&patch_pending, 0, __ATOMIC_RELAXED);
 	if (header()) {
 		got_patch_all();
 		header()->hooked = got_nr_patched();
 	}
+}
+
+void agent_patch_new_objects(void)
+{
+	uint64_t until = agent_now_ns() + PATCH_WAIT_NS;
+
+	/* A bounded wait in dlopen's hook (the holder may be the watchdog
+	 * writing a live-set snapshot); after it, never given up: pending. */
+	while (!agent_trylock()) {
+		if (agent_now_ns() > until) {
+			__atomic_store_n(&patch_pending, 1, __ATOMIC_RELEASE);
+			return;
+		}
+		RAW0(SYS_sched_yield);
+	}
+	patch_locked();
+	agent_unlock();
+}
+
+void agent_patch_if_pending(void)
+{
+	if (likely(!__atomic_load_n(&patch_pending, __ATOMIC_RELAXED)) || !agent_trylock())
+		return;
+	patch_locked();
 	agent_unlock();
 }
 

@@ -117,6 +117,7 @@ __attribute__((noinline)) void hooks_alloc_slow(void *p, uint64_t size)
 	agent_in_hook = 1;
 	if (sampler_should_sample(size) && p && __atomic_load_n(&agent_sampling, __ATOMIC_RELAXED))
 		record_alloc((uint64_t)(uintptr_t)p, size);
+	agent_patch_if_pending();
 	agent_in_hook = 0;
 	errno = saved_errno;
 }

@@ -238,6 +238,7 @@ static __attribute__((noinline)) void record_event(uint32_t kind, uint64_t objec
 	ring_commit(bytes);
 out_unlock:
 	event_unlock();
+	agent_patch_if_pending();
 	agent_in_hook = 0;
 	errno = saved_errno;
 }

@@ -9,6 +9,10 @@
 #include <string.h>
 
 #include "unwind/unwind.h"
+#include "util/util.h"
+
+/* Modules reported again at most this often: a refresh reads the maps. */
+#define REFRESH_NS (100ULL * 1000 * 1000)
 
 void record_stacks_init(struct record_stacks *s, struct unwinder *unw, Dwfl *dwfl,
 			int (*put_rule)(void *arg, uint64_t key, uint64_t rule), void *put_rule_arg)
@@ -65,6 +69,13 @@ int record_stacks_pcs(struct record_stacks *s, const uint64_t *regs, const uint8
 	in.stack_size = stack_size;
 	in.stack_start = regs[UNWIND_REG_RSP];
 	r = unwinder_unwind(s->unw, &in, ret_pcs, max);
+	/* Ended in no module: perhaps one dlopen()ed since the last report. */
+	if (r > 0 && s->refresh && !dwfl_addrmodule(s->dwfl, ret_pcs[r - 1]) &&
+	    now_monotonic_ns() - s->refreshed_ns > REFRESH_NS) {
+		s->refreshed_ns = now_monotonic_ns();
+		if (s->refresh(s->refresh_arg) == 0)
+			r = unwinder_unwind(s->unw, &in, ret_pcs, max);
+	}
 	if (r > 0 && s->put_rule)
 		teach_rules(s, ret_pcs, r);
 	return r;

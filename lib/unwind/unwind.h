@@ -92,10 +92,22 @@ struct record_stacks {
 	void *put_rule_arg;
 	struct u64map taught; /* addresses whose rule was looked for */
 	uint64_t walked;      /* records whose stack the agent walked */
+	/* Reports the modules loaded since (symbolizer_refresh()): a copy
+	 * whose unwind ended in no module may run through a library loaded
+	 * during the window. NULL: never. */
+	int (*refresh)(void *arg);
+	void *refresh_arg;
+	uint64_t refreshed_ns; /* the last time, for at most one every REFRESH_NS */
 };
 
 void record_stacks_init(struct record_stacks *s, struct unwinder *unw, Dwfl *dwfl,
 			int (*put_rule)(void *arg, uint64_t key, uint64_t rule), void *put_rule_arg);
+static inline void record_stacks_refresh_with(struct record_stacks *s, int (*refresh)(void *arg),
+					      void *arg)
+{
+	s->refresh = refresh;
+	s->refresh_arg = arg;
+}
 void record_stacks_release(struct record_stacks *s);
 
 /*

@@ -486,3 +486,47 @@ Test(heap, keep_refused_when_socket_name_taken)
 	th_assert_let_go(pid, false, "after --keep and --stop");
 	th_kill(pid);
 }
+
+/*
+ * A library dlopen()ed during the window (issue 22): its GOT is patched
+ * when it comes, so its allocations are sampled, and its frames are named
+ * and walked through to main, not left a bare address.
+ */
+Test(heap, library_loaded_during_the_window)
+{
+	const char *out = th_tmp_path("lateload.pb.gz");
+	struct profile *p;
+	struct th_run r;
+	int64_t in_lib = 0, whole = 0, total = 0;
+	int vi;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("dlopener", LATELOAD_PATH, "20", "1500");
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "4s", "--index", "alloc_space",
+		 "-o", out);
+	cr_assert_eq(r.exit_code, 0, "cprof heap: exit %d: %s", r.exit_code, r.err);
+	th_run_release(&r);
+	p = th_load_profile(out);
+	vi = th_sample_type(p, "alloc_space", "bytes");
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct profile_sample *s = &p->samples[i];
+		bool lib = false;
+
+		total += s->values[vi];
+		for (size_t j = 0; j < s->nlocations; j++)
+			lib |= th_location_has(p, s->location_ids[j], "lateload_block");
+		if (!lib)
+			continue;
+		in_lib += s->values[vi];
+		if (!strcmp(th_root_name(p, s), "main") || !strcmp(th_root_name(p, s), "_start") ||
+		    !strcmp(th_root_name(p, s), "__libc_start_main"))
+			whole += s->values[vi];
+	}
+	cr_log_info("measured: %lld of %lld bytes sampled in the library loaded during the "
+		    "window, %lld of them with whole stacks", (long long)in_lib, (long long)total,
+		    (long long)whole);
+	cr_assert_gt(in_lib * 2, total, "the late library's allocations were not sampled");
+	cr_assert_gt(whole * 10, in_lib * 9, "its stacks end before main");
+	profile_free(p);
+}
