@@ -682,8 +682,11 @@ Test(cpu, churn)
 		    "%.3f s, churn_burn %.1f %%, others used %.0f %% of the CPUs",
 		    ratio, (double)c.sampled / 1e9, (double)c.truth / 1e9, (double)c.filler / 1e9,
 		    share(burn.cum, c.total) * 100, c.foreign * 100);
-	EXPECT(ok, share(burn.cum, c.total) >= 0.7, "churn_burn only %.1f %%",
-	       share(burn.cum, c.total) * 100);
+	/* Like the total, a share of the process's time: judged in a quiet
+	 * window only (others on the CPUs delay the churn threads' starts). */
+	if (quiet)
+		EXPECT(ok, share(burn.cum, c.total) >= 0.7, "churn_burn only %.1f %%",
+		       share(burn.cum, c.total) * 100);
 	double foreign = c.foreign;
 	free(sums);
 	cpu_run_release(&c);
