@@ -752,7 +752,9 @@ static void *tracer_main(void *arg)
 	return NULL;
 }
 
-static int run_tracer(struct call *c)
+/* Runs @fn in a tracer thread of its own that blocks every catchable
+ * signal (cprof's Ctrl-C must not interrupt a stop), and waits for it. */
+static int run_tracer(struct call *c, void *(*fn)(void *))
 {
 	sigset_t all, old;
 	pthread_t th;
@@ -760,7 +762,7 @@ static int run_tracer(struct call *c)
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	r = pthread_create(&th, NULL, tracer_main, c);
+	r = pthread_create(&th, NULL, fn, c);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r)
 		return -r;
@@ -825,23 +827,6 @@ static void *unmap_main(void *arg)
 		nanosleep(&pause, NULL);
 	}
 	return NULL;
-}
-
-static int unmap_detour(struct call *c)
-{
-	sigset_t all, old;
-	pthread_t th;
-	int r;
-
-	/* A tracer thread of its own, every signal blocked (run_tracer()). */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	r = pthread_create(&th, NULL, unmap_main, c);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (r)
-		return -r;
-	pthread_join(th, NULL);
-	return c->result;
 }
 
 /* ---- waiting for the call ---------------------------------------------- */
@@ -929,14 +914,14 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 	}
 	find_old_page(&c);
 	inject_warm_up(o);
-	r = run_tracer(&c);
+	r = run_tracer(&c, tracer_main);
 	launched = r == 0 ? now_monotonic_ns() : 0;
 	if (r == 0) {
 		rep->tid = c.tid;
 		r = collect(&c, launched);
 	}
 	if (launched && c.page && r != -ETIMEDOUT)
-		rep->left_pages = unmap_detour(&c) < 0;
+		rep->left_pages = run_tracer(&c, unmap_main) < 0;
 	/* A call that timed out may still write the block: its claim is
 	 * kept (the descriptor left open) for as long as this cprof lives. */
 	if (r != -ETIMEDOUT)
