@@ -46,6 +46,14 @@ static void teach_rules(struct record_stacks *s, const uint64_t *pcs, int n)
 	}
 }
 
+static bool all_in_modules(Dwfl *dwfl, const uint64_t *pcs, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!dwfl_addrmodule(dwfl, pcs[i]))
+			return false;
+	return true;
+}
+
 int record_stacks_pcs(struct record_stacks *s, const uint64_t *regs, const uint8_t *stack,
 		      size_t stack_size, bool walked, uint64_t *ret_pcs, size_t max)
 {
@@ -69,9 +77,10 @@ int record_stacks_pcs(struct record_stacks *s, const uint64_t *regs, const uint8
 	in.stack_size = stack_size;
 	in.stack_start = regs[UNWIND_REG_RSP];
 	r = unwinder_unwind(s->unw, &in, ret_pcs, max);
-	/* Ended in no module: perhaps one dlopen()ed since the last report. */
-	if (r > 0 && s->refresh && !dwfl_addrmodule(s->dwfl, ret_pcs[r - 1]) &&
-	    now_monotonic_ns() - s->refreshed_ns > REFRESH_NS) {
+	/* A frame in no module: perhaps one dlopen()ed since the last report
+	 * (the walk may have ended there, or gone on by frame pointers). */
+	if (r > 0 && s->refresh && now_monotonic_ns() - s->refreshed_ns > REFRESH_NS &&
+	    !all_in_modules(s->dwfl, ret_pcs, r)) {
 		s->refreshed_ns = now_monotonic_ns();
 		if (s->refresh(s->refresh_arg) == 0)
 			r = unwinder_unwind(s->unw, &in, ret_pcs, max);

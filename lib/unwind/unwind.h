@@ -93,8 +93,8 @@ struct record_stacks {
 	struct u64map taught; /* addresses whose rule was looked for */
 	uint64_t walked;      /* records whose stack the agent walked */
 	/* Reports the modules loaded since (symbolizer_refresh()): a copy
-	 * whose unwind ended in no module may run through a library loaded
-	 * during the window. NULL: never. */
+	 * unwound through an address in no module may run through a library
+	 * loaded during the window. NULL: never. */
 	int (*refresh)(void *arg);
 	void *refresh_arg;
 	uint64_t refreshed_ns; /* the last time, for at most one every REFRESH_NS */

@@ -58,24 +58,24 @@ static void assert_children_ended(pid_t pid, int wait_ms)
 
 Test(fork, children_finish_during_sessions)
 {
-	pid_t pid = TH_SPAWN("forker", "14");
+	pid_t pid = TH_SPAWN("forker", "11");
 
 	/* Every lock event sampled: the stripes are busy at every fork. */
-	session("mutex", pid, "4s", "1");
-	session("block", pid, "4s", NULL);
-	session("heap", pid, "2s", NULL);
+	session("mutex", pid, "3s", "1");
+	session("block", pid, "3s", NULL);
+	session("heap", pid, "1s", NULL);
 	session("threadcreate", pid, "1s", NULL);
 	assert_children_ended(pid, 20000);
 }
 
 Test(fork, child_profiled_later_gets_in)
 {
-	pid_t pid = TH_SPAWN("forker", "10", "--keep"), child;
+	pid_t pid = TH_SPAWN("forker", "8", "--keep"), child;
 	char *out = NULL, *line;
 	struct th_run r;
 
 	/* The kept child is forked 1 s in, during this session. */
-	session("mutex", pid, "3s", "1");
+	session("mutex", pid, "2s", "1");
 	cr_assert_eq(th_read_until(pid, "never", 500, &out), -ETIMEDOUT);
 	line = out ? strstr(out, "child ") : NULL;
 	cr_assert_not_null(line, "the target named no child: %s", out ? out : "");

@@ -526,7 +526,7 @@ Test(heap, library_loaded_during_the_window)
 	cr_log_info("measured: %lld of %lld bytes sampled in the library loaded during the "
 		    "window, %lld of them with whole stacks", (long long)in_lib, (long long)total,
 		    (long long)whole);
-	cr_assert_gt(in_lib * 2, total, "the late library's allocations were not sampled");
-	cr_assert_gt(whole * 10, in_lib * 9, "its stacks end before main");
+	cr_expect_gt(in_lib * 2, total, "the late library's allocations were not sampled");
+	cr_expect_gt(whole * 10, in_lib * 9, "its stacks end before main");
 	profile_free(p);
 }
