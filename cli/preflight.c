@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "report.h"
+#include "target/claim.h"
 
 /* EI_CLASS of the target's executable: 2 for 64-bit ELF. */
 static int exe_elf_class(pid_t pid)
@@ -112,9 +114,24 @@ void preflight_raise_nofile(void)
 int preflight_not_traced(const struct target *t, const char *what)
 {
 	char name[64] = "?";
+	struct target now;
 
 	if (!t->tracer_pid)
 		return 0;
+	/*
+	 * Another cprof stopping threads of it (its claim names it) is waited
+	 * for, not refused; so is a tracer that lets go within a second (a
+	 * tracer thread that has ended holds its tracees until the kernel has
+	 * reaped it, after its claim is gone).
+	 */
+	for (int i = 0; i < 100; i++) {
+		const struct timespec pause = { 0, 10 * 1000 * 1000 };
+
+		if (target_claim_holder(t->pid, TARGET_CLAIM_PTRACE) == t->tracer_pid ||
+		    (target_open(&now, t->pid) == 0 && now.tracer_pid == 0))
+			return 0;
+		nanosleep(&pause, NULL);
+	}
 	target_process_name(t->tracer_pid, name, sizeof(name));
 	report_error("cannot %s pid %d (%s): it is already traced by pid %d (%s)", what, t->pid,
 		     t->comm, t->tracer_pid, name);

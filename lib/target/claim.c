@@ -176,6 +176,22 @@ int target_claim_take(struct target_claim *c, pid_t pid, enum target_claim_kind 
 	return r;
 }
 
+pid_t target_claim_holder(pid_t pid, enum target_claim_kind kind)
+{
+	struct target_claim_holder h = { 0 };
+	char path[PATH_MAX];
+	int fd;
+
+	if (lock_path(pid, kind, path, sizeof(path)) < 0)
+		return 0;
+	fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	describe_holder(fd, &h);
+	close(fd);
+	return h.pid;
+}
+
 void target_claim_drop(struct target_claim *c)
 {
 	char path[PATH_MAX], link[64];

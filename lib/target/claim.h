@@ -49,6 +49,9 @@ int target_claim_take(struct target_claim *c, pid_t pid, enum target_claim_kind 
 		      unsigned wait_ms, bool (*cancelled)(void),
 		      struct target_claim_holder *ret_holder);
 
+/* The pid holding claim @kind on @pid, 0 when none (or unknown). */
+pid_t target_claim_holder(pid_t pid, enum target_claim_kind kind);
+
 /* Lets go of @c (held or not) and removes its lock file. */
 void target_claim_drop(struct target_claim *c);
 

@@ -179,7 +179,9 @@ static void run_rust_target(bool v0, const char *const *hot, size_t nhot, const 
 	th_require_perf(false);
 	rustc = rustc_or_skip();
 	exe = build_spin(rustc, v0);
-	pid = th_spawn_path(exe, (const char *const[]){ "10", NULL });
+	/* It outlives every step (the views go through go tool pprof, slow on
+	 * a loaded machine) and is killed by its pid at the end. */
+	pid = th_spawn_path(exe, (const char *const[]){ "60", NULL });
 
 	TH_CPROF(&r, RUN_TIMEOUT_MS, "cpu", "-p", th_pid_str(pid), "-d", "2s", "-o", prof, "-q");
 	cr_assert_eq(r.exit_code, 0, "cprof cpu: exit %d: %s", r.exit_code, r.err);
