@@ -312,7 +312,10 @@ static int agent_prepare(struct agent_load *al, const struct target *t, char *ag
 		report_hint("set CPROF_AGENT to its absolute path");
 		return EXIT_FAIL;
 	}
-	if (t->state == 'T' || t->state == 't') {
+	/* 'T' only: 't' (a tracing stop) is another cprof's snapshot or look
+	 * for a thread, which the injection waits for (a debugger's was
+	 * refused by preflight_not_traced()). */
+	if (t->state == 'T') {
 		report_error("pid %d (%s) is stopped (SIGSTOP or a debugger): no thread can load "
 			     "the agent", t->pid, t->comm);
 		report_hint("send it SIGCONT first");
