@@ -119,18 +119,21 @@ static void assert_no_shared_sp(pid_t pid, int round)
 struct one {
 	const char *kind;
 	pid_t pid;
-	char log[64], out[64];
+	const char *log, *out; /* the slot's */
 };
 
-static void start_one(struct one *o, const char *kind, pid_t target, int round, int i)
-{
-	char logname[32], outname[32];
+/* Each slot's files, made once: th_tmp_path() counts what it hands out. */
+static char slot_log[MAX_TOGETHER][256], slot_out[MAX_TOGETHER][256];
 
+static void start_one(struct one *o, const char *kind, pid_t target, int i)
+{
+	if (!slot_log[i][0]) {
+		snprintf(slot_log[i], sizeof(slot_log[i]), "%s", th_tmp_path("one.log"));
+		snprintf(slot_out[i], sizeof(slot_out[i]), "%s", th_tmp_path("one.pb.gz"));
+	}
 	o->kind = kind;
-	snprintf(logname, sizeof(logname), "r%d-%d.log", round, i);
-	snprintf(outname, sizeof(outname), "r%d-%d.pb.gz", round, i);
-	snprintf(o->log, sizeof(o->log), "%s", th_tmp_path(logname));
-	snprintf(o->out, sizeof(o->out), "%s", th_tmp_path(outname));
+	o->log = slot_log[i];
+	o->out = slot_out[i];
 	/* threads is a snapshot: no window. */
 	o->pid = th_spawn_daemon(is_agent_kind(kind)
 					 ? (const char *const[]){ CPROF_BIN, kind, "-p", th_pid_str(target),
@@ -195,7 +198,7 @@ Test(together, any_kinds_at_one_moment)
 		int n = 0, agents = 0, agents_refused = 0;
 
 		for (; n < MAX_TOGETHER && kinds[n]; n++)
-			start_one(&ones[n], kinds[n], pid, round, n);
+			start_one(&ones[n], kinds[n], pid, n);
 		for (int i = 0; i < n; i++) {
 			int k = judge_one(&ones[i], round);
 
