@@ -405,6 +405,11 @@ static int claim_session(struct agent_load *al, const struct target *t)
 		report_error("pid %d (%s) exited before the agent was loaded", t->pid, t->comm);
 		return EXIT_TARGET;
 	}
+	if (target_claim_unavailable(r)) {
+		report_note("no lock file could be made in /run/lock or /tmp (%s): another cprof "
+			    "on pid %d would not be seen before the agent", strerror(-r), t->pid);
+		return 0;
+	}
 	if (r < 0) {
 		report_error("cannot claim pid %d (%s) for a session of the agent: %s", t->pid,
 			     t->comm, strerror(-r));

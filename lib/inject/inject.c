@@ -908,7 +908,7 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 	 * other cprof stops a thread of this target or writes either. */
 	r = target_claim_take(&claim, pid, TARGET_CLAIM_PTRACE,
 			      o->pick_timeout_ms + o->call_timeout_ms, o->cancelled, &rep->holder);
-	if (r < 0) {
+	if (r < 0 && !target_claim_unavailable(r)) {
 		r = r == -EBUSY ? -EUSERS : r;
 		goto out_unplace;
 	}

@@ -18,6 +18,7 @@
 #ifndef CPROF_TARGET_CLAIM_H
 #define CPROF_TARGET_CLAIM_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -48,6 +49,17 @@ struct target_claim_holder {
 int target_claim_take(struct target_claim *c, pid_t pid, enum target_claim_kind kind,
 		      unsigned wait_ms, bool (*cancelled)(void),
 		      struct target_claim_holder *ret_holder);
+
+/*
+ * True for an error of target_claim_take() that means no lock file can be
+ * made here (a read-only or closed /run/lock and /tmp): the caller goes on
+ * unclaimed. Nothing is shared with other cprofs then but what the agent
+ * checks itself (one session at a time).
+ */
+static inline bool target_claim_unavailable(int r)
+{
+	return r == -EACCES || r == -EROFS || r == -EPERM || r == -ENOSPC || r == -EDQUOT;
+}
 
 /* The pid holding claim @kind on @pid, 0 when none (or unknown). */
 pid_t target_claim_holder(pid_t pid, enum target_claim_kind kind);

@@ -207,7 +207,7 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, s
 			 CLAIM_WAIT_MS / 1000);
 		goto out_free;
 	}
-	if (r < 0) {
+	if (r < 0 && !target_claim_unavailable(r)) {
 		snprintf(err, errlen, "cannot claim pid %d for a snapshot: %s", pid, strerror(-r));
 		goto out_free;
 	}
