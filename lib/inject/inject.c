@@ -64,6 +64,7 @@ struct call {
 	uint64_t attach_fn, entry, data;
 	uint64_t old_page; /* a page an earlier load left, unmapped by the call */
 	uint64_t page; /* the trampoline page in the target; 0: none yet */
+	pid_t page_tid; /* the thread that mapped it */
 	pid_t tid;     /* the thread sent on the detour */
 	int pending[MAX_PENDING]; /* signals to hand back to it */
 	size_t npending;
@@ -441,6 +442,7 @@ static int map_detour(struct call *c, pid_t tid, const struct user_regs_struct *
 		goto out_close;
 	}
 	c->page = base;
+	c->page_tid = tid;
 	k = 0;
 out_close:
 	REMOTE(c, tid, orig, &v, SYS_close, fd, 0, 0, 0, 0, 0);
@@ -920,8 +922,13 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 		rep->tid = c.tid;
 		r = collect(&c, launched);
 	}
-	if (launched && c.page && r != -ETIMEDOUT)
+	/* Mapped for a thread that was then refused (its stack, a signal),
+	 * or used: either way nothing of it stays. */
+	if (c.page && r != -ETIMEDOUT) {
+		if (!launched)
+			c.tid = c.page_tid;
 		rep->left_pages = run_tracer(&c, unmap_main) < 0;
+	}
 	/* A call that timed out may still write the block: its claim is
 	 * kept (the descriptor left open) for as long as this cprof lives. */
 	if (r != -ETIMEDOUT)
