@@ -28,19 +28,10 @@
 /* "\0cprof-heap/PID/STARTTIME": a reused pid is another name. */
 static socklen_t socket_name(const struct target *t, struct sockaddr_un *sun)
 {
-	char path[64], stat[1024], *p;
 	unsigned long long start = 0;
 	size_t n;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", t->pid);
-	if (proc_read(path, stat, sizeof(stat) - 1, &n) == 0) {
-		stat[n] = '\0';
-		p = strrchr(stat, ')');
-		/* Field 22, starttime; "%*s" skips fields 3-21 after the ')'. */
-		if (p)
-			sscanf(p + 2, "%*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
-				       "%*s %*s %*s %*s %llu", &start);
-	}
+	target_start_time(t->pid, &start);
 	memset(sun, 0, sizeof(*sun));
 	sun->sun_family = AF_UNIX;
 	n = (size_t)snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "cprof-heap/%d/%llu",

@@ -37,29 +37,10 @@ static const char *lock_dir(void)
 	return "/tmp";
 }
 
-/* /proc/PID/stat's 22nd field, the start time in clock ticks since boot. */
-static int start_time(pid_t pid, unsigned long long *ret)
-{
-	char path[64], buf[1024];
-	const char *p;
-	int r;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	r = proc_read(path, buf, sizeof(buf), NULL);
-	if (r < 0)
-		return r == -ENOENT ? -ESRCH : r;
-	p = strrchr(buf, ')');
-	/* state (3) ... starttime (22): 19 fields after the comm. */
-	if (!p || sscanf(p + 1, " %*c" " %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d"
-			 " %*d %*d %*d %*d %llu", ret) != 1)
-		return -EINVAL;
-	return 0;
-}
-
 static int lock_path(pid_t pid, enum target_claim_kind kind, char *buf, size_t size)
 {
 	unsigned long long t;
-	int r = start_time(pid, &t);
+	int r = target_start_time(pid, &t);
 
 	if (r < 0)
 		return r;

@@ -63,6 +63,24 @@ int proc_sysctl_int(const char *name, int *ret)
 	return 0;
 }
 
+int target_start_time(pid_t pid, unsigned long long *ret)
+{
+	char path[64], buf[1024];
+	const char *p;
+	int r;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	r = proc_read(path, buf, sizeof(buf), NULL);
+	if (r < 0)
+		return r == -ENOENT ? -ESRCH : r;
+	p = strrchr(buf, ')');
+	/* state (3) ... starttime (22): 19 fields after the comm. */
+	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d"
+			 " %*d %*d %*d %*d %llu", ret) != 1)
+		return -EINVAL;
+	return 0;
+}
+
 static void chomp(char *s)
 {
 	size_t n = strlen(s);

@@ -78,6 +78,10 @@ bool target_other_pidns(pid_t pid);
  * field), or 0 when that is @tid itself or unknown. */
 pid_t target_ns_tid(pid_t pid, pid_t tid);
 
+/* @pid's start time in clock ticks since boot (/proc/PID/stat's 22nd
+ * field): with the pid, a name no later process will have. -ESRCH. */
+int target_start_time(pid_t pid, unsigned long long *ret);
+
 /* Reads a small /proc file whole into @buf (NUL-terminated). -errno. */
 int proc_read(const char *path, char *buf, size_t size, size_t *ret_len);
 
