@@ -11,6 +11,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,13 +35,15 @@ static void session(const char *kind, pid_t pid, const char *duration, const cha
 	th_run_release(&r);
 }
 
-/* Its last line: "forks N hung H failed F". */
+/* Ends it (SIGTERM: it stops forking), then its last line: "forks N hung
+ * H failed F". */
 static void assert_children_ended(pid_t pid, int wait_ms)
 {
 	unsigned long forks = 0, hung = 0, failed = 0;
 	char *out = NULL, *line;
 	int status;
 
+	th_signal(pid, SIGTERM);
 	th_read_until(pid, "never", wait_ms, &out);
 	status = th_wait_exit(pid, 5000);
 	line = out ? strstr(out, "forks ") : NULL;
@@ -58,7 +61,9 @@ static void assert_children_ended(pid_t pid, int wait_ms)
 
 Test(fork, children_finish_during_sessions)
 {
-	pid_t pid = TH_SPAWN("forker", "11");
+	/* It forks until told to stop, 120 s at most: the sessions take
+	 * longer on a loaded machine. */
+	pid_t pid = TH_SPAWN("forker", "120");
 
 	/* Every lock event sampled: the stripes are busy at every fork. */
 	session("mutex", pid, "3s", "1");
@@ -70,7 +75,7 @@ Test(fork, children_finish_during_sessions)
 
 Test(fork, child_profiled_later_gets_in)
 {
-	pid_t pid = TH_SPAWN("forker", "8", "--keep"), child;
+	pid_t pid = TH_SPAWN("forker", "120", "--keep"), child;
 	char *out = NULL, *line;
 	struct th_run r;
 

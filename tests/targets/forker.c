@@ -13,8 +13,9 @@
  *
  * Each child takes and releases the shared mutex 100 times and exits 0.
  * The parent waits up to 2 s for each: a child that did not end by then
- * hangs (it is killed and counted). Prints "ready", forks for SECONDS, then
- * prints "forks N hung H" and exits 0 (3 if any child hung or failed).
+ * hangs (it is killed and counted). Prints "ready", forks for SECONDS (or
+ * until SIGTERM), then prints "forks N hung H failed F" and exits 0 (3 if
+ * any child hung or failed).
  *
  * --keep: the first child forked after the first second stays alive for
  * the rest of the run (locking in a loop, printing "child PID"), to be
@@ -36,6 +37,13 @@
 static pthread_mutex_t shared = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t locks[NLOCKS];
 static atomic_bool stop;
+static volatile sig_atomic_t terminated;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	terminated = 1;
+}
 
 static double now_s(void)
 {
@@ -116,6 +124,7 @@ int main(int argc, char **argv)
 
 	if (seconds <= 0 || seconds > 3600)
 		return 2;
+	signal(SIGTERM, on_term);
 	for (int i = 0; i < NLOCKS; i++)
 		pthread_mutex_init(&locks[i], NULL);
 	pthread_atfork(own_prepare, own_release, own_release);
@@ -125,7 +134,7 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	start = now_s();
 	end = start + seconds;
-	while (now_s() < end) {
+	while (now_s() < end && !terminated) {
 		bool keep_this = keep && !kept && now_s() > start + 1.0;
 		pid_t pid = fork();
 
