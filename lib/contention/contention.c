@@ -31,11 +31,6 @@ struct contention {
 	uint64_t agent_start, agent_end; /* cprof-agent.so in the target */
 };
 
-static int refresh_modules(void *sym)
-{
-	return symbolizer_refresh(sym);
-}
-
 int contention_new(struct contention **ret, const struct contention_opts *o)
 {
 	struct contention *c = calloc(1, sizeof(*c));
@@ -46,7 +41,7 @@ int contention_new(struct contention **ret, const struct contention_opts *o)
 	stack_table_init(&c->buckets, sizeof(struct estimates));
 	record_stacks_init(&c->stacks, o->unw, symbolizer_dwfl(o->sym), o->put_rule,
 			   o->put_rule_arg);
-	record_stacks_refresh_with(&c->stacks, refresh_modules, o->sym);
+	record_stacks_refresh_with(&c->stacks, symbolizer_refresh_arg, o->sym);
 	symbolizer_module_range(o->sym, "cprof-agent", &c->agent_start, &c->agent_end);
 	*ret = c;
 	return 0;

@@ -38,11 +38,6 @@ struct heap {
 	uint64_t lost_records;   /* any record it could not publish */
 };
 
-static int refresh_modules(void *sym)
-{
-	return symbolizer_refresh(sym);
-}
-
 int heap_new(struct heap **ret, const struct heap_opts *o)
 {
 	struct heap *h = calloc(1, sizeof(*h));
@@ -54,7 +49,7 @@ int heap_new(struct heap **ret, const struct heap_opts *o)
 	u64map_init(&h->live);
 	record_stacks_init(&h->stacks, o->unw, symbolizer_dwfl(o->sym), o->put_rule,
 			   o->put_rule_arg);
-	record_stacks_refresh_with(&h->stacks, refresh_modules, o->sym);
+	record_stacks_refresh_with(&h->stacks, symbolizer_refresh_arg, o->sym);
 	symbolizer_module_range(o->sym, "cprof-agent", &h->agent_start, &h->agent_end);
 	*ret = h;
 	return 0;

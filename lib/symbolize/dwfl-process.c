@@ -459,6 +459,11 @@ int symbolizer_refresh(struct symbolizer *s)
 	return 0;
 }
 
+int symbolizer_refresh_arg(void *symbolizer)
+{
+	return symbolizer_refresh(symbolizer);
+}
+
 struct sym_module *symbolizer_module_of(struct symbolizer *s, uint64_t address)
 {
 	Dwfl_Module *mod = dwfl_addrmodule(s->dwfl, address);

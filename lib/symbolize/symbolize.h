@@ -54,6 +54,8 @@ Dwfl *symbolizer_dwfl(struct symbolizer *s);
  * Safe to call when the process is gone (returns -ESRCH, keeps what it has).
  */
 int symbolizer_refresh(struct symbolizer *s);
+/* The same for a callback's void * (record_stacks_refresh_with()). */
+int symbolizer_refresh_arg(void *symbolizer);
 
 /*
  * Symbolizes @address (a leaf PC or a return address - 1). An address with no
