@@ -23,9 +23,14 @@
  *   handler  sleeps inside a signal handler for the whole run: no thread
  *          is safe to inject (a handler may have interrupted malloc), so
  *          cprof must refuse, and the sleep must still end on time.
+ *
+ * SIGUSR2 ends a run early with its verdict so far (spin, sleep, read,
+ * handler): a test gives SECONDS to spare on a loaded machine and does not
+ * wait them out.
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,9 +103,22 @@ static __attribute__((noinline)) int spin_and_check(uint64_t turns)
 	return (int)bad;
 }
 
+static volatile sig_atomic_t finish;
+
+static void on_finish(int sig)
+{
+	(void)sig;
+	finish = 1;
+}
+
+static bool running(uint64_t end)
+{
+	return !finish && now_ns() < end;
+}
+
 static int run_spin(uint64_t end)
 {
-	while (now_ns() < end)
+	while (running(end))
 		if (spin_and_check(1000000)) {
 			fprintf(stderr, "regcheck: a register changed under the loop\n");
 			return 3;
@@ -112,10 +130,12 @@ static int run_sleep(uint64_t end)
 {
 	const struct timespec d = { 0, 20 * 1000 * 1000 };
 
-	while (now_ns() < end) {
+	while (running(end)) {
 		uint64_t t0 = now_ns();
 		int r = nanosleep(&d, NULL);
 
+		if (r != 0 && errno == EINTR && finish)
+			break;
 		if (r != 0) {
 			fprintf(stderr, "regcheck: nanosleep returned %d (%s)\n", r, strerror(errno));
 			return 3;
@@ -160,6 +180,8 @@ static int run_read(uint64_t end, unsigned seconds)
 			return 3;
 		}
 		expect++;
+		if (finish)
+			kill(child, SIGKILL);
 	}
 	waitpid(child, &status, 0);
 	return 0;
@@ -228,6 +250,8 @@ int main(int argc, char **argv)
 	}
 	seconds = (unsigned)atoi(argv[2]);
 	alarm(seconds + 10); /* whatever happens, this ends */
+	sigaction(SIGUSR2, &(struct sigaction){ .sa_handler = on_finish, .sa_flags = SA_RESTART },
+		  NULL);
 	end = now_ns() + (uint64_t)seconds * 1000000000ull;
 	if (strcmp(argv[1], "signals") == 0)
 		count_signals();
