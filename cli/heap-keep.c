@@ -21,9 +21,14 @@
 #define TICK_MS 10
 #define REQUEST_MAX 128
 /* What a client takes from a background session at most: a profile, and
- * how long it waits for a byte of it (the session renders it first). */
+ * how long it waits for the header (the session renders it first), and then
+ * for the body. */
 #define BODY_MAX (256u << 20)
-#define CLIENT_TIMEOUT_S 30
+#define CLIENT_TIMEOUT_MS 30000
+/* What one client may hold the serve loop for, request and reply: well
+ * inside the agent's heartbeat bound, CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS. */
+#define SERVE_REQUEST_MS 2000
+#define SERVE_REPLY_MS 4000
 
 /* "\0cprof-heap/PID/STARTTIME": a reused pid is another name. */
 static socklen_t socket_name(const struct target *t, struct sockaddr_un *sun)
@@ -96,7 +101,6 @@ static bool peer_allowed(int fd)
 
 int keep_connect(const struct target *t)
 {
-	struct timeval tv = { CLIENT_TIMEOUT_S, 0 };
 	struct sockaddr_un sun;
 	socklen_t len = socket_name(t, &sun);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -111,20 +115,41 @@ int keep_connect(const struct target *t)
 		close(fd);
 		return -EACCES;
 	}
-	/* A silent server is given up, not waited for. */
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	return fd;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
+/* Waits for @fd to be ready for @events until @deadline: 0 or -ETIMEDOUT. */
+static int wait_ready(int fd, short events, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = events };
+		uint64_t now = now_monotonic_ns();
+		int k;
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		k = poll(&p, 1, (int)((deadline - now + 999999) / 1000000));
+		if (k > 0)
+			return 0;
+		if (k < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/* Neither end lets the other hold it past @deadline, a trickle no more
+ * than silence: the serve loop is also the agent's heartbeat. */
+static int write_all(int fd, const void *buf, size_t len, uint64_t deadline)
 {
 	const char *p = buf;
 
 	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		ssize_t n;
+		int k = wait_ready(fd, POLLOUT, deadline);
 
-		if (n < 0 && errno == EINTR)
+		if (k < 0)
+			return k;
+		n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (n <= 0)
 			return -EIO;
@@ -134,39 +159,58 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-/* Reads one "\n"-ended line of at most @size - 1 bytes. */
-static int read_line(int fd, char *buf, size_t size)
+static int read_some(int fd, void *buf, size_t len, uint64_t deadline)
 {
-	size_t n = 0;
+	for (;;) {
+		ssize_t n;
+		int k = wait_ready(fd, POLLIN, deadline);
 
-	while (n + 1 < size) {
-		ssize_t k = read(fd, buf + n, 1);
-
-		if (k < 0 && errno == EINTR)
+		if (k < 0)
+			return k;
+		n = recv(fd, buf, len, MSG_DONTWAIT);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
-		if (k <= 0)
-			return -EIO;
+		return n > 0 ? (int)n : -EIO;
+	}
+}
+
+/* Reads one "\n"-ended line of at most @size - 1 bytes. */
+static int read_line(int fd, char *buf, size_t size, uint64_t deadline)
+{
+	for (size_t n = 0; n + 1 < size; n++) {
+		int k = read_some(fd, buf + n, 1, deadline);
+
+		if (k < 0)
+			return k;
 		if (buf[n] == '\n') {
 			buf[n] = '\0';
 			return 0;
 		}
-		n++;
 	}
 	return -EPROTO;
 }
 
+static uint64_t after_ms(unsigned ms)
+{
+	return now_monotonic_ns() + (uint64_t)ms * 1000000ULL;
+}
+
 int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 {
-	uint64_t deadline = now_monotonic_ns() + 4ULL * CLIENT_TIMEOUT_S * 1000000000ULL;
+	uint64_t deadline = after_ms(CLIENT_TIMEOUT_MS);
 	char line[256];
 	unsigned long long len;
 	char *body;
 	size_t got = 0;
+	int k;
 
 	*ret = NULL;
 	*ret_len = 0;
-	if (write_all(fd, request, strlen(request)) < 0 || read_line(fd, line, sizeof(line)) < 0)
-		return -EIO;
+	k = write_all(fd, request, strlen(request), deadline);
+	if (k == 0)
+		k = read_line(fd, line, sizeof(line), deadline);
+	if (k < 0)
+		return k == -ETIMEDOUT ? k : -EIO;
 	if (strncmp(line, "ok", 2) != 0) {
 		/* Said on a terminal: printable ASCII only. */
 		for (char *c = line; *c; c++)
@@ -182,15 +226,12 @@ int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 	body = malloc(len + 1);
 	if (!body)
 		return -ENOMEM;
+	deadline = after_ms(CLIENT_TIMEOUT_MS);
 	while (got < len) {
-		ssize_t k = read(fd, body + got, len - got);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		/* A trickle is as bad as silence. */
-		if (k <= 0 || now_monotonic_ns() > deadline) {
+		k = read_some(fd, body + got, len - got, deadline);
+		if (k < 0) {
 			free(body);
-			return k < 0 && errno == EAGAIN ? -ETIMEDOUT : -EIO;
+			return k == -ETIMEDOUT ? k : -EIO;
 		}
 		got += (size_t)k;
 	}
@@ -204,33 +245,33 @@ int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 static int serve_client(int fd, keep_render_fn render, void *ctx)
 {
 	char req[REQUEST_MAX], index[32], header[64], *body = NULL;
+	uint64_t deadline = after_ms(SERVE_REQUEST_MS);
 	size_t len = 0;
 	int debug = 0, r;
-	struct timeval tv = { 2, 0 };
 
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (!peer_allowed(fd)) {
-		write_all(fd, "error: not allowed\n", 19);
+		write_all(fd, "error: not allowed\n", 19, deadline);
 		return 0;
 	}
-	if (read_line(fd, req, sizeof(req)) < 0)
+	if (read_line(fd, req, sizeof(req), deadline) < 0)
 		return 0;
 	if (!strcmp(req, "stop"))
 		return 1;
 	if (sscanf(req, "profile %31s %d", index, &debug) != 2) {
-		write_all(fd, "error: bad request\n", 19);
+		write_all(fd, "error: bad request\n", 19, deadline);
 		return 0;
 	}
 	r = render(ctx, index, debug, &body, &len);
+	/* From the rendered profile on: the client's reading is what may stall. */
+	deadline = after_ms(SERVE_REPLY_MS);
 	if (r < 0) {
 		snprintf(header, sizeof(header), "error: %s\n", strerror(-r));
-		write_all(fd, header, strlen(header));
+		write_all(fd, header, strlen(header), deadline);
 		return 0;
 	}
 	snprintf(header, sizeof(header), "ok %zu\n", len);
-	if (write_all(fd, header, strlen(header)) == 0)
-		write_all(fd, body, len);
+	if (write_all(fd, header, strlen(header), deadline) == 0)
+		write_all(fd, body, len, deadline);
 	free(body);
 	return 0;
 }
@@ -269,7 +310,7 @@ void keep_serve(int lfd, struct channel *ch, const struct target *t,
 	close(lfd);
 	keep_end(ch);
 	if (stop_fd >= 0) {
-		write_all(stop_fd, "ok stopped\n", 11);
+		write_all(stop_fd, "ok stopped\n", 11, after_ms(SERVE_REPLY_MS));
 		close(stop_fd);
 	}
 }
@@ -296,7 +337,10 @@ static int keep_fetch(int fd, const struct common_opts *o, const char *index,
 {
 	struct output out;
 	char req[64], why[1024], *body = NULL;
+	struct ucred cred = { 0 };
+	socklen_t cred_len = sizeof(cred);
 	size_t len = 0;
+	pid_t server;
 	int r, code;
 
 	r = output_prepare(&out, o->output, !o->debug && o->format == VIEW_PPROF, why,
@@ -307,6 +351,7 @@ static int keep_fetch(int fd, const struct common_opts *o, const char *index,
 		return EXIT_OUTPUT;
 	}
 	snprintf(req, sizeof(req), "profile %s %d\n", index, o->debug);
+	server = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 ? cred.pid : 0;
 	r = keep_request(fd, req, &body, &len);
 	close(fd);
 	if (r == 0 && !o->debug && o->format != VIEW_PPROF)
@@ -315,6 +360,14 @@ static int keep_fetch(int fd, const struct common_opts *o, const char *index,
 		r = output_commit_bytes(&out, body, len);
 	if (r < 0 && out.write_failed) {
 		code = output_report_failure(&out, r);
+	} else if (r == -ETIMEDOUT) {
+		report_error("cannot get the profile of pid %d from its background sampling: its "
+			     "cprof (pid %d) did not answer within %d s",
+			     t->pid, (int)server, CLIENT_TIMEOUT_MS / 1000);
+		report_hint("a hung one can be killed: the agent in pid %d sees it gone and "
+			    "unhooks", t->pid);
+		output_abort(&out);
+		code = EXIT_FAIL;
 	} else if (r < 0) {
 		report_error("cannot get the profile of pid %d from its background sampling: %s",
 			     t->pid, r == -EPROTO && body ? body : strerror(-r));

@@ -15,12 +15,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/wire.h"
 #include "target/target.h"
+#include "util/util.h"
 #include "testhelp.h"
 
 TestSuite(keep, .init = th_init, .fini = th_cleanup, .timeout = 120);
@@ -48,7 +51,7 @@ static socklen_t keep_name(pid_t pid, struct sockaddr_un *sun)
 /*
  * A child that binds @pid's name (as @uid unless it is -1), says "bound" on
  * a pipe, then answers each client with @reply (@len bytes), followed by
- * @stream bytes of 'x', until killed.
+ * @stream bytes of 'x', until killed. A NULL @reply: it never answers.
  */
 static pid_t fake_server(pid_t pid, uid_t uid, const char *reply, size_t len, size_t stream)
 {
@@ -81,6 +84,8 @@ static pid_t fake_server(pid_t pid, uid_t uid, const char *reply, size_t len, si
 				continue;
 			if (read(c, req, sizeof(req)) < 0)
 				_exit(5);
+			if (!reply)
+				pause(); /* silent: holds the client until killed */
 			if (write(c, reply, len) == (ssize_t)len) {
 				static char chunk[1 << 16];
 
@@ -153,4 +158,99 @@ Test(keep, answers_are_bounded_and_printable)
 	cr_assert_null(strchr(r.err, '\x1b'), "an escape reached the terminal: %s", r.err);
 	cr_assert_null(strchr(r.err, '\x07'), "a bell reached the terminal: %s", r.err);
 	th_run_release(&r);
+}
+
+/* A server that takes the request and says nothing is given up, with its pid. */
+Test(keep, silent_server_is_given_up)
+{
+	pid_t target = TH_SPAWN("busy", "1", "60"), server;
+	const char *out = th_tmp_path("silent.pb.gz");
+	char pid_text[32];
+	struct th_run r;
+
+	server = fake_server(target, (uid_t)-1, NULL, 0, 0);
+	unlink(out);
+	fetch(&r, target, out);
+	stop_server(server);
+	th_run_log(&r, "heap from a silent server");
+	cr_assert_eq(r.exit_code, 1, "%s", r.err);
+	cr_assert(!r.timed_out, "cprof waited for a silent server for good");
+	snprintf(pid_text, sizeof(pid_text), "cprof (pid %d) did not answer", (int)server);
+	cr_assert_not_null(strstr(r.err, pid_text), "%s", r.err);
+	cr_assert_neq(access(out, F_OK), 0, "a profile was written from nothing");
+	th_run_release(&r);
+}
+
+/* Connects to @target's background session and trickles @request, one byte
+ * every @gap_ms, sampling the agent's heartbeat meanwhile: the longest time
+ * it stood still, in ms. */
+static unsigned trickle(pid_t target, const struct cprof_wire_header *h, const char *request,
+			int gap_ms)
+{
+	struct sockaddr_un sun;
+	socklen_t sl = keep_name(target, &sun);
+	uint64_t last = __atomic_load_n(&h->heartbeat, __ATOMIC_RELAXED);
+	uint64_t since = th_now_ns(), longest = 0;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sun, sl), 0, "%s", strerror(errno));
+	for (const char *c = request; *c; c++) {
+		/* The server may hang up on a slow client: it is right to. */
+		if (send(fd, c, 1, MSG_NOSIGNAL) != 1)
+			break;
+		for (int t = 0; t < gap_ms; t += 50) {
+			uint64_t hb = __atomic_load_n(&h->heartbeat, __ATOMIC_RELAXED);
+
+			if (hb != last) {
+				last = hb;
+				since = th_now_ns();
+			}
+			longest = MAX(longest, th_now_ns() - since);
+			th_sleep_ms(50);
+		}
+	}
+	close(fd);
+	return (unsigned)(longest / 1000000);
+}
+
+/*
+ * A client of the background session that trickles its request (or never
+ * ends it) does not hold the serve loop, which is also the agent's
+ * heartbeat: the beat goes on, the agent stays, the next fetch answers.
+ */
+Test(keep, slow_client_does_not_stall_the_session)
+{
+	struct cprof_wire_header *h;
+	struct th_run r;
+	unsigned still;
+	pid_t target;
+
+	if (geteuid() != 0)
+		cr_skip_test("the agent's injection needs ptrace of the target: run as root");
+	target = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(target), "-d", "300ms", "--keep", "-o",
+		 th_tmp_path("keep.pb.gz"));
+	cr_assert_eq(r.exit_code, 0, "heap --keep: exit %d:\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+	h = th_agent_header(target);
+	cr_assert_not_null(h, "no agent channel in the target after heap --keep");
+
+	still = trickle(target, h, "profile inuse_space 0\n", 400);
+	cr_log_info("measured: heartbeat stood still %u ms at most under a client trickling its "
+		    "request a byte per 400 ms", still);
+	cr_assert_lt(still, 5000, "a slow client held the serve loop for %u ms", still);
+	cr_assert_neq(__atomic_load_n(&h->state, __ATOMIC_ACQUIRE), CPROF_STATE_DETACHED,
+		      "the agent left during a slow client");
+
+	fetch(&r, target, th_tmp_path("after-slow.pb.gz"));
+	cr_assert_eq(r.exit_code, 0, "fetch after a slow client: exit %d:\n%s", r.exit_code,
+		     r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(target), "--stop");
+	cr_assert_eq(r.exit_code, 0, "heap --stop: exit %d:\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+	munmap(h, CPROF_WIRE_HEADER_SIZE);
+	th_assert_let_go(target, false, "after heap --stop");
+	th_kill(target);
 }
