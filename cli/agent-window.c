@@ -1,186 +1,57 @@
 #include "agent-window.h"
 
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include <stdio.h>
-
 #include "interrupt.h"
 #include "report.h"
 #include "util/parse.h"
 #include "util/util.h"
 
-/* Drain often: a busy target fills the ring fast (ALLOCs carry stacks). */
-#define TICK_NS (10ULL * 1000 * 1000)
-#define DETACH_TIMEOUT_MS 2000
-/* The agent answers within a watchdog tick (100 ms). */
-#define LIVE_TIMEOUT_MS 1000
-/* inuse is the mean of snapshots over the window's last second: each one
- * of a churning heap is a new draw of the sampling, so their mean errs less. */
-#define LIVE_SPAN_NS (1000ULL * 1000 * 1000)
-#define LIVE_EVERY_NS (100ULL * 1000 * 1000)
+struct progress {
+	const struct target *t;
+	const char *what;
+	char total[32];
+};
 
-static uint64_t realtime_ns(void)
+static void progress(void *arg, uint64_t elapsed_ns, uint64_t records)
 {
-	struct timespec ts;
+	struct progress *p = arg;
+	char done[32];
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static int drain(struct channel *ch, const struct channel_handlers *h, struct window_result *res)
-{
-	int n;
-
-	if (res->malformed)
-		return 0;
-	n = channel_drain(ch, h);
-	if (n == -EPROTO) {
-		res->malformed = true;
-		return 0;
-	}
-	if (n < 0)
-		return n;
-	res->records += (uint64_t)n;
-	return 0;
-}
-
-/* During the window's last LIVE_SPAN_NS, a snapshot each LIVE_EVERY_NS
- * (the drains hand them over). */
-static void ask_live(struct channel *ch, struct window_result *res, uint64_t left_ns,
-		     uint64_t now, uint64_t *next)
-{
-	if (left_ns > LIVE_SPAN_NS || now < *next || res->live_error ||
-	    channel_live_pending(ch))
-		return;
-	if (channel_live_ask(ch) < 0)
-		res->live_error = -ENOTSUP;
-	*next = now + LIVE_EVERY_NS;
-}
-
-/* Drains until the snapshot asked for last has been handed over. */
-static int live_wait(struct channel *ch, const struct channel_handlers *h,
-		     struct window_result *res, pid_t pid)
-{
-	const struct timespec nap = { 0, 5 * 1000 * 1000 };
-	int r;
-
-	for (unsigned waited = 0; channel_live_pending(ch); waited += 5) {
-		if (waited >= LIVE_TIMEOUT_MS || res->malformed) {
-			res->live_error = res->malformed ? -EPROTO : -ETIMEDOUT;
-			break;
-		}
-		if (!target_alive(pid)) {
-			res->target_exited = true;
-			break;
-		}
-		channel_heartbeat(ch);
-		nanosleep(&nap, NULL);
-		r = drain(ch, h, res);
-		if (r < 0)
-			return r;
-	}
-	return 0;
-}
-
-int agent_window_live(struct channel *ch, const struct channel_handlers *h,
-		      struct window_result *res, pid_t pid)
-{
-	if (!channel_live_pending(ch) && channel_live_ask(ch) < 0) {
-		res->live_error = -ENOTSUP;
-		return 0;
-	}
-	return live_wait(ch, h, res, pid);
+	format_duration(elapsed_ns / 1000000000ULL * 1000000000ULL, done, sizeof(done));
+	report_progress("profiling pid %d (%s): %s / %s, %llu %s", p->t->pid, p->t->comm, done,
+			p->total, (unsigned long long)records, p->what);
 }
 
 static int window(struct channel *ch, const struct target *t, uint64_t duration_ns,
-		  const struct channel_handlers *h, const char *what, bool detach,
+		  const struct channel_handlers *h, const char *what, bool keep,
 		  struct window_result *res)
 {
-	uint64_t start = now_monotonic_ns(), next_progress = start, next_live = start;
-	char total[32], done[32];
+	struct progress p = { .t = t, .what = what };
+	struct window_opts o = {
+		.duration_ns = duration_ns,
+		.keep = keep,
+		.cancelled = interrupt_requested,
+		.progress = progress,
+		.arg = &p,
+	};
 	int r;
 
-	memset(res, 0, sizeof(*res));
-	res->start_realtime_ns = realtime_ns();
-	if (!ch) { /* interrupted before the agent was loaded (agent-load.h) */
-		res->interrupted = true;
-		res->detached = true; /* nothing was hooked */
-		return 0;
-	}
-	format_duration(duration_ns, total, sizeof(total));
-	for (;;) {
-		uint64_t now = now_monotonic_ns();
-		struct timespec nap;
-
-		channel_heartbeat(ch);
-		r = drain(ch, h, res);
-		if (r < 0)
-			return r;
-		if (interrupt_requested()) {
-			res->interrupted = true;
-			break;
-		}
-		if (!target_alive(t->pid)) {
-			res->target_exited = true;
-			break;
-		}
-		if (now - start >= duration_ns)
-			break;
-		if (h->live)
-			ask_live(ch, res, duration_ns - (now - start), now, &next_live);
-		if (now >= next_progress) {
-			format_duration((now - start) / 1000000000ULL * 1000000000ULL, done,
-					sizeof(done));
-			report_progress("profiling pid %d (%s): %s / %s, %llu %s", t->pid, t->comm,
-					done, total, (unsigned long long)res->records, what);
-			next_progress = now + 1000000000ULL;
-		}
-		nap.tv_sec = 0;
-		nap.tv_nsec = (long)MIN(TICK_NS, duration_ns - (now - start));
-		nanosleep(&nap, NULL);
-	}
-	res->window_ns = now_monotonic_ns() - start;
+	format_duration(duration_ns, p.total, sizeof(p.total));
+	r = agent_window_run(ch, t->pid, &o, h, res);
 	report_progress_done();
-	/* The last snapshot asked for, else a first one. */
-	if (h->live && !res->target_exited) {
-		if (channel_live_pending(ch) || res->live_error || channel_live_taken(ch))
-			r = live_wait(ch, h, res, t->pid);
-		else
-			r = agent_window_live(ch, h, res, t->pid);
-		if (r < 0)
-			return r;
-	}
-	if (detach && !res->target_exited) {
-		r = channel_command(ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED, DETACH_TIMEOUT_MS);
-		res->detached = r == 0;
-		if (r == -ESRCH)
-			res->target_exited = true;
-	}
-	/* Whatever was published before the hooks went. */
-	r = drain(ch, h, res);
-	channel_counters(ch, &res->counters);
-	if (detach && res->detached)
-		channel_give_back(ch);
 	return r;
 }
 
 int agent_window(struct channel *ch, const struct target *t, uint64_t duration_ns,
 		 const struct channel_handlers *h, const char *what, struct window_result *res)
 {
-	return window(ch, t, duration_ns, h, what, true, res);
+	return window(ch, t, duration_ns, h, what, false, res);
 }
 
 int agent_window_keep(struct channel *ch, const struct target *t, uint64_t duration_ns,
 		      const struct channel_handlers *h, const char *what,
 		      struct window_result *res)
 {
-	int r = window(ch, t, duration_ns, h, what, false, res);
-
-	res->detached = true; /* not asked: the session goes on */
-	return r;
+	return window(ch, t, duration_ns, h, what, true, res);
 }
 
 void agent_window_report(const struct window_result *w, const struct target *t)
@@ -205,15 +76,4 @@ void agent_window_report(const struct window_result *w, const struct target *t)
 	if (!w->detached && !w->target_exited)
 		report_warning("the agent did not confirm its hooks were removed; it removes "
 			       "them by itself within 1 s of cprof's exit");
-}
-
-int agent_note_lost(const struct channel_counters *c, struct profile *p)
-{
-	char text[128];
-
-	if (!c->lost)
-		return 0;
-	snprintf(text, sizeof(text), "lost %llu %s: the agent's ring was full",
-		 (unsigned long long)c->lost, plural(c->lost, "record", "records"));
-	return profile_add_comment(p, text);
 }

@@ -190,6 +190,6 @@ out_free:
 	if (ops->finish)
 		code = ops->finish(c, &run, code, argc, argv);
 	profile_free(profile);
-	agent_load_release(&run.al);
+	agent_session_release(&run.al);
 	return code;
 }

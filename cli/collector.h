@@ -31,7 +31,7 @@ struct collection {
 	uint64_t rate;		/* the agent's rate, in its events' unit */
 	struct target target;
 	struct output out;
-	struct agent_load al;	/* with the agent: loaded, its channel open */
+	struct agent_session al; /* with the agent: loaded, its channel open */
 	struct window_result w; /* with the agent: how its window went */
 	int64_t pause_ns;	/* how long a target thread was stopped; -1: none */
 	bool written;		/* the output was written */

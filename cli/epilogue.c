@@ -89,7 +89,7 @@ int epilogue_report(const struct common_opts *o, const struct epilogue_facts *f)
 }
 
 int epilogue_end_agent(const char *cmd, const struct common_opts *o,
-		      const struct window_result *w, const struct agent_load *al,
+		      const struct window_result *w, const struct agent_session *al,
 		      uint64_t samples, const struct profile *profile)
 {
 	struct epilogue_facts f = {

@@ -28,12 +28,12 @@ struct epilogue_facts {
 int epilogue_report(const struct common_opts *o, const struct epilogue_facts *f);
 
 struct window_result;
-struct agent_load;
+struct agent_session;
 /* epilogue_report() of an agent command's window, which collected
  * @samples (sampled allocations, event records); the exit code: EXIT_OK,
  * or EXIT_FAIL when stdout failed. */
 int epilogue_end_agent(const char *cmd, const struct common_opts *o,
-		      const struct window_result *w, const struct agent_load *al,
+		      const struct window_result *w, const struct agent_session *al,
 		      uint64_t samples, const struct profile *profile);
 
 #endif

@@ -270,7 +270,7 @@ void heap_jemalloc_release(struct heap_jemalloc *h)
 {
 	jeprof_free(h->prof);
 	h->prof = NULL;
-	agent_load_release(&h->al);
+	agent_session_release(&h->al);
 }
 
 /* --source jemalloc on a target without jemalloc: said before the output

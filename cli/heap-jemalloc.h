@@ -27,7 +27,7 @@ enum heap_source {
 };
 
 struct heap_jemalloc {
-	struct agent_load al; /* the target's modules: al.sym symbolizes */
+	struct agent_session al; /* the target's modules: al.sym symbolizes */
 	struct jeprof *prof;
 	uint64_t time_realtime_ns; /* when it was dumped */
 	bool inactive;             /* prof.active was false: sampling paused */

@@ -45,7 +45,7 @@ void print_version(void)
 	printf("debuginfod: %s\n", debuginfod_state());
 	printf("protobuf-c: %s\n", protobuf_c_version());
 	printf("zlib: %s\n", zlibVersion());
-	r = agent_find(agent, sizeof(agent), why, sizeof(why));
+	r = agent_path(agent, sizeof(agent), why, sizeof(why));
 	if (r == 0)
 		printf("agent: %s\n", agent);
 	else if (r == -EPERM)

@@ -22,6 +22,7 @@
 #define CPROF_INJECT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -103,6 +104,15 @@ struct inject_report {
  * its result, whatever its sign (inject_opts.function's own -errno).
  */
 int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *rep);
+
+/*
+ * What inject_agent()'s @err means for @pid (@comm) and what to do, as
+ * perf_strerror() says it: a line, then "hint: " lines, into @buf. @o and
+ * @rep are the injection's. A process on its way out makes ptrace say
+ * EPERM: the caller checks target_alive() and passes -ESRCH for it.
+ */
+void inject_strerror(int err, pid_t pid, const char *comm, const struct inject_opts *o,
+		     const struct inject_report *rep, char *buf, size_t size);
 
 /* The address of exported function (or object) @name of the first module
  * whose file name starts with @lib (e.g. "libc.so."), from its .dynsym. */

@@ -136,9 +136,8 @@ static size_t parse_text(char *out, struct th_stack *b, size_t max, long *sample
 
 /*
  * The same process profiled twice: with rules (the agent walks nearly every
- * sample after the first ones) and with every stack copied (as before
- * rules; CPROF_HEAP_COPY_STACKS, CPROF_COPY_STACKS's former name, which
- * must still work). Every stack that either run saw at least
+ * sample after the first ones) and with every stack copied
+ * (CPROF_COPY_STACKS). Every stack that either run saw at least
  * 20 times must be in the other: a walk that lost, added or shifted a frame
  * would make a stack the copies never give.
  */
@@ -165,10 +164,10 @@ Test(heap, walked_stacks_match_copied_stacks)
 	cr_assert_eq(r.exit_code, 0);
 	nw = parse_text(r.out, walked, 512, &samples[0], &nwalked[0]);
 	th_run_release(&r);
-	cr_assert_eq(setenv("CPROF_HEAP_COPY_STACKS", "1", 1), 0);
+	cr_assert_eq(setenv("CPROF_COPY_STACKS", "1", 1), 0);
 	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "2s", "--rate", "64KiB", "--debug",
 		 "1");
-	unsetenv("CPROF_HEAP_COPY_STACKS");
+	unsetenv("CPROF_COPY_STACKS");
 	cr_assert_eq(r.exit_code, 0);
 	nc = parse_text(r.out, copied, 512, &samples[1], &nwalked[1]);
 	th_run_release(&r);

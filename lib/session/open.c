@@ -1,0 +1,120 @@
+/* An agent session opened: modules, claim, injection, channel (session.h). */
+#include "session/session.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "target/target.h"
+
+int agent_session_prepare(struct agent_session *s, pid_t pid)
+{
+	int r;
+
+	memset(s, 0, sizeof(*s));
+	s->pid = pid;
+	s->fd = -1;
+	s->claim.fd = -1;
+	r = maps_read(pid, &s->maps);
+	if (r == 0)
+		r = symbolizer_new(&s->sym, pid);
+	if (r == 0)
+		r = unwinder_new(&s->unw, symbolizer_dwfl(s->sym), pid);
+	if (r < 0)
+		s->failed = AGENT_SESSION_MODULES;
+	return r;
+}
+
+static struct inject_opts inject_opts_for(const struct agent_session *s,
+					  const struct agent_session_opts *o)
+{
+	return (struct inject_opts){
+		.agent_path = o->agent_path,
+		/* A target in a container cannot see our pid: 0 tells the
+		 * agent's watchdog to go by the heartbeat alone. */
+		.cprof_pid = target_other_pidns(s->pid) ? 0 : getpid(),
+		.rate = o->rate,
+		.ring_size = o->ring_size,
+		.events = o->events,
+		.pick_timeout_ms = o->pick_timeout_ms,
+		.call_timeout_ms = o->call_timeout_ms,
+		.cancelled = o->cancelled,
+		.looking = o->looking,
+		.maps = &s->maps,
+		.sym = s->sym,
+		.unw = s->unw,
+	};
+}
+
+/*
+ * The agent serves one session at a time: a second cprof is refused at
+ * once, told whose session it is (not left to find the agent busy after
+ * stopping a thread, or to take another's hooks for a debugger). Where no
+ * lock file can be made, the session goes on unclaimed (@s->unclaimed).
+ */
+static int claim_session(struct agent_session *s)
+{
+	int r = target_claim_take(&s->claim, s->pid, TARGET_CLAIM_AGENT, 0, NULL, &s->holder);
+
+	if (r < 0 && target_claim_unavailable(r)) {
+		s->unclaimed = r;
+		return 0;
+	}
+	return r;
+}
+
+int agent_session_open(struct agent_session *s, const struct agent_session_opts *o)
+{
+	struct inject_opts io = inject_opts_for(s, o);
+	int r;
+
+	r = claim_session(s);
+	if (r < 0) {
+		s->failed = AGENT_SESSION_CLAIM;
+		return r;
+	}
+	r = inject_agent(s->pid, &io, &s->rep);
+	if (r < 0) {
+		s->failed = AGENT_SESSION_INJECT;
+		return r;
+	}
+	s->fd = r;
+	/* The agent is a module of the target now: its frames must resolve. */
+	symbolizer_refresh(s->sym);
+	r = channel_open(&s->ch, s->pid, s->fd);
+	if (r < 0)
+		s->failed = AGENT_SESSION_CHANNEL;
+	return r;
+}
+
+int agent_session_call(struct agent_session *s, const struct agent_session_opts *o,
+		       const char *function, const char *string, int *ret)
+{
+	struct inject_opts io = inject_opts_for(s, o);
+	int r;
+
+	io.function = function;
+	io.string = string;
+	r = inject_agent(s->pid, &io, &s->rep);
+	if (s->rep.called) {
+		*ret = r;
+		return 0;
+	}
+	s->failed = AGENT_SESSION_INJECT;
+	return r;
+}
+
+void agent_session_release(struct agent_session *s)
+{
+	/* After the channel: the detach is sent through it. */
+	channel_close(s->ch);
+	s->ch = NULL;
+	if (s->pid) /* prepared: a zeroed session holds no claim */
+		target_claim_drop(&s->claim);
+	unwinder_free(s->unw);
+	symbolizer_free(s->sym);
+	maps_release(&s->maps);
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	s->claim.fd = -1;
+}

@@ -1,0 +1,150 @@
+/*
+ * An agent session: what heap, block, mutex and threadcreate share, from
+ * finding cprof-agent.so to the detach. The agent is loaded into the target
+ * (lib/inject/), its channel opened (lib/channel/), the target's claim for a
+ * session held (target/claim.h) so that a second cprof is refused with a
+ * name; then a window keeps the heartbeat, drains the records into the
+ * caller's handlers, takes the live set's snapshots and ends the session.
+ *
+ *   find.c    where the agent is, and whether root may load it
+ *   open.c    modules, claim, injection, channel; a call of the agent
+ *   window.c  the window: heartbeat, drains, snapshots, detach
+ *
+ * Nothing here prints or reads cprof's signals: a cancel callback where a
+ * step can wait, a progress callback in the window, -errno and reports.
+ */
+#ifndef CPROF_SESSION_H
+#define CPROF_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "channel/channel.h"
+#include "inject/inject.h"
+#include "maps/maps.h"
+#include "profile/profile.h"
+#include "symbolize/symbolize.h"
+#include "target/claim.h"
+#include "unwind/unwind.h"
+
+/*
+ * The absolute path of the agent to load, in @buf: $CPROF_AGENT, else
+ * cprof-agent.so beside the running binary (a build tree), else
+ * @installed_rel relative to it (where `cmake --install` puts it). 0,
+ * -ENOENT, or -EPERM when cprof runs as root and $CPROF_AGENT is a file
+ * that someone else than root could have put or could change (not owned by
+ * root, or it or a directory above it writable by others), with the reason
+ * in @why (may be NULL).
+ */
+int agent_find(const char *installed_rel, char *buf, size_t size, char *why, size_t whylen);
+
+/* Where agent_session_open() stopped. */
+enum agent_session_step {
+	AGENT_SESSION_MODULES = 1, /* reading the target's modules */
+	AGENT_SESSION_CLAIM,       /* another cprof holds the session: @holder */
+	AGENT_SESSION_INJECT,      /* lib/inject/: @rep, inject_strerror() */
+	AGENT_SESSION_CHANNEL,     /* opening the agent's channel */
+};
+
+struct agent_session_opts {
+	const char *agent_path;    /* agent_find()'s */
+	uint32_t events;           /* CPROF_EVENTS_* (agent/wire.h) */
+	uint64_t rate;             /* in the events' unit */
+	uint32_t ring_size;
+	unsigned pick_timeout_ms;  /* inject_opts' */
+	unsigned call_timeout_ms;
+	bool (*cancelled)(void);   /* NULL: never */
+	void (*looking)(const struct inject_report *rep, uint64_t elapsed_ns);
+};
+
+struct agent_session {
+	pid_t pid;
+	struct maps maps;
+	struct symbolizer *sym;  /* the target's modules, the agent included */
+	struct unwinder *unw;    /* on sym's Dwfl: the only one it may have */
+	int fd;                  /* the agent's memfd, as numbered in the target */
+	struct channel *ch;      /* ... opened */
+	struct inject_report rep;
+	enum agent_session_step failed; /* 0 while nothing failed */
+	struct target_claim claim;      /* TARGET_CLAIM_AGENT */
+	struct target_claim_holder holder;
+	int unclaimed;           /* -errno: no lock file could be made, went on */
+};
+
+/*
+ * Reads @pid's modules into @s (zeroed first): 0 or -errno. Every other
+ * call of @s comes after; agent_session_release() in any case.
+ */
+int agent_session_prepare(struct agent_session *s, pid_t pid);
+
+/*
+ * Loads the agent into the target and starts a session recording @o's
+ * events at its rate, its channel open in @s->ch. 0, or -errno with
+ * @s->failed saying at which step: -EBUSY at AGENT_SESSION_CLAIM is another
+ * cprof's session (@s->holder); -ECANCELED means @o->cancelled said so
+ * before a thread was stopped, the target as it was.
+ */
+int agent_session_open(struct agent_session *s, const struct agent_session_opts *o);
+
+/*
+ * Loads the agent (as agent_session_open() does, without a session or a
+ * claim) and calls its exported @function(@string) (inject_opts.function):
+ * 0 with the function's result in *@ret, or -errno of the injection
+ * (-ECANCELED: before it ran, the target as it was).
+ */
+int agent_session_call(struct agent_session *s, const struct agent_session_opts *o,
+		       const char *function, const char *string, int *ret);
+
+/* Closes the channel (the agent detaches by itself if the window did not
+ * end the session), drops the claim, frees the modules. A zeroed @s is
+ * released as well. */
+void agent_session_release(struct agent_session *s);
+
+struct window_result {
+	uint64_t start_realtime_ns; /* for the profile's time_nanos */
+	uint64_t window_ns;
+	uint64_t records;
+	bool target_exited;
+	bool interrupted;
+	bool detached;     /* the agent confirmed its hooks are gone */
+	bool malformed;    /* the ring held garbage: reading stopped there */
+	int live_error;    /* -errno: the live set's snapshot was asked for, not had */
+	struct channel_counters counters; /* at the end */
+};
+
+struct window_opts {
+	uint64_t duration_ns;
+	/* The session goes on after the window (cprof heap --keep): no
+	 * detach, and the result says detached. */
+	bool keep;
+	bool (*cancelled)(void); /* asked every tick; NULL: never */
+	/* Told about once a second how far the window is. */
+	void (*progress)(void *arg, uint64_t elapsed_ns, uint64_t records);
+	void *arg;
+};
+
+/*
+ * Runs the window on @ch (NULL: a session never opened, an empty window)
+ * for @o->duration_ns: heartbeat, drains into @h, the live set's snapshots
+ * when @h->live is set (each 100 ms of the last second, and the last one
+ * waited for), then the detach unless @o->keep. Returns 0 (also when the
+ * target exited or @o->cancelled said so: see @res), or a handler's -errno.
+ */
+int agent_window_run(struct channel *ch, pid_t pid, const struct window_opts *o,
+		     const struct channel_handlers *h, struct window_result *res);
+
+/*
+ * Asks for the live set's snapshot (unless one is pending) and drains until
+ * it was handed to @h->live. A snapshot the agent did not give goes to
+ * @res->live_error; a handler's error is returned.
+ */
+int agent_window_live(struct channel *ch, const struct channel_handlers *h,
+		      struct window_result *res, pid_t pid);
+
+/* Notes the records the agent lost (ring full), as @c counts them, in @p's
+ * comments. */
+int agent_note_lost(const struct channel_counters *c, struct profile *p);
+
+#endif
