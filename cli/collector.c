@@ -88,19 +88,6 @@ static int write_output(const struct collector_ops *ops, const void *c, struct c
 	return r;
 }
 
-/*
- * Until the old default (Go's text on stdout without -o) is forgotten: a
- * run that writes COMMAND.pb.gz while its stdout goes to a file or a pipe
- * says where the text went.
- */
-static void note_old_default(const struct common_opts *o, const char *cmd)
-{
-	if (o->output == o->default_output && !o->debug_given && !o->json &&
-	    !isatty(STDOUT_FILENO))
-		report_note("without -o, cprof %s writes %s; Go's text on stdout is --debug 1",
-			    cmd, o->default_output);
-}
-
 static int epilogue(const struct collector_ops *ops, const void *c,
 		    const struct collection *run, const struct profile *profile)
 {
@@ -174,7 +161,6 @@ int collector_run(const struct collector_ops *ops, void *c, struct common_opts *
 	}
 	run.written = true;
 	ops->summary(c, &run);
-	note_old_default(o, ops->command);
 	if (ops->events)
 		report_unsymbolized_program(run.al.sym);
 	else if (profile)

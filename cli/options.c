@@ -53,10 +53,8 @@ int option_debug(const char *cmd, const char *arg, int max, struct common_opts *
 	int64_t v;
 	int r = option_int(cmd, "debug level", arg, 0, max, &v);
 
-	if (r == 0) {
+	if (r == 0)
 		o->debug = (int)v;
-		o->debug_given = true;
-	}
 	return r;
 }
 

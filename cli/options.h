@@ -28,7 +28,6 @@ struct common_opts {
 	enum view_format format; /* --format, else by -o's extension; pprof by default */
 	bool format_given;
 	int debug;   /* --debug N, Go's text layout N (1, 2); 0: none, a pprof profile or view */
-	bool debug_given;
 	int64_t top; /* --top N: the -top table's rows (see option_output()); 0: none */
 	bool json;   /* --json: one JSON object on stdout at the end */
 	char default_output[48]; /* ./COMMAND.pb.gz */

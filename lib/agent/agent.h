@@ -140,8 +140,7 @@ void liveset_clear(void) HIDDEN;
 bool liveset_insert(uint64_t addr, uint64_t size) HIDDEN;
 /* Start loading the lines liveset_insert(@addr) will write (no lock needed:
  * a hint only). A sample's walk then hides the misses: the table is touched
- * once per sample, so its lines are rarely still cached (they cost 0.4% of
- * a bare malloc+free loop's perf samples, nearly all on the first load). */
+ * once per sample, so its lines are rarely still cached. */
 void liveset_prefetch(uint64_t addr) HIDDEN;
 /*
  * What free() asks first (liveset.c), on a cache line of its own (it changes
@@ -172,9 +171,9 @@ extern struct liveset_ref liveset_ref HIDDEN;
 /*
  * The hash's top bits pick the word, the next twelve its two bits. The fold
  * before the multiply is for blocks whose addresses differ only in high bits
- * (glibc's mmap()ed blocks, 8 MiB + a page apart): a multiply alone put 200
- * of them in 14 of 64 words, and a free went to a lookup 3.9% of the time
- * instead of 1% (tests/unit/test-agent.c, liveset_filter_lets_few_frees_through).
+ * (glibc's mmap()ed blocks, 8 MiB + a page apart), which a multiply alone
+ * crowds into a few words, sending frees to a lookup they do not need
+ * (tests/unit/test-agent.c, liveset_filter_lets_few_frees_through).
  */
 static inline uint64_t liveset_filter_hash(uint64_t addr)
 {

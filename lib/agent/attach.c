@@ -323,11 +323,6 @@ static bool one_kind(uint32_t events)
 	       events == CPROF_EVENTS_MUTEX || events == CPROF_EVENTS_THREADCREATE;
 }
 
-CPROF_AGENT_API int cprof_agent_attach(int cprof_pid, uint64_t rate, uint32_t ring_size)
-{
-	return cprof_agent_attach_events(cprof_pid, rate, ring_size, CPROF_EVENTS_HEAP);
-}
-
 CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint32_t ring_size,
 					      uint32_t events)
 {

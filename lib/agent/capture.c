@@ -99,8 +99,8 @@ size_t agent_copy_stack(void *dst, uint64_t from, size_t max)
  *     _dl_get_tls_static_info() (TCB included, rounded to its alignment:
  *     nptl's tls_static_size_for_stack()), so the stack ends that far below
  *     the mapping's end. Without that function, below our own TLS variable
- *     (which lies in the block, above the stack, but up to the ~1.6 KiB of
- *     unused static TLS surplus too high: 40% of a shallow stack's copy);
+ *     (which lies in the block, above the stack, but up to the unused
+ *     static TLS surplus too high: most of a shallow stack's copy);
  *   - anything else (sigaltstack, coroutines): up to the first unmapped page.
  */
 #define MAIN_STACK_SLACK 256
@@ -221,8 +221,8 @@ void capture_init(void)
  * sample: /proc/self/maps, raw) and kept in TLS. Within it, and within the
  * main thread's [stack], the copy is a plain memcpy: the bytes from rsp to
  * the mapping's end are mapped for as long as the thread runs on them. That
- * saves process_vm_readv's system call on every sample (11% of a
- * malloc-bound program's time at the default rate, measured).
+ * saves process_vm_readv's system call on every sample, which a
+ * malloc-bound program would feel.
  */
 /* [lo, top): where its frames are. top 0: not looked up yet; 1: none found. */
 static AGENT_TLS uint64_t thread_stack_lo, thread_stack_top;

@@ -17,21 +17,24 @@
 #define CPROF_AGENT_API __attribute__((visibility("default")))
 
 /*
- * Start a session for the cprof process @cprof_pid (0: cprof is in a PID
- * namespace the target cannot see; its heartbeat alone tells that it
- * lives): create the memfd (see wire.h), start the watchdog thread, patch
- * the GOT entries of the allocator functions in every loaded object, and
- * sample allocations with a mean gap of @rate bytes (0: 512 KiB; 1: every
- * allocation). @ring_size is the ring's size in bytes, a power of two (0:
- * CPROF_WIRE_RING_DEFAULT).
+ * Start a session of kind @events, one of CPROF_EVENTS_* (wire.h), for the
+ * cprof process @cprof_pid (0: cprof is in a PID namespace the target
+ * cannot see; its heartbeat alone tells that it lives): create the memfd
+ * (see wire.h), start the watchdog task, patch the GOT entries of the
+ * kind's functions in every loaded object, and sample at @rate, whose unit
+ * is the kind's (heap: a mean gap of @rate bytes, 0: 512 KiB, 1: every
+ * allocation; block: nanoseconds; mutex: 1 in @rate). @ring_size is the
+ * ring's size in bytes, a power of two (0: CPROF_WIRE_RING_DEFAULT).
  *
  * Returns the memfd's number (>= 0), or:
- *   -EINVAL  bad @cprof_pid or @ring_size
+ *   -EINVAL  bad @cprof_pid or @ring_size, an unknown or combined @events
  *   -EBUSY   a session of another, live cprof is running
- *   -errno   memfd_create, mmap or pthread_create failed (nothing is hooked)
+ *   -errno   memfd_create, mmap or the watchdog's start failed (nothing is
+ *            hooked)
  * If the previous session's cprof is dead, that session is ended first.
  */
-CPROF_AGENT_API int cprof_agent_attach(int cprof_pid, uint64_t rate, uint32_t ring_size);
+CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint32_t ring_size,
+					      uint32_t events);
 
 /*
  * End the session: restore every GOT entry the agent patched (in objects
@@ -40,15 +43,6 @@ CPROF_AGENT_API int cprof_agent_attach(int cprof_pid, uint64_t rate, uint32_t ri
  * Safe to call from any thread, any number of times.
  */
 CPROF_AGENT_API int cprof_agent_detach(void);
-
-/*
- * The same for sessions of another kind: @events is one of CPROF_EVENTS_*
- * (wire.h); @rate's unit depends on it (bytes, nanoseconds, 1-in-N).
- * cprof_agent_attach() is this with CPROF_EVENTS_HEAP. -EINVAL for an
- * unknown or combined @events.
- */
-CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint32_t ring_size,
-					      uint32_t events);
 
 /*
  * jemalloc's own heap profile (lib/agent/jemalloc.c): when the process's

@@ -2,7 +2,7 @@
  * The wire format between cprof and cprof-agent.so (lib/agent/), version 2.
  *
  * The agent creates a memfd ("cprof-agent", MFD_CLOEXEC) when cprof calls
- * cprof_agent_attach() in the target, and returns its fd number; cprof opens
+ * cprof_agent_attach_events() in the target, and returns its fd number; cprof opens
  * it as /proc/PID/fd/N and maps it MAP_SHARED. Layout of the file:
  *
  *   [0, header_size)                       struct cprof_wire_header
@@ -105,7 +105,7 @@ struct cprof_wire_header {
 	uint32_t ring_size;    /* bytes, a power of two */
 	uint32_t stack_max;    /* most stack bytes an ALLOC carries */
 	int32_t agent_pid;     /* the target's pid as the agent sees it */
-	int32_t cprof_pid;     /* the pid cprof_agent_attach() was given; 0: unseen */
+	int32_t cprof_pid;     /* the pid cprof_agent_attach_events() was given; 0: unseen */
 	uint64_t session;      /* attach count of this agent, from 1 */
 
 	/* Written by the agent at any time. */

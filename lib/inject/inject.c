@@ -288,10 +288,9 @@ static void keep_signal(struct call *c, int sig)
  * before the call ran (signals are taken on the way back to user space,
  * and the exit stop comes before that): this thread is given up, and the
  * caller puts its registers back and detaches with that signal, which the
- * thread then takes as if it had never been stopped (siginfo intact). Holding
- * such signals back lost them, and a program receiving a stream of signals
- * kept the thread from ever reaching the call (torture, 500 trials: one cprof
- * hung, 375,433 queued signals lost).
+ * thread then takes as if it had never been stopped (siginfo intact).
+ * Holding such signals back would lose them, and a stream of signals would
+ * keep the thread from ever reaching the call.
  */
 static int remote_syscall(struct call *c, pid_t tid, struct user_regs_struct *r)
 {
@@ -863,7 +862,7 @@ static int collect(struct call *c, uint64_t launched)
 	if (!res[1])
 		return -ENOSYS;
 	c->rep->called = 1;
-	/* cprof_agent_attach returns an int; the target is untrusted. */
+	/* cprof_agent_attach_events returns an int; the target is untrusted. */
 	return (int)(int32_t)res[2];
 }
 

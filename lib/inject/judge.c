@@ -1,6 +1,6 @@
 /*
  * Which thread may load the agent. dlopen takes the loader's lock and
- * allocates; cprof_agent_attach allocates too. A thread stopped while it
+ * allocates; cprof_agent_attach_events allocates too. A thread stopped while it
  * holds the allocator's lock (inside malloc) or the loader's (inside dlopen,
  * dl_iterate_phdr, a constructor) would wait for itself forever, and an
  * abandoned dlopen leaves _dl_load_lock held: every later dlopen of the

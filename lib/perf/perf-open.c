@@ -85,8 +85,7 @@ static void perf_attr_init(struct perf_event_attr *attr, const struct perf_opts 
 	 * Wake the reader only when a ring is half full: it drains on its own
 	 * jittered timer instead. Woken by the watermark, it ran right after a
 	 * sample, between two samples of the cpu it took from the target, and
-	 * so its own CPU time was counted as the target's (+1% at 1000 Hz with
-	 * both cores busy, +3% under ASan).
+	 * so its own CPU time was counted as the target's.
 	 */
 	attr->watermark = 1;
 	attr->wakeup_watermark = (uint32_t)(o->ring_pages * (size_t)sysconf(_SC_PAGESIZE) / 2);
