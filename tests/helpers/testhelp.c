@@ -1057,10 +1057,10 @@ void th_require_perf(bool system)
 	int r = try_perf_open(0, -1);
 
 	if (r < 0)
-		cr_skip_test("perf_event_open is not allowed here (%s): cprof cpu cannot sample",
+		TH_SKIP_MISSING("perf_event_open is not allowed here (%s): cprof cpu cannot sample",
 			     strerror(-r));
 	if (system && (r = try_perf_open(-1, 0)) < 0)
-		cr_skip_test("cpu-wide perf events are not allowed here (%s; "
+		TH_SKIP_MISSING("cpu-wide perf events are not allowed here (%s; "
 			     "kernel.perf_event_paranoid or no CAP_PERFMON)",
 			     strerror(-r));
 }
@@ -1108,7 +1108,7 @@ int th_pprof_top_ex(const char *path, const char *const *opts, char **ret_out)
 	argv[n] = NULL;
 
 	if (!go)
-		cr_skip_test("go is not installed: cannot check %s with `go tool pprof`", path);
+		TH_SKIP_MISSING("go is not installed: cannot check %s with `go tool pprof`", path);
 	cr_assert(asprintf(&home, "HOME=%s/gohome", TEST_TMPDIR) > 0);
 	cr_assert(asprintf(&cache, "GOCACHE=%s/gohome/cache", TEST_TMPDIR) > 0);
 	cr_assert(asprintf(&tmp, "PPROF_TMPDIR=%s/gohome", TEST_TMPDIR) > 0);
@@ -1685,6 +1685,13 @@ pid_t th_start_tracer(pid_t tid)
 	}
 	close(fds[0]);
 	return child;
+}
+
+bool th_on_ci(void)
+{
+	const char *ci = getenv("CI");
+
+	return ci && !strcmp(ci, "true");
 }
 
 void th_skip_accuracy_when_sanitized(void)

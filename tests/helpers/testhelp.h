@@ -19,6 +19,22 @@
 
 #include "profile/profile.h"
 
+/*
+ * Skips the test for what this machine lacks and scripts/setup provides: a
+ * package, a tool, root or the privilege root has. On CI (CI=true), where
+ * setup ran as root, such a skip would pass a hole for green: it fails
+ * instead, with the same reason. What a kernel, its settings or the
+ * machine's load cannot give stays a skip (cr_skip_test). The reason must
+ * start with a string literal.
+ */
+bool th_on_ci(void);
+#define TH_SKIP_MISSING(...)                                                                       \
+	do {                                                                                       \
+		if (th_on_ci())                                                                    \
+			cr_assert_fail("on CI (CI=true) nothing may be missing: " __VA_ARGS__);    \
+		cr_skip_test(__VA_ARGS__);                                                         \
+	} while (0)
+
 /* The suite's .init and .fini. th_cleanup() kills and reaps what is left. */
 void th_init(void);
 void th_cleanup(void);

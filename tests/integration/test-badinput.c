@@ -241,7 +241,7 @@ Test(badinput, other_users_process)
 	pid_t target;
 
 	if (geteuid() != 0)
-		cr_skip_test("needs root, to run cprof as nobody against a root-owned target");
+		TH_SKIP_MISSING("needs root, to run cprof as nobody against a root-owned target");
 	target = TH_SPAWN("busy", "1", "60");
 	dir = th_tmp_dir("nobody");
 	cr_assert(chmod(dir, 0777) == 0);
@@ -377,7 +377,7 @@ Test(badinput, process_32bit)
 		      (const char *const[]){ "/usr/bin/gcc", "-m32", "-o", bin, "-x", "c", src, NULL });
 	if (r.exit_code != 0) {
 		th_run_release(&r);
-		cr_skip_test("gcc -m32 cannot build here (gcc-multilib missing?)");
+		TH_SKIP_MISSING("gcc -m32 cannot build here (gcc-multilib missing?)");
 	}
 	th_run_release(&r);
 	/* Kernels built without CONFIG_IA32_EMULATION (or booted with
@@ -647,7 +647,7 @@ Test(badinput, thread_id_given_as_pid)
 	int n;
 
 	if (geteuid() != 0)
-		cr_skip_test("threads needs ptrace of the target: run as root");
+		TH_SKIP_MISSING("threads needs ptrace of the target: run as root");
 	n = th_task_list(target, tids, 16);
 	for (int i = 0; i < n && !tid; i++)
 		if (tids[i] != target)

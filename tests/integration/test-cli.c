@@ -252,7 +252,7 @@ Test(cli, bash_completion_offers_commands_and_options)
 	struct th_run r;
 
 	if (access("/bin/bash", X_OK) < 0)
-		cr_skip_test("no /bin/bash");
+		TH_SKIP_MISSING("no /bin/bash");
 	snprintf(script, sizeof(script),
 		 "source '%s/completions/cprof' || exit 1\n"
 		 "t() { COMP_WORDS=(\"$@\"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _cprof;"
@@ -663,7 +663,7 @@ Test(cli, output_rule_of_every_command, .timeout = 600)
 	pid_t target;
 
 	if (geteuid() != 0)
-		cr_skip_test("threads and the agent's commands need ptrace: run as root");
+		TH_SKIP_MISSING("threads and the agent's commands need ptrace: run as root");
 	th_require_perf(false);
 	/* demo's workers contend for its queue and allocate requests. */
 	target = TH_SPAWN("demo", "600");
@@ -699,7 +699,7 @@ Test(cli, output_rule_of_view, .timeout = 120)
 	struct th_run r;
 
 	if (geteuid() != 0)
-		cr_skip_test("threads needs ptrace: run as root");
+		TH_SKIP_MISSING("threads needs ptrace: run as root");
 	TH_CPROF(&r, 30000, "threads", "-p", th_pid_str(target), "-o", profile, "-q");
 	cr_assert_eq(r.exit_code, 0, "%s", r.err);
 	th_run_release(&r);

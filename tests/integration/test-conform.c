@@ -45,7 +45,7 @@ TestSuite(conform, .init = th_init, .fini = th_cleanup, .timeout = 120);
 static void skip_without_ptrace(void)
 {
 	if (geteuid() != 0)
-		cr_skip_test("the agent needs ptrace of the target: run as root");
+		TH_SKIP_MISSING("the agent needs ptrace of the target: run as root");
 }
 
 /* ---- comparing outputs ------------------------------------------------- */
@@ -318,7 +318,7 @@ static void conforms_on(const char *prog, const char *package, const char *kind,
 
 	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, prog);
 	if (access(path, X_OK) != 0)
-		cr_skip_test("%s is not built: %s was not installed when cprof was configured "
+		TH_SKIP_MISSING("%s is not built: %s was not installed when cprof was configured "
 			     "(scripts/setup installs it)", prog, package);
 	conform_prog = prog;
 	conforms(kind, rate);

@@ -83,9 +83,9 @@ static const char *find_tool(const char *name)
 static void require_tools(void)
 {
 	if (geteuid() != 0)
-		cr_skip_test("containers need root (mount namespaces, ptrace): run as root");
+		TH_SKIP_MISSING("containers need root (mount namespaces, ptrace): run as root");
 	if (!find_tool("unshare") || !find_tool("pivot_root") || !find_tool("mount"))
-		cr_skip_test("unshare, pivot_root or mount (util-linux) not installed");
+		TH_SKIP_MISSING("unshare, pivot_root or mount (util-linux) not installed");
 }
 
 /* Skips unless this process may make the namespaces and pivot into @root. */
@@ -270,7 +270,7 @@ static void split_debug(const struct container *c, const char *exe, bool debugli
 	char dir[64], debug[1300], link[1400];
 
 	if (!objcopy || !strip)
-		cr_skip_test("objcopy or strip (binutils) not installed");
+		TH_SKIP_MISSING("objcopy or strip (binutils) not installed");
 	if (debuglink)
 		snprintf(dir, sizeof(dir), "usr/lib/debug/app");
 	else
@@ -338,7 +338,7 @@ static void container_start(struct container *c, unsigned flags)
 	snprintf(host_exe, sizeof(host_exe), "%s/%s", TARGETS_DIR,
 		 c->jeprof ? "jeprofsites-jemalloc" : "demo");
 	if (access(host_exe, X_OK) != 0)
-		cr_skip_test("%s is not built (libjemalloc-dev: scripts/setup)", host_exe);
+		TH_SKIP_MISSING("%s is not built (libjemalloc-dev: scripts/setup)", host_exe);
 	snprintf(exe, sizeof(exe), "%s/app/target", c->root);
 	copy_file(host_exe, exe, 0755);
 	build_id(host_exe, false, c->host_build_id, sizeof(c->host_build_id));

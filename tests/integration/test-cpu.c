@@ -664,7 +664,7 @@ Test(cpu, churn)
 	/* Short threads are sampled only by cpu-wide (or cgroup) events. */
 	th_require_perf(true);
 	if (geteuid() != 0)
-		cr_skip_test("not root: cprof cpu samples per thread, which misses short threads");
+		TH_SKIP_MISSING("not root: cprof cpu samples per thread, which misses short threads");
 	/*
 	 * A new thread every 4.1 ms rather than 4: /proc/stat's tick-based
 	 * accounting, from which the load check reads "other processes", ran

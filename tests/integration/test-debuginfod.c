@@ -152,7 +152,7 @@ static pid_t start_debuginfod(const struct stripped *s, int *ret_port)
 	char port_s[16], db[700], log[700], path[256];
 
 	if (access(DEBUGINFOD, X_OK) < 0)
-		cr_skip_test("%s is not installed (Debian's debuginfod package; scripts/setup)",
+		TH_SKIP_MISSING("%s is not installed (Debian's debuginfod package; scripts/setup)",
 			     DEBUGINFOD);
 	snprintf(path, sizeof(path), "/buildid/%s/debuginfo", s->build_id);
 	for (int attempt = 0; attempt < 3; attempt++) {

@@ -25,7 +25,7 @@ TestSuite(heap_alloc, .init = th_init, .fini = th_cleanup, .timeout = 120);
 static void skip_unless_ready(void)
 {
 	if (geteuid() != 0)
-		cr_skip_test("cprof heap needs ptrace of the target: run as root");
+		TH_SKIP_MISSING("cprof heap needs ptrace of the target: run as root");
 	th_skip_accuracy_when_sanitized();
 }
 
@@ -43,7 +43,7 @@ static void linked(const char *prog, const char *package)
 	skip_unless_ready();
 	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, prog);
 	if (access(path, X_OK) != 0)
-		cr_skip_test("%s is not built: %s was not installed when cprof was configured "
+		TH_SKIP_MISSING("%s is not built: %s was not installed when cprof was configured "
 			     "(scripts/setup installs it)", prog, package);
 	run(TH_SPAWN(prog, "30", report, "256", "4000"), report, prog);
 }
@@ -57,7 +57,7 @@ static void preloaded(const char *lib, const char *package)
 
 	skip_unless_ready();
 	if (access(lib, R_OK) != 0)
-		cr_skip_test("%s is missing: install %s (scripts/setup does)", lib, package);
+		TH_SKIP_MISSING("%s is missing: install %s (scripts/setup does)", lib, package);
 	snprintf(what, sizeof(what), "heapsites with LD_PRELOAD=%s", lib);
 	/* Only the target: it reads its environment once it runs ("ready"). */
 	cr_assert_eq(setenv("LD_PRELOAD", lib, 1), 0);
@@ -109,10 +109,10 @@ static void refused(const char *prog, const char *expect)
 	pid_t pid;
 
 	if (geteuid() != 0)
-		cr_skip_test("cprof heap needs ptrace of the target: run as root");
+		TH_SKIP_MISSING("cprof heap needs ptrace of the target: run as root");
 	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, prog);
 	if (access(path, X_OK) != 0)
-		cr_skip_test("%s is not built: libjemalloc-dev was not installed when cprof was "
+		TH_SKIP_MISSING("%s is not built: libjemalloc-dev was not installed when cprof was "
 			     "configured (scripts/setup installs it)", prog);
 	pid = TH_SPAWN(prog, "20");
 	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "1s", "-o",

@@ -55,7 +55,7 @@ static void skip_unless_built(void)
 
 	snprintf(path, sizeof(path), "%s/%s", TARGETS_DIR, PROG);
 	if (access(path, X_OK) != 0)
-		cr_skip_test("%s is not built: libjemalloc-dev was not installed when cprof was "
+		TH_SKIP_MISSING("%s is not built: libjemalloc-dev was not installed when cprof was "
 			     "configured (scripts/setup installs it)", PROG);
 	cr_assert_eq(setenv("MALLOC_CONF", "prof:true", 1), 0);
 	th_run_cmd_ex(&r, 30000, 0, 0,
@@ -241,7 +241,7 @@ Test(heap_jemalloc, parser_on_real_dump)
 static void skip_unless_root(void)
 {
 	if (geteuid() != 0)
-		cr_skip_test("cprof heap needs ptrace of the target: run as root");
+		TH_SKIP_MISSING("cprof heap needs ptrace of the target: run as root");
 }
 
 /* No dump file is left where the target writes (its /tmp is ours). */
@@ -394,7 +394,7 @@ Test(heap_jemalloc, busy_target_repeated)
 	skip_unless_built();
 	snprintf(path, sizeof(path), "%s/heapsites-jemalloc", TARGETS_DIR);
 	if (access(path, X_OK) != 0)
-		cr_skip_test("heapsites-jemalloc is not built (libjemalloc-dev: scripts/setup)");
+		TH_SKIP_MISSING("heapsites-jemalloc is not built (libjemalloc-dev: scripts/setup)");
 	cr_assert_eq(setenv("MALLOC_CONF", "prof:true,prof_accum:true,lg_prof_sample:16", 1), 0);
 	pid = TH_SPAWN("heapsites-jemalloc", "40", report, "256", "4000");
 	unsetenv("MALLOC_CONF");

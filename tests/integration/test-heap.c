@@ -35,7 +35,7 @@ TestSuite(heap, .init = th_init, .fini = th_cleanup, .timeout = 240);
 static void skip_without_ptrace(void)
 {
 	if (geteuid() != 0)
-		cr_skip_test("cprof heap needs ptrace of the target: run as root");
+		TH_SKIP_MISSING("cprof heap needs ptrace of the target: run as root");
 }
 
 Test(heap, sites_accurate_at_1kib)

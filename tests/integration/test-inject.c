@@ -34,7 +34,7 @@ struct session {
 static void skip_without_ptrace(void)
 {
 	if (geteuid() != 0)
-		cr_skip_test("injection needs ptrace of the target: run as root");
+		TH_SKIP_MISSING("injection needs ptrace of the target: run as root");
 }
 
 /* One cprof run's worth of injection into @pid, as cprof heap does it. */

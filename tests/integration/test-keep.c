@@ -122,7 +122,7 @@ Test(keep, squatter_of_another_user_is_not_trusted)
 	struct th_run r;
 
 	if (geteuid() != 0)
-		cr_skip_test("needs root to bind the name as another user");
+		TH_SKIP_MISSING("needs root to bind the name as another user");
 	memset(garbage + 6, 'x', 64);
 	server = fake_server(target, 65534, garbage, 70, 0);
 	unlink(out);
@@ -227,7 +227,7 @@ Test(keep, slow_client_does_not_stall_the_session)
 	pid_t target;
 
 	if (geteuid() != 0)
-		cr_skip_test("the agent's injection needs ptrace of the target: run as root");
+		TH_SKIP_MISSING("the agent's injection needs ptrace of the target: run as root");
 	target = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
 	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(target), "-d", "300ms", "--keep", "-o",
 		 th_tmp_path("keep.pb.gz"));

@@ -23,7 +23,7 @@ static void require_kernel_frames(void)
 	th_require_perf(false);
 	if (geteuid() != 0 &&
 	    (proc_sysctl_int("kernel/perf_event_paranoid", &paranoid) < 0 || paranoid > 1))
-		cr_skip_test("kernel samples need root or kernel.perf_event_paranoid <= 1 (it is %d)",
+		TH_SKIP_MISSING("kernel samples need root or kernel.perf_event_paranoid <= 1 (it is %d)",
 			     paranoid);
 	r = kallsyms_load(&ks, "/proc/kallsyms");
 	if (r < 0)

@@ -63,7 +63,7 @@ static const struct truth *truth_of(const struct truth *t, size_t n, const char 
 static void skip_without_ptrace(void)
 {
 	if (geteuid() != 0)
-		cr_skip_test("the agent needs ptrace of the target: run as root");
+		TH_SKIP_MISSING("the agent needs ptrace of the target: run as root");
 }
 
 /* Runs `cprof CMD -p PID -d DUR [--rate RATE] -o OUT` and loads OUT. */

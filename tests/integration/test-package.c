@@ -65,7 +65,7 @@ Test(package, deb_unpacks_and_runs, .timeout = 300)
 	pid_t pid;
 
 	if (access("/usr/bin/dpkg-deb", X_OK) < 0 || access("/usr/bin/cpack", X_OK) < 0)
-		cr_skip_test("dpkg-deb or cpack is missing: not a Debian machine with cmake");
+		TH_SKIP_MISSING("dpkg-deb or cpack is missing: not a Debian machine with cmake");
 	dir = th_tmp_dir("package");
 	snprintf(script, sizeof(script), "%s/scripts/package", SOURCE_DIR);
 	deb = run_out((const char *const[]){ script, BUILD_DIR, dir, NULL }, 240000);

@@ -34,7 +34,7 @@ TestSuite(privilege, .init = th_init, .fini = th_cleanup, .timeout = 180);
 static void require_root(void)
 {
 	if (geteuid() != 0)
-		cr_skip_test("needs root, to become nobody (setresuid) in a child");
+		TH_SKIP_MISSING("needs root, to become nobody (setresuid) in a child");
 }
 
 /* A kernel setting from /proc/sys, or @dflt when it is not there. */

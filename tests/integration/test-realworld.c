@@ -91,7 +91,7 @@ static char *need(const char *prog, const char *package)
 	if (!path && access(prog, X_OK) == 0)
 		path = strdup(prog);
 	if (!path)
-		cr_skip_test("%s is not installed: apt-get install %s (scripts/setup)", prog,
+		TH_SKIP_MISSING("%s is not installed: apt-get install %s (scripts/setup)", prog,
 			     package);
 	return path;
 }

@@ -34,7 +34,7 @@ static char *rustc_or_skip(void)
 	struct th_run r;
 
 	if (!rustc)
-		cr_skip_test("rustc is not installed (Debian package rustc; scripts/setup "
+		TH_SKIP_MISSING("rustc is not installed (Debian package rustc; scripts/setup "
 			     "installs it): no Rust target to profile");
 	th_run_cmd_ex(&r, 30000, 0, 0, (const char *const[]){ rustc, "--version", NULL });
 	cr_log_info("%s: %s", rustc, r.out);

@@ -25,7 +25,7 @@ TestSuite(session, .init = th_init, .fini = th_cleanup, .timeout = 120);
 static void skip_without_ptrace(void)
 {
 	if (geteuid() != 0)
-		cr_skip_test("the agent's injection needs ptrace of the target: run as root");
+		TH_SKIP_MISSING("the agent's injection needs ptrace of the target: run as root");
 }
 
 static struct agent_session_opts heap_opts(uint64_t rate)
@@ -203,7 +203,7 @@ Test(session, agent_find_trusts_only_what_root_alone_can_change)
 	int r;
 
 	if (geteuid() != 0)
-		cr_skip_test("the root-only rule applies to root");
+		TH_SKIP_MISSING("the root-only rule applies to root");
 	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", CPROF_AGENT_PATH, copy);
 	cr_assert_eq(system(cmd), 0);
 	cr_assert_eq(setenv("CPROF_AGENT", copy, 1), 0);

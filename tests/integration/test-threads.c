@@ -1071,7 +1071,7 @@ Test(threads, already_traced_by_strace)
 	long held = 0;
 
 	if (access(strace, X_OK) != 0)
-		cr_skip_test("strace is not installed");
+		TH_SKIP_MISSING("strace is not installed");
 	target_start(&t, 8);
 	snprintf(pid, sizeof(pid), "%d", (int)t.pid);
 	argv[2] = pid;

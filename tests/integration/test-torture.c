@@ -1606,7 +1606,7 @@ static void preflight(struct trial_ctx *c, struct target *t)
 	if (c->st.cmd == CMD_CPU)
 		th_require_perf(false);
 	if (agent_command(c->st.cmd) && geteuid() != 0)
-		cr_skip_test("cprof %s loads its agent with ptrace: run as root",
+		TH_SKIP_MISSING("cprof %s loads its agent with ptrace: run as root",
 			     command_names[c->st.cmd]);
 	command_args(c, t, args);
 	prepare_output(c->st.cmd, c->dir);
@@ -1617,7 +1617,7 @@ static void preflight(struct trial_ctx *c, struct target *t)
 	sweep_dir(c->dir, &r, c->st.cmd, false, &c->st.litter, stray, sizeof(stray));
 	if (code == 3) {
 		target_end(t, 0);
-		cr_skip_test("cprof %s is not permitted here (exit 3): %s", command_names[c->st.cmd],
+		TH_SKIP_MISSING("cprof %s is not permitted here (exit 3): %s", command_names[c->st.cmd],
 			     err);
 	}
 	cr_assert_eq(code, 0, "cprof %s without a fault: exit %d; stderr:\n%s",

@@ -158,7 +158,7 @@ static void go_profiles(char **ret_cpu, char **ret_heap)
 	th_run_cmd_ex(&r, 300000, 0, 0,
 		      (const char *const[]){ "/usr/bin/env", "go", "build", "-o", bin, src, NULL });
 	if (r.exit_code == 127)
-		cr_skip_test("go is not installed (Debian's golang-go): no Go-written profiles");
+		TH_SKIP_MISSING("go is not installed (Debian's golang-go): no Go-written profiles");
 	cr_assert_eq(r.exit_code, 0, "go build: %s%s", r.out, r.err);
 	th_run_release(&r);
 	th_run_cmd_ex(&r, 60000, 0, 0, (const char *const[]){ bin, cpu, heap, NULL });
@@ -294,7 +294,7 @@ static struct png_stat png_stat(const char *png)
 	th_run_cmd_ex(&r, 120000, 0, 0,
 		      (const char *const[]){ "/usr/bin/env", "python3", "-c", png_stats, png, NULL });
 	if (r.exit_code == 127)
-		cr_skip_test("python3 is not installed: cannot decode the screenshot");
+		TH_SKIP_MISSING("python3 is not installed: cannot decode the screenshot");
 	cr_assert_eq(r.exit_code, 0, "decoding %s: %s", png, r.err);
 	cr_assert_eq(sscanf(r.out, "%d %d %d %d %d", &s.w, &s.h, &s.colours, &s.flame,
 			    &s.magenta), 5, "%s", r.out);
@@ -321,7 +321,7 @@ static void screenshot(const char *url, const char *png)
 	struct th_run r;
 
 	if (!chromium)
-		cr_skip_test("chromium is not installed (scripts/setup installs it): the flame "
+		TH_SKIP_MISSING("chromium is not installed (scripts/setup installs it): the flame "
 			     "graph is not opened in a browser");
 	cr_assert(asprintf(&shot, "--screenshot=%s", png) > 0);
 	cr_assert(asprintf(&profile_dir, "--user-data-dir=%s", th_tmp_dir("chromium")) > 0);
@@ -349,7 +349,7 @@ Test(view, demo_flame_graph_in_chromium, .timeout = 300)
 
 	th_require_perf(false);
 	if (!chromium_path())
-		cr_skip_test("chromium is not installed (scripts/setup installs it): the flame "
+		TH_SKIP_MISSING("chromium is not installed (scripts/setup installs it): the flame "
 			     "graph is not opened in a browser");
 	mkdir(SHOT_DIR, 0755);
 	dir = realpath(SHOT_DIR, NULL);
@@ -517,7 +517,7 @@ Test(view, threads_and_heap_views, .timeout = 120)
 	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--rate", "64KiB",
 		 "--index", "alloc_space", "-o", svg, "--top", "3");
 	if (r.exit_code == 3)
-		cr_skip_test("no permission to load the agent: %s", r.err);
+		TH_SKIP_MISSING("no permission to load the agent: %s", r.err);
 	cr_assert_eq(r.exit_code, 0, "%s", r.err);
 	cr_expect(strstr(r.err, "Type: alloc_space") && strstr(r.err, "Showing top 3 nodes"),
 		  "--top 3 on stderr: %s", r.err);
@@ -726,7 +726,7 @@ static void wallmix_profile(const char *pb, const char *report)
 	TH_CPROF(&r, 60000, "wall", "-p", th_pid_str(pid), "-d", "1s", "-o", pb, "-q");
 	th_kill(pid);
 	if (r.exit_code == 3)
-		cr_skip_test("cprof wall is refused here: %s", r.err);
+		TH_SKIP_MISSING("cprof wall is refused here: %s", r.err);
 	cr_assert_eq(r.exit_code, 0, "%s", r.err);
 	th_run_release(&r);
 }

@@ -182,7 +182,7 @@ static void free_lines(char **lines)
 static void require_program(const char *path, const char *package)
 {
 	if (access(path, X_OK) != 0)
-		cr_skip_test("%s is not installed (Debian package %s; scripts/setup installs it)",
+		TH_SKIP_MISSING("%s is not installed (Debian package %s; scripts/setup installs it)",
 			     path, package);
 }
 
@@ -289,7 +289,7 @@ Test(demangle, cxx_as_libstdcxx_prints_its_own_names)
 	char *line, *save = NULL;
 
 	if (!h)
-		cr_skip_test("libstdc++.so.6 is not installed");
+		TH_SKIP_MISSING("libstdc++.so.6 is not installed");
 	require_program("/usr/bin/nm", "binutils");
 	cxa = (cxa_demangle_fn)dlsym(h, "__cxa_demangle");
 	cr_assert_not_null(cxa);

@@ -16,6 +16,7 @@
 #include "pprof/pprof-private.h"
 #include "pprof/pprof.h"
 #include "profile.pb-c.h"
+#include "testhelp.h"
 
 /*
  * Two sample types, two mappings (one with a build id and every has_* flag),
@@ -695,7 +696,7 @@ Test(pprof, go_tool_pprof_reads_it)
 	char *out, *inl, *outer;
 
 	if (system("command -v go >/dev/null 2>&1") != 0)
-		cr_skip_test("go not installed: cannot check with go tool pprof");
+		TH_SKIP_MISSING("go not installed: cannot check with go tool pprof");
 	p = rich_profile();
 	write_profile(p, dir, path, sizeof(path));
 
@@ -802,7 +803,7 @@ Test(pprof, decodes_what_go_tool_pprof_writes)
 	size_t len;
 
 	if (system("command -v go >/dev/null 2>&1") != 0)
-		cr_skip_test("go not installed: cannot check with go tool pprof");
+		TH_SKIP_MISSING("go not installed: cannot check with go tool pprof");
 	p = rich_profile();
 	write_profile(p, dir, path, sizeof(path));
 	snprintf(args, sizeof(args), "-proto -symbolize=none -output %s.go %s", path, path);

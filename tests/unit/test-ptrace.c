@@ -17,6 +17,7 @@
 #include "ptrace/ptrace.h"
 #include "target/target.h"
 #include "util/util.h"
+#include "testhelp.h"
 
 #define NTHREADS 8
 
@@ -109,7 +110,7 @@ static void skip_unless_ptrace(void)
 
 	if (r == -EPERM) {
 		stop_child();
-		cr_skip_test("ptrace not permitted here (yama ptrace_scope or no CAP_SYS_PTRACE)");
+		TH_SKIP_MISSING("ptrace not permitted here (yama ptrace_scope or no CAP_SYS_PTRACE)");
 	}
 	cr_assert_eq(r, 0, "snapshot: %s", strerror(-r));
 	ptrace_snapshot_release(&s);
@@ -285,7 +286,7 @@ Test(ptrace, already_traced_is_refused)
 		kill(victim, SIGKILL);
 		waitpid(victim, NULL, 0);
 		waitpid(tracer, NULL, 0);
-		cr_skip_test("cannot ptrace here");
+		TH_SKIP_MISSING("cannot ptrace here");
 	}
 	cr_assert_eq(ptrace_snapshot_take(&s, victim, &o), -EPERM);
 	kill(tracer, SIGKILL);

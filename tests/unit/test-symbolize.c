@@ -22,6 +22,7 @@
 #include "symbolize/symbolize-private.h"
 #include "symbolize/symbolize.h"
 #include "util/util.h"
+#include "testhelp.h"
 
 /* The address of this very instruction. */
 #define HERE(pc) __asm__ volatile("1: leaq 1b(%%rip), %0" : "=r"(pc))
@@ -306,7 +307,7 @@ Test(symbolize, cxx_names_are_demangled)
 	void *f;
 
 	if (!h)
-		cr_skip_test("libstdc++.so.6 is not installed");
+		TH_SKIP_MISSING("libstdc++.so.6 is not installed");
 	d = demangle("_ZN3foo3barEi");
 	cr_assert_not_null(d);
 	cr_assert_str_eq(d, "foo::bar(int)");
@@ -388,7 +389,7 @@ Test(symbolize, refresh_finds_dlopened_modules)
 		cr_skip_test("libthread_db.so.1 is loaded already");
 	h = dlopen("libthread_db.so.1", RTLD_LAZY);
 	if (!h)
-		cr_skip_test("no libthread_db.so.1");
+		TH_SKIP_MISSING("no libthread_db.so.1");
 	addr = (uint64_t)(uintptr_t)dlsym(h, "td_init");
 	cr_assert_neq(addr, 0);
 
@@ -531,31 +532,4 @@ Test(symbolize, fill_profile)
 	cr_assert_eq(p->nmappings, nmappings);
 	cr_assert_eq(location(p, id_q2)->mapping_id, location(p, id_q)->mapping_id);
 	profile_free(p);
-}
-
-Test(symbolize, cost_per_lookup)
-{
-	enum { N = 2000 };
-	uint64_t q = libc_function("qsort"), t0, cold, warm, mod;
-	struct symbol_info si;
-	int rounds = 50;
-
-	/* The first lookup in a module builds its symbol table. */
-	t0 = now_monotonic_ns();
-	cr_assert_eq(symbolizer_lookup(sym, q - 64, &si), 0);
-	mod = now_monotonic_ns() - t0;
-	t0 = now_monotonic_ns();
-	for (uint64_t i = 0; i < N; i++)
-		cr_assert_eq(symbolizer_lookup(sym, q + 16 * i, &si), 0);
-	cold = now_monotonic_ns() - t0;
-	t0 = now_monotonic_ns();
-	for (int r = 0; r < rounds; r++)
-		for (uint64_t i = 0; i < N; i++)
-			cr_assert_eq(symbolizer_lookup(sym, q + 16 * i, &si), 0);
-	warm = now_monotonic_ns() - t0;
-	fprintf(stderr,
-		"symbolize: libc module set-up %.1f ms (symbols%s), first lookup %.1f us, "
-		"cached lookup %.0f ns\n",
-		mod / 1e6, si.module->has_lines ? " + DWARF" : "", cold / 1e3 / N,
-		(double)warm / rounds / N);
 }

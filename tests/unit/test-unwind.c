@@ -17,6 +17,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "capture-regs.h"
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
 #include "util/util.h"
@@ -31,33 +32,6 @@ struct capture {
 	int nbt;
 	uint64_t stack_top;
 };
-
-/* The order of enum unwind_reg; rip is the address of the lea itself. */
-#define CAPTURE_REGS(r)                                                                  \
-	__asm__ volatile("movq %%rax, 0(%0)\n\t"                                          \
-			 "movq %%rdx, 8(%0)\n\t"                                          \
-			 "movq %%rcx, 16(%0)\n\t"                                         \
-			 "movq %%rbx, 24(%0)\n\t"                                         \
-			 "movq %%rsi, 32(%0)\n\t"                                         \
-			 "movq %%rdi, 40(%0)\n\t"                                         \
-			 "movq %%rbp, 48(%0)\n\t"                                         \
-			 "movq %%rsp, 56(%0)\n\t"                                         \
-			 "movq %%r8, 64(%0)\n\t"                                          \
-			 "movq %%r9, 72(%0)\n\t"                                          \
-			 "movq %%r10, 80(%0)\n\t"                                         \
-			 "movq %%r11, 88(%0)\n\t"                                         \
-			 "movq %%r12, 96(%0)\n\t"                                         \
-			 "movq %%r13, 104(%0)\n\t"                                        \
-			 "movq %%r14, 112(%0)\n\t"                                        \
-			 "movq %%r15, 120(%0)\n\t"                                        \
-			 "1: leaq 1b(%%rip), %%rax\n\t"                                   \
-			 "movq %%rax, 128(%0)\n\t"                                        \
-			 :                                                                \
-			 : "r"(r)                                                         \
-			 : "rax", "memory")
-
-/* Keeps the compiler from turning a call into a tail jump. */
-#define NO_TAIL() __asm__ volatile("" ::: "memory")
 
 static uint64_t stack_top(void)
 {
@@ -543,28 +517,4 @@ Test(unwind, one_unwinder_per_dwfl)
 
 	cr_assert_eq(unwinder_new(&other, symbolizer_dwfl(sym), getpid()), -EBUSY);
 	cr_assert_null(other);
-}
-
-static void measure(enum scenario sc, const char *what)
-{
-	uint64_t pcs[MAX_FRAMES], t0, dt;
-	int n, rounds = 20000;
-
-	capture_on_thread(sc);
-	/* Warm: CFI tables parsed, FDEs cached. */
-	n = unwinder_unwind(unw, &cap.in, pcs, MAX_FRAMES);
-	t0 = now_monotonic_ns();
-	for (int i = 0; i < rounds; i++)
-		cr_assert_eq(unwinder_unwind(unw, &cap.in, pcs, MAX_FRAMES), n);
-	dt = now_monotonic_ns() - t0;
-	fprintf(stderr, "unwind %s: %d frames, %.2f us per stack (%.0f ns per frame)\n", what,
-		n, dt / 1e3 / rounds, (double)dt / rounds / n);
-	free(cap.stack);
-	cap.stack = NULL;
-}
-
-Test(unwind, cost_per_unwind)
-{
-	measure(NESTED, "nested calls");
-	measure(QSORT, "through qsort");
 }

@@ -12,6 +12,7 @@
 
 #include "perf/perf.h"
 #include "util/util.h"
+#include "testhelp.h"
 
 static pid_t child;
 
@@ -115,7 +116,7 @@ static void run_scope(enum perf_scope scope)
 	r = perf_session_open(&s, &o);
 	if (r == -EACCES || r == -EPERM) {
 		stop_child();
-		cr_skip_test("perf_event_open not permitted here (%s)", strerror(-r));
+		TH_SKIP_MISSING("perf_event_open not permitted here (%s)", strerror(-r));
 	}
 	cr_assert_eq(r, 0, "perf_session_open: %s", strerror(-r));
 	cr_assert_eq(perf_session_enable(s), 0);
