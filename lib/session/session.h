@@ -125,6 +125,36 @@ struct window_opts {
 	void *arg;
 };
 
+/* A window in steps, for a caller that drives several profilers in one
+ * loop: begin, poll until it says the window is over, end. */
+struct agent_window {
+	struct channel *ch;
+	pid_t pid;
+	struct window_opts o;
+	const struct channel_handlers *h;
+	uint64_t start, next_progress, next_live;
+	bool over;
+	struct window_result res;
+};
+
+/* The window starts now (@ch NULL: an empty window, over at once). */
+void agent_window_begin(struct agent_window *w, struct channel *ch, pid_t pid,
+			const struct window_opts *o, const struct channel_handlers *h);
+
+/*
+ * Keeps the heartbeat and drains for up to @timeout_ms (0: one tick): 0
+ * while the window goes on, 1 once it is over (its duration, a cancel, the
+ * target's exit: see @w->res), or a handler's -errno.
+ */
+int agent_window_poll(struct agent_window *w, int timeout_ms);
+
+/*
+ * Ends the window (over, or cut short by the caller): the last live
+ * snapshot, the detach unless @w->o.keep, the last drain; @w->res says how
+ * it went. 0 or a handler's -errno.
+ */
+int agent_window_end(struct agent_window *w);
+
 /*
  * Runs the window on @ch (NULL: a session never opened, an empty window)
  * for @o->duration_ns: heartbeat, drains into @h, the live set's snapshots

@@ -92,72 +92,124 @@ int agent_window_live(struct channel *ch, const struct channel_handlers *h,
 	return live_wait(ch, h, res, pid);
 }
 
-int agent_window_run(struct channel *ch, pid_t pid, const struct window_opts *o,
-		     const struct channel_handlers *h, struct window_result *res)
+void agent_window_begin(struct agent_window *w, struct channel *ch, pid_t pid,
+			const struct window_opts *o, const struct channel_handlers *h)
 {
-	uint64_t start = now_monotonic_ns(), next_progress = start, next_live = start;
-	uint64_t duration_ns = o->duration_ns;
-	bool detach = !o->keep;
+	memset(w, 0, sizeof(*w));
+	w->ch = ch;
+	w->pid = pid;
+	w->o = *o;
+	w->h = h;
+	w->start = w->next_progress = w->next_live = now_monotonic_ns();
+	w->res.start_realtime_ns = realtime_ns();
+	if (!ch) { /* cancelled before the agent was loaded */
+		w->res.interrupted = true;
+		w->res.detached = true; /* nothing was hooked */
+		w->over = true;
+	}
+}
+
+/* One tick: true when the window is over. */
+static int tick(struct agent_window *w, uint64_t now)
+{
+	struct window_result *res = &w->res;
+	uint64_t elapsed = now - w->start;
 	int r;
 
-	memset(res, 0, sizeof(*res));
-	res->start_realtime_ns = realtime_ns();
-	if (!ch) { /* cancelled before the agent was loaded */
+	channel_heartbeat(w->ch);
+	r = drain(w->ch, w->h, res);
+	if (r < 0)
+		return r;
+	if (w->o.cancelled && w->o.cancelled())
 		res->interrupted = true;
-		res->detached = true; /* nothing was hooked */
-		return 0;
+	else if (!target_alive(w->pid))
+		res->target_exited = true;
+	if (res->interrupted || res->target_exited || elapsed >= w->o.duration_ns)
+		return 1;
+	if (w->h->live)
+		ask_live(w->ch, res, w->o.duration_ns - elapsed, now, &w->next_live);
+	if (w->o.progress && now >= w->next_progress) {
+		w->o.progress(w->o.arg, elapsed, res->records);
+		w->next_progress = now + 1000000000ULL;
 	}
-	for (;;) {
-		uint64_t now = now_monotonic_ns();
-		struct timespec nap;
+	return 0;
+}
 
-		channel_heartbeat(ch);
-		r = drain(ch, h, res);
+int agent_window_poll(struct agent_window *w, int timeout_ms)
+{
+	uint64_t until = now_monotonic_ns() + (uint64_t)MAX(timeout_ms, 0) * 1000000ULL;
+
+	while (!w->over) {
+		uint64_t now = now_monotonic_ns(), left = w->start + w->o.duration_ns - now;
+		struct timespec nap = { 0, 0 };
+		int r = tick(w, now);
+
 		if (r < 0)
 			return r;
-		if (o->cancelled && o->cancelled()) {
-			res->interrupted = true;
+		if (r > 0) {
+			w->over = true;
+			w->res.window_ns = now_monotonic_ns() - w->start;
 			break;
 		}
-		if (!target_alive(pid)) {
-			res->target_exited = true;
-			break;
-		}
-		if (now - start >= duration_ns)
-			break;
-		if (h->live)
-			ask_live(ch, res, duration_ns - (now - start), now, &next_live);
-		if (o->progress && now >= next_progress) {
-			o->progress(o->arg, now - start, res->records);
-			next_progress = now + 1000000000ULL;
-		}
-		nap.tv_sec = 0;
-		nap.tv_nsec = (long)MIN(TICK_NS, duration_ns - (now - start));
+		if (now >= until)
+			return 0;
+		nap.tv_nsec = (long)MIN(MIN(TICK_NS, left), until - now);
 		nanosleep(&nap, NULL);
 	}
-	res->window_ns = now_monotonic_ns() - start;
+	return 1;
+}
+
+int agent_window_end(struct agent_window *w)
+{
+	struct window_result *res = &w->res;
+	bool detach = !w->o.keep;
+	int r;
+
+	if (!w->ch)
+		return 0;
+	if (!w->over) { /* ended early by the caller */
+		w->over = true;
+		res->window_ns = now_monotonic_ns() - w->start;
+	}
 	/* The last snapshot asked for, else a first one. */
-	if (h->live && !res->target_exited) {
-		if (channel_live_pending(ch) || res->live_error || channel_live_taken(ch))
-			r = live_wait(ch, h, res, pid);
+	if (w->h->live && !res->target_exited) {
+		if (channel_live_pending(w->ch) || res->live_error || channel_live_taken(w->ch))
+			r = live_wait(w->ch, w->h, res, w->pid);
 		else
-			r = agent_window_live(ch, h, res, pid);
+			r = agent_window_live(w->ch, w->h, res, w->pid);
 		if (r < 0)
 			return r;
 	}
 	if (detach && !res->target_exited) {
-		r = channel_command(ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED, DETACH_TIMEOUT_MS);
+		r = channel_command(w->ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED,
+				    DETACH_TIMEOUT_MS);
 		res->detached = r == 0;
 		if (r == -ESRCH)
 			res->target_exited = true;
 	}
 	/* Whatever was published before the hooks went. */
-	r = drain(ch, h, res);
-	channel_counters(ch, &res->counters);
+	r = drain(w->ch, w->h, res);
+	channel_counters(w->ch, &res->counters);
 	if (detach && res->detached)
-		channel_give_back(ch);
+		channel_give_back(w->ch);
 	else if (!detach)
 		res->detached = true; /* not asked: the session goes on */
+	return r;
+}
+
+int agent_window_run(struct channel *ch, pid_t pid, const struct window_opts *o,
+		     const struct channel_handlers *h, struct window_result *res)
+{
+	struct agent_window w;
+	int r;
+
+	agent_window_begin(&w, ch, pid, o, h);
+	do
+		r = agent_window_poll(&w, 1000);
+	while (r == 0);
+	if (r > 0)
+		r = agent_window_end(&w);
+	*res = w.res;
 	return r;
 }
 

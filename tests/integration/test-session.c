@@ -105,6 +105,48 @@ Test(session, window_collects_and_detaches)
 	th_kill(pid);
 }
 
+/*
+ * The same window driven in steps, as a loop over several profilers does:
+ * short polls, and ended by the caller long before its duration. The agent
+ * detaches all the same, and what was drained is kept.
+ */
+Test(session, window_in_steps_ends_when_the_caller_says)
+{
+	struct agent_session_opts o = heap_opts(64 << 10);
+	struct counts c = { 0 };
+	struct channel_handlers h = { .alloc = count_alloc, .free = count_free, .arg = &c };
+	struct window_opts wo = { .duration_ns = 60000000000ULL };
+	struct agent_session s;
+	struct agent_window w;
+	unsigned polls = 0;
+	uint64_t t0;
+	pid_t pid;
+	int r;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	cr_assert_eq(agent_session_prepare(&s, pid), 0);
+	r = agent_session_open(&s, &o);
+	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s.failed, s.rep.why);
+	agent_window_begin(&w, s.ch, pid, &wo, &h);
+	t0 = th_now_ns();
+	while (th_now_ns() - t0 < 800000000ULL) {
+		cr_assert_eq(agent_window_poll(&w, 50), 0, "the window ended by itself");
+		polls++;
+	}
+	cr_assert_eq(agent_window_end(&w), 0);
+	cr_log_info("measured: %u polls of 50 ms, %llu records", polls,
+		    (unsigned long long)w.res.records);
+	cr_assert_geq(polls, 4, "polls of 50 ms took far longer (%u in 0.8 s)", polls);
+	cr_assert_gt(c.allocs, 0);
+	cr_assert_eq(w.res.records, c.allocs + c.frees);
+	cr_assert_lt(w.res.window_ns, wo.duration_ns);
+	cr_assert(w.res.detached && !w.res.interrupted && !w.res.target_exited);
+	agent_session_release(&s);
+	th_assert_let_go(pid, false, "after a window ended by its caller");
+	th_kill(pid);
+}
+
 static bool cancel_at_once(void)
 {
 	return true;
