@@ -54,19 +54,26 @@ static struct agent_session_opts session_opts(const char *agent)
 	};
 }
 
-static int inject_error(int r, const struct target *t, const struct agent_session *al,
-			const struct agent_session_opts *so)
+/*
+ * Says why the session at @al->failed's step did not open, and returns its
+ * exit code: the target's state or another tracer is the target's
+ * (EXIT_TARGET), ptrace's refusal a permission (EXIT_PERMISSION).
+ */
+static int session_error(int r, const struct target *t, const struct agent_session *al,
+			 const struct agent_session_opts *so)
 {
-	struct inject_opts io = { .pick_timeout_ms = so->pick_timeout_ms,
-				  .call_timeout_ms = so->call_timeout_ms };
 	char text[2048];
 
 	/* ptrace refuses a process on its way out with EPERM, not ESRCH: a
 	 * target killed during the injection is gone, not forbidden. */
 	if ((r == -EPERM || r == -EACCES) && !target_alive(t->pid))
 		r = -ESRCH;
-	inject_strerror(r, t->pid, t->comm, &io, &al->rep, text, sizeof(text));
+	agent_session_strerror(al, so, r, t->comm, text, sizeof(text));
 	report_error_text(NULL, text);
+	if (al->failed == AGENT_SESSION_CLAIM)
+		return r == -EBUSY || r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+	if (al->failed != AGENT_SESSION_INJECT)
+		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
 	switch (r) {
 	case -EPERM:
 		return EXIT_PERMISSION;
@@ -132,9 +139,9 @@ static int agent_prepare(struct agent_session *al, const struct target *t, char 
 	}
 	r = agent_session_prepare(al, t->pid);
 	if (r < 0) {
-		report_error("cannot read the modules of pid %d (%s): %s", t->pid, t->comm,
-			     strerror(-r));
-		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+		struct agent_session_opts so = session_opts(agent);
+
+		return session_error(r, t, al, &so);
 	}
 	return 0;
 }
@@ -163,27 +170,7 @@ int agent_call(struct agent_session *al, const struct target *t, const char *fun
 		*ret = r;
 		return 0;
 	}
-	return r < 0 ? inject_error(r, t, al, &o) : 0;
-}
-
-static int claim_error(int r, const struct target *t, const struct agent_session *al)
-{
-	if (r == -EBUSY) {
-		report_error("pid %d (%s) is being profiled by cprof pid %d (%s): its agent serves "
-			     "one session at a time", t->pid, t->comm, al->holder.pid,
-			     al->holder.command[0] ? al->holder.command : "?");
-		report_hint("wait for that cprof to end, then run this one; cpu, wall and threads "
-			    "need no agent and may run beside it");
-		return EXIT_TARGET;
-	}
-	if (r == -ESRCH) {
-		report_error("pid %d (%s) exited before the agent was loaded", t->pid, t->comm);
-		return EXIT_TARGET;
-	}
-	report_error("cannot claim pid %d (%s) for a session of the agent: %s", t->pid, t->comm,
-		     strerror(-r));
-	report_hint("cprof keeps a lock file per target in /run/lock (else /tmp)");
-	return EXIT_FAIL;
+	return r < 0 ? session_error(r, t, al, &o) : 0;
 }
 
 int agent_load(struct agent_session *al, const struct target *t, uint32_t events, uint64_t rate)
@@ -210,16 +197,7 @@ int agent_load(struct agent_session *al, const struct target *t, uint32_t events
 			    "pid %d was left as it was", t->pid);
 		return 0;
 	}
-	if (r < 0 && al->failed == AGENT_SESSION_CLAIM)
-		return claim_error(r, t, al);
-	if (r < 0 && al->failed == AGENT_SESSION_INJECT)
-		return inject_error(r, t, al, &o);
-	if (al->rep.placed)
+	if (al->rep.placed && (r == 0 || al->failed == AGENT_SESSION_CHANNEL))
 		note_placed(t, al);
-	if (r < 0) {
-		report_error("cannot open the agent's channel in pid %d: %s", t->pid,
-			     strerror(-r));
-		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
-	}
-	return 0;
+	return r < 0 ? session_error(r, t, al, &o) : 0;
 }

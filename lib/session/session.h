@@ -8,6 +8,7 @@
  *
  *   find.c    where the agent is, and whether root may load it
  *   open.c    modules, claim, injection, channel; a call of the agent
+ *   strerror.c  what a failure at each step means, and what to do
  *   window.c  the window: heartbeat, drains, snapshots, detach
  *
  * Nothing here prints or reads cprof's signals: a cancel callback where a
@@ -96,6 +97,16 @@ int agent_session_open(struct agent_session *s, const struct agent_session_opts 
  */
 int agent_session_call(struct agent_session *s, const struct agent_session_opts *o,
 		       const char *function, const char *string, int *ret);
+
+/*
+ * What @err of agent_session_prepare(), _open() or _call() means for the
+ * target (@comm), at the step @s->failed says, and what to do: a line, then
+ * "hint: " lines (inject_strerror() for the injection's). A process on its
+ * way out makes ptrace say EPERM: the caller checks target_alive() and
+ * passes -ESRCH for it.
+ */
+void agent_session_strerror(const struct agent_session *s, const struct agent_session_opts *o,
+			    int err, const char *comm, char *buf, size_t size);
 
 /* Closes the channel (the agent detaches by itself if the window did not
  * end the session), drops the claim, frees the modules. A zeroed @s is

@@ -38,6 +38,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "capture-regs.h"
 #include "fuzz.h"
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
@@ -181,30 +182,6 @@ static uint64_t encode_word(uint64_t w, uint64_t sp, uint64_t n)
 	return w;
 }
 
-/* The order of enum unwind_reg; rip is the address of the lea itself. */
-#define CAPTURE_REGS(r)                                                                  \
-	__asm__ volatile("movq %%rax, 0(%0)\n\t"                                          \
-			 "movq %%rdx, 8(%0)\n\t"                                          \
-			 "movq %%rcx, 16(%0)\n\t"                                         \
-			 "movq %%rbx, 24(%0)\n\t"                                         \
-			 "movq %%rsi, 32(%0)\n\t"                                         \
-			 "movq %%rdi, 40(%0)\n\t"                                         \
-			 "movq %%rbp, 48(%0)\n\t"                                         \
-			 "movq %%rsp, 56(%0)\n\t"                                         \
-			 "movq %%r8, 64(%0)\n\t"                                          \
-			 "movq %%r9, 72(%0)\n\t"                                          \
-			 "movq %%r10, 80(%0)\n\t"                                         \
-			 "movq %%r11, 88(%0)\n\t"                                         \
-			 "movq %%r12, 96(%0)\n\t"                                         \
-			 "movq %%r13, 104(%0)\n\t"                                        \
-			 "movq %%r14, 112(%0)\n\t"                                        \
-			 "movq %%r15, 120(%0)\n\t"                                        \
-			 "1: leaq 1b(%%rip), %%rax\n\t"                                   \
-			 "movq %%rax, 128(%0)\n\t"                                        \
-			 :                                                                \
-			 : "r"(r)                                                         \
-			 : "rax", "memory")
-#define NO_TAIL() __asm__ volatile("" ::: "memory")
 
 static const char *seed_dir;
 static int seed_count;
