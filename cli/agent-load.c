@@ -10,11 +10,7 @@
 #include "report.h"
 #include "util/util.h"
 
-#define PICK_TIMEOUT_MS 5000
-#define CALL_TIMEOUT_MS 10000
 #define LOOKING_NOTE_NS (500ULL * 1000 * 1000)
-/* ~10,000 heap records between two drains. */
-#define AGENT_RING_SIZE (16u << 20)
 
 #ifndef CPROF_AGENT_REL
 #define CPROF_AGENT_REL "../lib/cprof/cprof-agent.so"
@@ -39,16 +35,16 @@ static void looking(const struct inject_report *rep, uint64_t elapsed_ns)
 	report_note("waiting for a moment when a thread may load the agent (%u %s in %.1f s, "
 		    "the last refused because %s); giving up after %d s",
 		    rep->tried, plural(rep->tried, "look", "looks"), (double)elapsed_ns / 1e9,
-		    rep->why[0] ? rep->why : "?", PICK_TIMEOUT_MS / 1000);
+		    rep->why[0] ? rep->why : "?", AGENT_SESSION_PICK_TIMEOUT_MS / 1000);
 }
 
 static struct agent_session_opts session_opts(const char *agent)
 {
 	return (struct agent_session_opts){
 		.agent_path = agent,
-		.ring_size = AGENT_RING_SIZE,
-		.pick_timeout_ms = PICK_TIMEOUT_MS,
-		.call_timeout_ms = CALL_TIMEOUT_MS,
+		.ring_size = AGENT_SESSION_RING_SIZE,
+		.pick_timeout_ms = AGENT_SESSION_PICK_TIMEOUT_MS,
+		.call_timeout_ms = AGENT_SESSION_CALL_TIMEOUT_MS,
 		.cancelled = interrupt_requested,
 		.looking = looking,
 	};

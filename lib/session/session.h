@@ -9,6 +9,7 @@
  *   find.c    where the agent is, and whether root may load it
  *   open.c    modules, claim, injection, channel; a call of the agent
  *   strerror.c  what a failure at each step means, and what to do
+ *   profiler.c  the four kinds as profiler objects (profiler.h)
  *   window.c  the window: heartbeat, drains, snapshots, detach
  *
  * Nothing here prints or reads cprof's signals: a cancel callback where a
@@ -48,6 +49,12 @@ enum agent_session_step {
 	AGENT_SESSION_INJECT,      /* lib/inject/: @rep, inject_strerror() */
 	AGENT_SESSION_CHANNEL,     /* opening the agent's channel */
 };
+
+/* What commands ask for: a ring of ~10,000 heap records between two
+ * drains; looking for a safe thread, and the call, bounded. */
+#define AGENT_SESSION_RING_SIZE (16u << 20)
+#define AGENT_SESSION_PICK_TIMEOUT_MS 5000
+#define AGENT_SESSION_CALL_TIMEOUT_MS 10000
 
 struct agent_session_opts {
 	const char *agent_path;    /* agent_find()'s */

@@ -16,9 +16,12 @@
 #include <unistd.h>
 
 #include "agent/wire.h"
+#include "cpu/cpu-profiler.h"
+#include "session/profiler.h"
 #include "session/session.h"
 #include "testhelp.h"
 #include "util/util.h"
+#include "wall/wall-profiler.h"
 
 TestSuite(session, .init = th_init, .fini = th_cleanup, .timeout = 120);
 
@@ -262,4 +265,193 @@ Test(session, agent_find_trusts_only_what_root_alone_can_change)
 	unsetenv("CPROF_AGENT");
 	/* The build tree's own agent: root-owned unless the tree is not. */
 	cr_assert(r == 0 || r == -EPERM, "the build's agent: %d", r);
+}
+
+/* A sample type's sum over the profile. */
+static double sum_of(const struct profile *p, const char *type, const char *unit)
+{
+	int vi = th_sample_type(p, type, unit);
+	double sum = 0;
+
+	cr_assert_geq(vi, 0, "no %s/%s in the profile", type, unit);
+	for (size_t i = 0; i < p->nsamples; i++)
+		sum += (double)p->samples[i].values[vi];
+	return sum;
+}
+
+/* The ring target's own counts (tests/targets/ring.c), asked by SIGUSR2. */
+static void ring_truth(pid_t pid, const char *path, uint64_t *hooked_ops, uint64_t *live_bytes)
+{
+	char line[128], key[32];
+	unsigned long long v;
+	FILE *f;
+
+	unlink(path);
+	cr_assert_eq(kill(pid, SIGUSR2), 0);
+	for (int i = 0; i < 500 && access(path, R_OK) != 0; i++)
+		th_sleep_ms(2);
+	f = fopen(path, "re");
+	cr_assert_not_null(f, "ring wrote no report to %s", path);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%31s %llu", key, &v) == 2 && !strcmp(key, "hooked_ops"))
+			*hooked_ops = v;
+		else if (sscanf(line, "%31s %llu", key, &v) == 2 && !strcmp(key, "live_bytes"))
+			*live_bytes = v;
+	fclose(f);
+}
+
+static void expect_near(double got, double want, double tolerance, const char *what)
+{
+	cr_log_info("measured: in one loop with cpu and wall: %s %.0f, truth %.0f (%+.2f%%)", what,
+		    got, want, want ? 100 * (got / want - 1) : 0);
+#ifndef __SANITIZE_ADDRESS__ /* accuracy is the plain build's to judge */
+	cr_expect(want > 0 && got >= want * (1 - tolerance) && got <= want * (1 + tolerance),
+		  "%s: %.0f against the truth's %.0f", what, got, want);
+#else
+	(void)tolerance;
+#endif
+}
+
+/*
+ * cpu, wall and heap of one target in one window, driven by one loop in one
+ * process, as `record` will: each profile holds against the truth its own
+ * suite uses. cpu's sampled time against the process's CPU clock, wall's
+ * accounted time against every thread's life in the window, heap's
+ * alloc_objects and inuse_space against what the ring target counted
+ * itself while malloc was hooked (test-heap-truth's 10%).
+ */
+Test(session, cpu_wall_and_heap_in_one_loop, .timeout = 180)
+{
+	const char *report = th_tmp_path("ring-session.report");
+	struct agent_profiler_opts ao = {
+		.events = CPROF_EVENTS_HEAP,
+		.rate = 512 << 10,
+		.duration_ns = 2000000000ULL,
+		.agent_path = CPROF_AGENT_PATH,
+		.command_line = "test-session",
+	};
+	struct cpu_profiler_opts co = { .hz = 100, .scope = PERF_SCOPE_THREAD };
+	struct wall_profiler_opts wo = { .hz = 50 };
+	const struct cpu_profiler_stats *cs;
+	const struct wall_profiler_stats *ws;
+	struct profile *heap_p = NULL, *cpu_p = NULL, *wall_p = NULL;
+	struct agent_profiler *ap;
+	struct cpu_profiler *cp;
+	struct wall_profiler *wp;
+	uint64_t hooked_ops = 0, live_bytes = 0, t0;
+	char err[2048];
+	pid_t pid;
+	int r;
+
+	skip_without_ptrace();
+	th_require_perf(false);
+	pid = TH_SPAWN("ring", "60", report, "2");
+	th_sleep_ms(300);
+	ao.pid = co.pid = wo.pid = pid;
+	cr_assert_eq(agent_profiler_new(&ap, &ao, "ring", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(cpu_profiler_new(&cp, &co, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(wall_profiler_new(&wp, &wo, err, sizeof(err)), 0, "%s", err);
+	/* The injection first: it is the step that may take a while. */
+	r = agent_profiler_start(ap, err, sizeof(err));
+	cr_assert_eq(r, 0, "heap: %s", err);
+	cr_assert_eq(cpu_profiler_start(cp), 0);
+	cr_assert_eq(wall_profiler_start(wp), 0);
+	t0 = th_now_ns();
+	while ((r = agent_profiler_poll(ap, 10)) == 0) {
+		cr_assert_eq(cpu_profiler_poll(cp, 10), 0);
+		cr_assert_eq(wall_profiler_poll(wp, 10), 0);
+	}
+	cr_assert_eq(r, 1, "heap's window: %d", r);
+	cr_assert_eq(cpu_profiler_stop(cp), 0);
+	cr_assert_eq(wall_profiler_stop(wp), 0);
+	cr_assert_eq(agent_profiler_stop(ap), 0);
+	cr_log_info("one loop of %.2f s: cpu, wall and heap", (th_now_ns() - t0) / 1e9);
+	cr_assert(agent_profiler_window(ap)->detached, "the agent did not confirm its detach");
+	ring_truth(pid, report, &hooked_ops, &live_bytes);
+
+	cr_assert_eq(agent_profiler_finish(ap, &heap_p), 0);
+	cr_assert_eq(cpu_profiler_finish(cp, &cpu_p), 0);
+	cr_assert_eq(wall_profiler_finish(wp, &wall_p), 0);
+	cr_assert_gt(hooked_ops, 0, "the target never saw its malloc hooked");
+	expect_near(sum_of(heap_p, "alloc_objects", "count"), (double)hooked_ops, 0.10,
+		    "heap alloc_objects");
+	expect_near(sum_of(heap_p, "inuse_space", "bytes"), (double)live_bytes, 0.10,
+		    "heap inuse_space");
+	cs = cpu_profiler_stats(cp);
+	expect_near((double)cs->sampled_ns, (double)cs->process_cpu_ns, 0.10,
+		    "cpu sampled ns vs the CPU clock");
+	ws = wall_profiler_stats(wp);
+	expect_near((double)ws->accounted_ns, (double)ws->threads * (double)ws->window_ns, 0.02,
+		    "wall accounted ns vs threads x window");
+	cr_assert_gt(cpu_p->nsamples, 0);
+	cr_assert_gt(wall_p->nsamples, 0);
+	profile_free(heap_p);
+	profile_free(cpu_p);
+	profile_free(wall_p);
+	agent_profiler_free(ap);
+	cpu_profiler_free(cp);
+	wall_profiler_free(wp);
+	th_assert_let_go(pid, false, "after cpu, wall and heap in one loop");
+	th_kill(pid);
+}
+
+/* A profiler of another kind than the agent's four is refused up front. */
+Test(session, agent_profiler_takes_one_kind)
+{
+	struct agent_profiler_opts ao = { .pid = getpid(), .events = CPROF_EVENTS_HEAP |
+								     CPROF_EVENTS_BLOCK };
+	struct agent_profiler *ap;
+	char err[256] = "";
+
+	cr_assert_eq(agent_profiler_new(&ap, &ao, "self", err, sizeof(err)), -EINVAL);
+	cr_assert_null(ap);
+	cr_assert(strstr(err, "one kind"), "%s", err);
+}
+
+/*
+ * block, mutex and threadcreate as profiler objects, each on the locks
+ * target's mode for it (tests/targets/locks.c): each takes records and
+ * builds Go's layout of its kind.
+ */
+Test(session, contention_kinds, .timeout = 120)
+{
+	static const struct {
+		uint32_t events;
+		const char *mode, *base_us, *type, *unit;
+	} kinds[] = {
+		{ CPROF_EVENTS_BLOCK, "ab", "1000", "delay", "nanoseconds" },
+		{ CPROF_EVENTS_MUTEX, "holders", "500", "delay", "nanoseconds" },
+		{ CPROF_EVENTS_THREADCREATE, "create", "2000", "threadcreate", "count" },
+	};
+	char err[2048];
+
+	skip_without_ptrace();
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		pid_t pid = TH_SPAWN("locks", kinds[i].mode, "20", kinds[i].base_us,
+				     th_tmp_path("locks-session.report"));
+		struct agent_profiler_opts ao = {
+			.pid = pid, .events = kinds[i].events, .rate = 1,
+			.duration_ns = 1000000000ULL, .agent_path = CPROF_AGENT_PATH,
+		};
+		struct agent_profiler *ap;
+		struct profile *p = NULL;
+		int r;
+
+		cr_assert_eq(agent_profiler_new(&ap, &ao, "locks", err, sizeof(err)), 0, "%s", err);
+		r = agent_profiler_start(ap, err, sizeof(err));
+		cr_assert_eq(r, 0, "%s: %s", kinds[i].mode, err);
+		while ((r = agent_profiler_poll(ap, 100)) == 0)
+			;
+		cr_assert_eq(r, 1);
+		cr_assert_eq(agent_profiler_stop(ap), 0);
+		cr_assert_eq(agent_profiler_finish(ap, &p), 0);
+		cr_log_info("measured: locks %s: %llu records in 1 s", kinds[i].mode,
+			    (unsigned long long)agent_profiler_count(ap));
+		cr_assert_gt(agent_profiler_count(ap), 0, "locks %s: no record", kinds[i].mode);
+		cr_assert_gt(sum_of(p, kinds[i].type, kinds[i].unit), 0);
+		profile_free(p);
+		agent_profiler_free(ap);
+		th_assert_let_go(pid, false, kinds[i].mode);
+		th_kill(pid);
+	}
 }

@@ -1,0 +1,73 @@
+/*
+ * heap, block, mutex and threadcreate as profiler objects, with the verbs
+ * of cpu_profiler and wall_profiler: new (the target's modules read), start
+ * (the agent loaded, its session and window begun), poll with a deadline,
+ * stop (the window ended, the hooks gone), finish (the profile), free. One
+ * kind per object: the agent serves one session at a time.
+ *
+ * Records go to lib/heap (ALLOC, FREE, the live set's snapshots, inuse the
+ * mean of those of the window's last second) or lib/contention (EVENT).
+ * Nothing here prints; a cancel callback is asked while a thread is looked
+ * for and at every tick of the window.
+ */
+#ifndef CPROF_SESSION_PROFILER_H
+#define CPROF_SESSION_PROFILER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "profile/profile.h"
+#include "session/session.h"
+
+struct agent_profiler_opts {
+	pid_t pid;
+	uint32_t events;           /* one of CPROF_EVENTS_* (agent/wire.h) */
+	uint64_t rate;             /* in the kind's unit (cprof_agent_attach_events()) */
+	uint64_t duration_ns;      /* the window's */
+	const char *agent_path;    /* agent_find()'s */
+	const char *heap_index;    /* heap: the sample type shown first; NULL: inuse_space */
+	bool copy_stacks;          /* no rules: the agent walks no frames (CPROF_COPY_STACKS) */
+	bool (*cancelled)(void);   /* NULL: never */
+	void (*looking)(const struct inject_report *rep, uint64_t elapsed_ns);
+	const char *command_line;  /* for the profile's comments */
+};
+
+struct agent_profiler;
+
+/* The target's modules read; nothing touched yet. On failure @err says why
+ * (agent_session_strerror()). */
+int agent_profiler_new(struct agent_profiler **ret, const struct agent_profiler_opts *o,
+		       const char *comm, char *err, size_t errlen);
+
+/*
+ * The agent loaded, its session opened, the window begun. -ECANCELED: the
+ * cancel came before a thread was stopped, the window is empty and over.
+ * Other -errno with @err saying why, at the step the session's failed says.
+ */
+int agent_profiler_start(struct agent_profiler *p, char *err, size_t errlen);
+
+/* agent_window_poll(): 0 while the window goes on, 1 once it is over. */
+int agent_profiler_poll(struct agent_profiler *p, int timeout_ms);
+
+/* Ends the window (over, or cut short): the last snapshot, the detach. */
+int agent_profiler_stop(struct agent_profiler *p);
+
+/* The pprof profile of the window (owned by the caller), lost records noted. */
+int agent_profiler_finish(struct agent_profiler *p, struct profile **ret);
+
+/* Go's debug=1 text of the window, to @f. */
+int agent_profiler_write_text(struct agent_profiler *p, FILE *f);
+
+/* How the window went, and the session (its injection report, modules). */
+const struct window_result *agent_profiler_window(const struct agent_profiler *p);
+const struct agent_session *agent_profiler_session(const struct agent_profiler *p);
+
+/* Records taken: sampled allocations, or events. */
+uint64_t agent_profiler_count(const struct agent_profiler *p);
+
+void agent_profiler_free(struct agent_profiler *p);
+
+#endif
