@@ -640,9 +640,14 @@ Test(cpu, late_thread)
 	cr_expect_eq(late_other_name, 0, "late_worker samples not named \"late\"");
 	cr_expect_neq(late_tid, (int64_t)pid, "late_worker on the main thread?");
 	/* It ran (on 2 cores, next to one other busy thread) for most of the rest
-	 * of the window: more than a token sample must be there. */
-	cr_expect_geq((double)late_ns, 0.25 * span, "late_worker %.3f s of %.3f s",
-		      (double)late_ns / 1e9, span / 1e9);
+	 * of the window: more than a token sample must be there. How much it
+	 * could run is the machine's: judged when others left it the CPUs. */
+	if (!contended(&c))
+		cr_expect_geq((double)late_ns, 0.25 * span, "late_worker %.3f s of %.3f s",
+			      (double)late_ns / 1e9, span / 1e9);
+	else
+		cr_log_info("late_worker's share not judged: other processes used %.0f %% of "
+			    "the CPUs", c.foreign * 100);
 	cr_expect_leq((double)late_ns, 1.05 * span, "late_worker %.3f s of %.3f s",
 		      (double)late_ns / 1e9, span / 1e9);
 	cr_expect_gt(early_ns, 0, "no sample of early_worker");

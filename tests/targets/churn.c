@@ -6,10 +6,12 @@
  * events miss (every new thread restarts its sampling period).
  *
  * The truth is the process CPU clock, which keeps the time of exited
- * threads; the tests read it from outside. Threads are detached; the main
- * thread waits until the last one has finished before it returns, and never
- * lets more than 64 be alive at once (an overloaded machine would otherwise
- * pile them up).
+ * threads; the tests read it from outside. The main thread joins its
+ * threads as they end (pthread_tryjoin_np at each period) and never has
+ * more than 64 not yet joined, so that at most 64 exist at once, however
+ * slowly an overloaded machine lets ended threads go (counting them out
+ * before their exit let 142 exist). It joins the last ones before it
+ * returns.
  *
  * Prints "ready" once the first thread runs, exits by itself after SECONDS
  * (default 20).
@@ -24,7 +26,6 @@
 
 #define MAX_ALIVE 64
 
-static atomic_int alive;
 static atomic_int ran;
 static uint64_t burn_ns = 2000000;
 
@@ -56,7 +57,6 @@ static void *worker(void *arg)
 	pthread_setname_np(pthread_self(), "churn");
 	churn_burn(burn_ns);
 	atomic_fetch_add(&ran, 1);
-	atomic_fetch_sub(&alive, 1);
 	return NULL;
 }
 
@@ -76,7 +76,8 @@ int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? strtod(argv[1], NULL) : 20;
 	uint64_t period_ns = (argc > 2 ? strtoull(argv[2], NULL, 10) : 4000) * 1000;
-	pthread_attr_t attr;
+	pthread_t threads[MAX_ALIVE];
+	int joinable[MAX_ALIVE] = { 0 }, alive = 0;
 	struct timespec next, end;
 	int ready = 0;
 
@@ -86,21 +87,27 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: churn [SECONDS] [PERIOD_US] [BURN_US]\n");
 		return 64;
 	}
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	end = next;
 	add_ns(&end, (uint64_t)(seconds * 1e9));
 	while (ts_before(&next, &end)) {
-		if (atomic_load(&alive) < MAX_ALIVE) {
-			pthread_t t;
+		int slot = -1;
 
-			atomic_fetch_add(&alive, 1);
-			if (pthread_create(&t, &attr, worker, NULL) != 0) {
-				atomic_fetch_sub(&alive, 1);
+		for (int i = 0; i < MAX_ALIVE; i++) {
+			if (joinable[i] && pthread_tryjoin_np(threads[i], NULL) == 0) {
+				joinable[i] = 0;
+				alive--;
+			}
+			if (!joinable[i] && slot < 0)
+				slot = i;
+		}
+		if (slot >= 0) {
+			if (pthread_create(&threads[slot], NULL, worker, NULL) != 0) {
 				perror("pthread_create");
 				return 1;
 			}
+			joinable[slot] = 1;
+			alive++;
 		}
 		if (!ready && atomic_load(&ran) > 0) {
 			printf("ready\n");
@@ -111,9 +118,10 @@ int main(int argc, char **argv)
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR)
 			;
 	}
-	while (atomic_load(&alive) > 0) {
-		struct timespec ts = {0, 1000000};
-		nanosleep(&ts, NULL);
-	}
+	for (int i = 0; i < MAX_ALIVE && alive > 0; i++)
+		if (joinable[i]) {
+			pthread_join(threads[i], NULL);
+			alive--;
+		}
 	return 0;
 }
