@@ -87,22 +87,12 @@ static int session_error(int r, const struct target *t, const struct agent_sessi
 	}
 }
 
-int agent_put_rule(void *channel, uint64_t key, uint64_t rule)
-{
-	return channel_put_rule(channel, key, rule);
-}
-
-struct channel *agent_rules_channel(const struct agent_session *al)
-{
-	return getenv("CPROF_COPY_STACKS") ? NULL : al->ch;
-}
-
 /*
  * Finds the agent (into @agent) and reads @t's modules into @al. 0, or an
  * exit code after reporting the error.
  */
 static int agent_prepare(struct agent_session *al, const struct target *t, char *agent,
-			 size_t size)
+			 size_t size, bool modules)
 {
 	char why[PATH_MAX + 128];
 	int r;
@@ -133,6 +123,8 @@ static int agent_prepare(struct agent_session *al, const struct target *t, char 
 		report_hint("send it SIGCONT first");
 		return EXIT_TARGET;
 	}
+	if (!modules)
+		return 0;
 	r = agent_session_prepare(al, t->pid);
 	if (r < 0) {
 		struct agent_session_opts so = session_opts(agent);
@@ -155,7 +147,7 @@ int agent_call(struct agent_session *al, const struct target *t, const char *fun
 	struct agent_session_opts o;
 	int r;
 
-	r = agent_prepare(al, t, agent, sizeof(agent));
+	r = agent_prepare(al, t, agent, sizeof(agent), true);
 	if (r)
 		return r;
 	o = session_opts(agent);
@@ -169,31 +161,43 @@ int agent_call(struct agent_session *al, const struct target *t, const char *fun
 	return r < 0 ? session_error(r, t, al, &o) : 0;
 }
 
-int agent_load(struct agent_session *al, const struct target *t, uint32_t events, uint64_t rate)
+int agent_open(struct agent_profiler **ret, const struct target *t, struct agent_profiler_opts *ao)
 {
-	char agent[PATH_MAX];
-	struct agent_session_opts o;
+	struct agent_session probe;
+	char agent[PATH_MAX], err[2048];
+	const struct agent_session *al;
+	struct agent_session_opts so;
 	int r;
 
-	r = agent_prepare(al, t, agent, sizeof(agent));
+	*ret = NULL;
+	/* The agent's path and the target's state first, said as the
+	 * command says them; the profiler reads the modules itself. */
+	r = agent_prepare(&probe, t, agent, sizeof(agent), false);
 	if (r)
 		return r;
-	o = session_opts(agent);
-	o.rate = rate;
-	o.events = events;
-	r = agent_session_open(al, &o);
+	so = session_opts(agent);
+	ao->agent_path = agent;
+	ao->cancelled = interrupt_requested;
+	ao->looking = looking;
+	r = agent_profiler_new(ret, ao, t->comm, err, sizeof(err));
+	if (r < 0) {
+		report_error_text(NULL, err);
+		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+	}
+	r = agent_profiler_start(*ret, err, sizeof(err));
+	al = agent_profiler_session(*ret);
 	if (al->unclaimed)
 		report_note("no lock file could be made in /run/lock or /tmp (%s): another cprof "
 			    "on pid %d would not be seen before the agent", strerror(-al->unclaimed),
 			    t->pid);
 	if (r == -ECANCELED) {
 		/* Ctrl-C while no thread was safe to stop: the window is empty
-		 * (al->ch stays NULL) and its profile is still written. */
+		 * and its profile is still written. */
 		report_note("interrupted before the agent was loaded: nothing was collected and "
 			    "pid %d was left as it was", t->pid);
 		return 0;
 	}
 	if (al->rep.placed && (r == 0 || al->failed == AGENT_SESSION_CHANNEL))
 		note_placed(t, al);
-	return r < 0 ? session_error(r, t, al, &o) : 0;
+	return r < 0 ? session_error(r, t, al, &so) : 0;
 }

@@ -1,7 +1,7 @@
 /*
  * The first step of every command that needs the agent (heap, block,
- * mutex, threadcreate): an agent session opened (lib/session/), with Ctrl-C
- * as its cancel, and each failure said with its exit code.
+ * mutex, threadcreate): its profiler opened (lib/session/), with Ctrl-C as
+ * its cancel, and each failure said with its exit code.
  */
 #ifndef CPROF_AGENT_LOAD_H
 #define CPROF_AGENT_LOAD_H
@@ -10,32 +10,24 @@
 #include <stdint.h>
 
 #include "channel/channel.h"
+#include "session/profiler.h"
 #include "session/session.h"
 #include "target/target.h"
 
-/* heap_opts/contention_opts.put_rule: a rule to the agent through @channel
- * (a struct channel), so that it walks those frames itself. */
-int agent_put_rule(void *channel, uint64_t key, uint64_t rule);
-
-/* The channel to pass as put_rule_arg, or NULL when the agent is to walk no
- * frames: no channel, or CPROF_COPY_STACKS set (cprof(1)). */
-struct channel *agent_rules_channel(const struct agent_session *al);
-
 /*
- * Loads the agent into @t, starts a session and opens its channel (@al->ch)
- * recording @events (CPROF_EVENTS_*) at @rate (its unit is the events').
- * Every kind asks for the same ring, so that the agent keeps one memfd for
- * them all. Returns 0, or an exit code (enum cprof_exit) after reporting
- * the error. A SIGINT/SIGTERM (interrupt.h) before the agent was loaded
- * also returns 0, with @al->ch NULL: agent_window() then makes an empty
- * window, and the command writes its empty profile. agent_session_release()
- * in any case.
+ * Opens the agent profiler of @ao's kind on @t: the agent found and
+ * checked, the target's modules read, the agent loaded and its window
+ * begun, with Ctrl-C as its cancel (@ao's agent_path, cancelled and
+ * looking are set here). Returns 0 with *@ret set, also after a Ctrl-C
+ * before the load (an empty window, over at once: the command still
+ * writes its empty profile), or an exit code (enum cprof_exit) after
+ * reporting why not. agent_profiler_free(*@ret) in any case.
  */
-int agent_load(struct agent_session *al, const struct target *t, uint32_t events,
-	       uint64_t rate);
+int agent_open(struct agent_profiler **ret, const struct target *t,
+	       struct agent_profiler_opts *ao);
 
 /*
- * Loads the agent into @t (as agent_load() does) and calls its exported
+ * Loads the agent into @t (as agent_open() does) and calls its exported
  * @function(@string) instead of starting a session (inject_opts.function):
  * 0 with the function's result in *@ret (-ECANCELED: Ctrl-C before it
  * ran, the target as it was), or an exit code after reporting why the

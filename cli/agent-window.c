@@ -1,57 +1,25 @@
 #include "agent-window.h"
 
-#include "interrupt.h"
 #include "report.h"
 #include "util/parse.h"
 #include "util/util.h"
 
-struct progress {
-	const struct target *t;
-	const char *what;
-	char total[32];
-};
-
-static void progress(void *arg, uint64_t elapsed_ns, uint64_t records)
+void window_progress_init(struct window_progress *p, const struct target *t, const char *what,
+			  uint64_t duration_ns)
 {
-	struct progress *p = arg;
+	p->t = t;
+	p->what = what;
+	format_duration(duration_ns, p->total, sizeof(p->total));
+}
+
+void window_progress(void *arg, uint64_t elapsed_ns, uint64_t records)
+{
+	struct window_progress *p = arg;
 	char done[32];
 
 	format_duration(elapsed_ns / 1000000000ULL * 1000000000ULL, done, sizeof(done));
 	report_progress("profiling pid %d (%s): %s / %s, %llu %s", p->t->pid, p->t->comm, done,
 			p->total, (unsigned long long)records, p->what);
-}
-
-static int window(struct channel *ch, const struct target *t, uint64_t duration_ns,
-		  const struct channel_handlers *h, const char *what, bool keep,
-		  struct window_result *res)
-{
-	struct progress p = { .t = t, .what = what };
-	struct window_opts o = {
-		.duration_ns = duration_ns,
-		.keep = keep,
-		.cancelled = interrupt_requested,
-		.progress = progress,
-		.arg = &p,
-	};
-	int r;
-
-	format_duration(duration_ns, p.total, sizeof(p.total));
-	r = agent_window_run(ch, t->pid, &o, h, res);
-	report_progress_done();
-	return r;
-}
-
-int agent_window(struct channel *ch, const struct target *t, uint64_t duration_ns,
-		 const struct channel_handlers *h, const char *what, struct window_result *res)
-{
-	return window(ch, t, duration_ns, h, what, false, res);
-}
-
-int agent_window_keep(struct channel *ch, const struct target *t, uint64_t duration_ns,
-		      const struct channel_handlers *h, const char *what,
-		      struct window_result *res)
-{
-	return window(ch, t, duration_ns, h, what, true, res);
 }
 
 void agent_window_report(const struct window_result *w, const struct target *t)

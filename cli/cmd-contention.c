@@ -1,7 +1,7 @@
 /*
  * cprof block, cprof mutex, cprof threadcreate: Go's three other runtime
  * profiles, from the agent's pthread hooks. Options and the report; the run
- * is collector.c's, the profile is built in lib/contention/.
+ * is collector.c's, the profiler lib/session/'s, the profile lib/contention/'s.
  */
 #include <getopt.h>
 #include <math.h>
@@ -61,7 +61,6 @@ struct contention_run {
 	struct common_opts common;
 	uint64_t duration_ns;
 	uint64_t rate;
-	struct contention *c;
 };
 
 static void help(const struct contention_command *k)
@@ -139,52 +138,11 @@ static int parse_args(int argc, char **argv, struct contention_run *a)
 	return option_output(a->cmd->name, &a->common);
 }
 
-static int on_event(const struct cprof_wire_event *ev, void *arg)
-{
-	return contention_add(arg, ev);
-}
-
-static int op_start(void *ctx, struct collection *run, struct channel_handlers *h)
-{
-	struct contention_run *a = ctx;
-	struct contention_opts copts = {
-		.events = a->cmd->events,
-		.sym = run->al.sym,
-		.unw = run->al.unw,
-		/* Without rules every record carries its stack copy (cprof(1)). */
-		.put_rule_arg = agent_rules_channel(&run->al),
-	};
-	int r;
-
-	copts.put_rule = copts.put_rule_arg ? agent_put_rule : NULL;
-	r = contention_new(&a->c, &copts);
-	if (r < 0)
-		return r;
-	*h = (struct channel_handlers){ .event = on_event, .arg = a->c };
-	return 0;
-}
-
-static int op_build(void *ctx, const struct collection *run, const char *command_line,
-		    struct profile **ret)
-{
-	struct contention_run *a = ctx;
-
-	return contention_build(a->c, command_line, (int64_t)run->w.start_realtime_ns,
-				(int64_t)run->w.window_ns, ret);
-}
-
-static int op_write_text(const void *ctx, int debug, FILE *f)
-{
-	const struct contention_run *a = ctx;
-
-	(void)debug;
-	return contention_write_text(a->c, a->rate, f);
-}
-
 static void op_summary(const void *ctx, const struct collection *run)
 {
 	const struct contention_run *a = ctx;
-	const struct contention_stats *st = contention_stats(a->c);
+	const struct contention_stats *st =
+		contention_stats(agent_profiler_contention(run->ap));
 	const struct window_result *w = &run->w;
 	char window[32];
 
@@ -210,13 +168,6 @@ static void op_summary(const void *ctx, const struct collection *run)
 			       plural(w->counters.lost, "event", "events"));
 }
 
-static uint64_t op_count(const void *ctx)
-{
-	const struct contention_run *a = ctx;
-
-	return contention_stats(a->c)->records;
-}
-
 static int contention_main(int argc, char **argv, const struct contention_command *k)
 {
 	struct contention_run a = { .cmd = k, .duration_ns = 30ULL * 1000000000ULL,
@@ -226,19 +177,13 @@ static int contention_main(int argc, char **argv, const struct contention_comman
 		.attach = "load the agent into",
 		.events = k->events,
 		.records = "records",
-		.start = op_start,
-		.build = op_build,
-		.write_text = op_write_text,
 		.summary = op_summary,
-		.count = op_count,
 	};
 	int code = parse_args(argc, argv, &a);
 
 	if (code)
 		return code < 0 ? EXIT_OK : code;
-	code = collector_run(&ops, &a, &a.common, a.duration_ns, a.rate, argc, argv);
-	contention_free(a.c);
-	return code;
+	return collector_run(&ops, &a, &a.common, a.duration_ns, a.rate, argc, argv);
 }
 
 int cmd_block(int argc, char **argv)

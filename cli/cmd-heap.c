@@ -36,15 +36,13 @@ struct heap_run {
 	const char *index;
 	bool duration_given, rate_given, keep, stop;
 	enum heap_source source;
-	struct heap *heap;
-	struct channel_handlers handlers;
 	/* --keep: the child's socket and pipe to the foreground (-1: none),
 	 * and what its profiles since sampling began need. */
 	int keep_lfd, keep_code_fd;
-	struct channel *ch;
+	struct agent_profiler *ap;
 	pid_t pid;
-	uint64_t start_realtime_ns, start_ns;
-	char command_line[1024];
+	uint64_t start_realtime_ns;
+	const char *command_line;
 };
 
 static void heap_help(void)
@@ -163,34 +161,11 @@ static int parse_args(int argc, char **argv, struct heap_run *a)
 	return option_output(CMD, &a->common);
 }
 
-static int on_alloc(const struct cprof_wire_alloc *r, void *arg)
-{
-	return heap_add_alloc(arg, r);
-}
-
-static int on_free(const struct cprof_wire_free *r, void *arg)
-{
-	return heap_add_free(arg, r);
-}
-
-static int on_live(const struct cprof_wire_live *e, size_t n, void *arg)
-{
-	return heap_add_live(arg, e, n);
-}
-
-static int op_write_text(const void *ctx, int debug, FILE *f)
-{
-	const struct heap_run *a = ctx;
-
-	(void)debug;
-	return heap_write_text(a->heap, f);
-}
-
 static void op_summary(const void *ctx, const struct collection *run)
 {
 	const struct heap_run *a = ctx;
 	const struct window_result *w = &run->w;
-	const struct heap *h = a->heap;
+	const struct heap *h = agent_profiler_heap(run->ap);
 	const struct heap_stats *st = heap_stats(h);
 	char window[32];
 
@@ -232,10 +207,13 @@ static int keep_take_live(struct heap_run *a)
 	struct channel_counters c;
 	int r;
 
-	heap_reset_live(a->heap);
-	r = agent_window_live(a->ch, &a->handlers, &w, a->pid);
-	channel_counters(a->ch, &c);
-	heap_set_lost(a->heap, c.lost_allocs, c.lost);
+	struct channel *ch = agent_profiler_channel(a->ap);
+	struct heap *h = agent_profiler_heap(a->ap);
+
+	heap_reset_live(h);
+	r = agent_window_live(ch, agent_profiler_handlers(a->ap), &w, a->pid);
+	channel_counters(ch, &c);
+	heap_set_lost(h, c.lost_allocs, c.lost);
 	return r;
 }
 
@@ -247,9 +225,10 @@ static int keep_encode(struct heap_run *a, const char *index, char **ret, size_t
 	uint8_t *buf;
 	int r;
 
-	r = heap_build(a->heap, index, a->command_line, (int64_t)a->start_realtime_ns,
-		       (int64_t)(now_monotonic_ns() - a->start_ns), &p);
-	channel_counters(a->ch, &c);
+	r = heap_build(agent_profiler_heap(a->ap), index, a->command_line,
+		       (int64_t)a->start_realtime_ns,
+		       (int64_t)(now_realtime_ns() - a->start_realtime_ns), &p);
+	channel_counters(agent_profiler_channel(a->ap), &c);
 	if (r == 0)
 		r = agent_note_lost(&c, p);
 	if (r == 0)
@@ -261,16 +240,29 @@ static int keep_encode(struct heap_run *a, const char *index, char **ret, size_t
 }
 
 /* A "profile INDEX DEBUG" request of a later run (heap-keep.h). */
+/* Go's debug=1 text of the background session, into memory. */
+static int keep_render_text(struct heap_run *a, char **ret, size_t *ret_len)
+{
+	FILE *f = open_memstream(ret, ret_len);
+	int r;
+
+	if (!f)
+		return -errno;
+	r = heap_write_text(agent_profiler_heap(a->ap), f);
+	if (fclose(f) != 0 && r == 0)
+		r = -EIO;
+	return r;
+}
+
 static int keep_render(void *ctx, const char *index, int debug, char **ret, size_t *ret_len)
 {
-	static const struct collector_ops text = { .write_text = op_write_text };
 	struct heap_run *a = ctx;
 	int r = keep_take_live(a);
 
 	if (r < 0)
 		return r;
 	if (debug == 1)
-		return collector_render_text(&text, a, 1, ret, ret_len);
+		return keep_render_text(a, ret, ret_len);
 	for (size_t i = 0; i < ARRAY_SIZE(indexes); i++)
 		if (!strcmp(index, indexes[i]))
 			return keep_encode(a, indexes[i], ret, ret_len);
@@ -331,58 +323,13 @@ static int op_prepare(void *ctx, struct collection *run)
 	return code >= 0 ? code : COLLECTOR_GO_ON;
 }
 
-static int op_start(void *ctx, struct collection *run, struct channel_handlers *h)
-{
-	struct heap_run *a = ctx;
-	struct heap_opts hopts = {
-		.sym = run->al.sym,
-		.unw = run->al.unw,
-		.rate = a->rate,
-		/* Without rules every sample carries its stack copy (cprof(1)). */
-		.put_rule_arg = agent_rules_channel(&run->al),
-	};
-	int r;
-
-	hopts.put_rule = hopts.put_rule_arg ? agent_put_rule : NULL;
-	r = heap_new(&a->heap, &hopts);
-	if (r < 0)
-		return r;
-	a->handlers = (struct channel_handlers){ .alloc = on_alloc, .free = on_free,
-						 .live = on_live, .arg = a->heap };
-	*h = a->handlers;
-	return 0;
-}
-
-static int op_window(void *ctx, struct collection *run, const struct channel_handlers *h)
-{
-	struct heap_run *a = ctx;
-	int r;
-
-	a->start_ns = now_monotonic_ns();
-	if (a->keep)
-		r = agent_window_keep(run->al.ch, &run->target, run->duration_ns, h, "samples",
-				      &run->w);
-	else
-		r = agent_window(run->al.ch, &run->target, run->duration_ns, h, "samples",
-				 &run->w);
-	heap_set_lost(a->heap, run->w.counters.lost_allocs, run->w.counters.lost);
-	return r;
-}
-
-static int op_build(void *ctx, const struct collection *run, const char *command_line,
-		    struct profile **ret)
-{
-	struct heap_run *a = ctx;
-
-	return heap_build(a->heap, a->index, command_line, (int64_t)run->w.start_realtime_ns,
-			  (int64_t)run->w.window_ns, ret);
-}
-
-static uint64_t op_count(const void *ctx)
+/* The profile shows --index first; with --keep the session goes on. */
+static void op_configure(void *ctx, struct agent_profiler_opts *ao)
 {
 	const struct heap_run *a = ctx;
 
-	return heap_stats(a->heap)->allocs;
+	ao->heap_index = a->index;
+	ao->keep = a->keep;
 }
 
 /* --keep's child: serves on once the profile is written, else gives up. */
@@ -392,15 +339,19 @@ static int op_finish(void *ctx, struct collection *run, int code, int argc, char
 
 	if (a->keep_code_fd < 0)
 		return code;
+	struct channel *ch = run->ap ? agent_profiler_channel(run->ap) : NULL;
+
+	(void)argc;
+	(void)argv;
 	/* No channel: interrupted before the agent was loaded, nothing to keep. */
-	if (!run->written || !run->al.ch || run->w.target_exited)
-		return keep_give_up(a->keep_lfd, a->keep_code_fd, code, run->al.ch);
-	command_line_join(argc, argv, a->command_line, sizeof(a->command_line));
-	a->ch = run->al.ch;
+	if (!run->written || !ch || run->w.target_exited)
+		return keep_give_up(a->keep_lfd, a->keep_code_fd, code, ch);
+	a->ap = run->ap;
+	a->command_line = run->command_line;
 	a->pid = run->target.pid;
 	a->start_realtime_ns = run->w.start_realtime_ns;
-	return keep_go_on(a->keep_lfd, a->keep_code_fd, code, run->al.ch, &run->target,
-			  &a->handlers, keep_render, a, output_name(&run->out));
+	return keep_go_on(a->keep_lfd, a->keep_code_fd, code, ch, &run->target,
+			  agent_profiler_handlers(run->ap), keep_render, a, output_name(&run->out));
 }
 
 static const struct collector_ops heap_ops = {
@@ -410,12 +361,8 @@ static const struct collector_ops heap_ops = {
 	.records = "samples",
 	.check = op_check,
 	.prepare = op_prepare,
-	.start = op_start,
-	.window = op_window,
-	.build = op_build,
-	.write_text = op_write_text,
+	.configure = op_configure,
 	.summary = op_summary,
-	.count = op_count,
 	.finish = op_finish,
 };
 
@@ -429,7 +376,6 @@ int cmd_heap(int argc, char **argv)
 		return code < 0 ? EXIT_OK : code;
 	if (a.source != HEAP_SOURCE_JEMALLOC)
 		code = collector_run(&heap_ops, &a, &a.common, a.duration_ns, a.rate, argc, argv);
-	heap_free(a.heap);
 	if (a.source == HEAP_SOURCE_JEMALLOC || code == USE_JEMALLOC) {
 		struct heap_jemalloc_run j = { .index = a.index,
 					       .required = a.source == HEAP_SOURCE_JEMALLOC };

@@ -11,60 +11,68 @@
 #include "preflight.h"
 #include "report.h"
 
-int collector_render_text(const struct collector_ops *ops, const void *c, int debug, char **ret,
-			  size_t *ret_len)
+int collector_render_text(const struct collector_ops *ops, const void *c,
+			  const struct collection *run, int debug, char **ret, size_t *ret_len)
 {
 	FILE *f = open_memstream(ret, ret_len);
 	int r;
 
 	if (!f)
 		return -errno;
-	r = ops->write_text(c, debug, f);
+	r = ops->events ? agent_profiler_write_text(run->ap, f) : ops->write_text(c, debug, f);
 	if (fclose(f) != 0 && r == 0)
 		r = -EIO;
 	return r;
 }
 
-/* The agent loaded, its window, and what it left said. 0, an exit code, or
- * -errno (reported by the caller). */
+/* The agent's profiler opened, its window, and what it left said. 0, an
+ * exit code, or -errno (reported by the caller). */
 static int agent_collect(const struct collector_ops *ops, void *c, struct collection *run)
 {
-	struct channel_handlers h = { 0 };
+	struct agent_profiler_opts ao = {
+		.pid = run->target.pid,
+		.events = ops->events,
+		.rate = run->rate,
+		.duration_ns = run->duration_ns,
+		/* Without rules every record carries its stack copy (cprof(1)). */
+		.copy_stacks = getenv("CPROF_COPY_STACKS") != NULL,
+		.progress = window_progress,
+		.progress_arg = &run->progress,
+		.command_line = run->command_line,
+	};
 	int r, code;
 
-	code = agent_load(&run->al, &run->target, ops->events, run->rate);
+	if (ops->configure)
+		ops->configure(c, &ao);
+	window_progress_init(&run->progress, &run->target, ops->records, run->duration_ns);
+	code = agent_open(&run->ap, &run->target, &ao);
 	if (code)
 		return code;
-	r = ops->start(c, run, &h);
-	if (r < 0)
-		return r;
-	if (ops->window)
-		r = ops->window(c, run, &h);
-	else
-		r = agent_window(run->al.ch, &run->target, run->duration_ns, &h,
-				 ops->records, &run->w);
+	do
+		r = agent_profiler_poll(run->ap, 1000);
+	while (r == 0);
+	report_progress_done();
+	if (r > 0)
+		r = agent_profiler_stop(run->ap);
+	run->w = *agent_profiler_window(run->ap);
 	if (r < 0)
 		return r;
 	agent_window_report(&run->w, &run->target);
-	run->pause_ns = (int64_t)run->al.rep.stopped_ns;
+	run->pause_ns = (int64_t)agent_profiler_session(run->ap)->rep.stopped_ns;
 	return 0;
 }
 
 /* The profile, when the output or --top and --json need it. */
 static int build(const struct collector_ops *ops, void *c, const struct collection *run,
-		 int argc, char **argv, struct profile **ret)
+		 struct profile **ret)
 {
 	const struct common_opts *o = run->opts;
-	char cmdline[1024];
-	int r;
 
 	if (o->debug && !o->top && !o->json)
 		return 0;
-	command_line_join(argc, argv, cmdline, sizeof(cmdline));
-	r = ops->build(c, run, cmdline, ret);
-	if (r == 0 && ops->events)
-		r = agent_note_lost(&run->w.counters, *ret);
-	return r;
+	if (ops->events)
+		return agent_profiler_finish(run->ap, ret);
+	return ops->build(c, run, run->command_line, ret);
 }
 
 static int write_output(const struct collector_ops *ops, const void *c, struct collection *run,
@@ -79,7 +87,7 @@ static int write_output(const struct collector_ops *ops, const void *c, struct c
 		output_title(ops->command, o->pid, profile, title, sizeof(title));
 		return output_commit_view(&run->out, profile, o->format, (size_t)o->top, title);
 	}
-	r = collector_render_text(ops, c, o->debug, &text, &len);
+	r = collector_render_text(ops, c, run, o->debug, &text, &len);
 	if (r == 0)
 		r = output_commit_bytes(&run->out, text, len);
 	else
@@ -97,7 +105,7 @@ static int epilogue(const struct collector_ops *ops, const void *c,
 		.pid = o->pid,
 		.output = o->output,
 		.duration_ns = run->w.window_ns,
-		.samples = ops->count(c),
+		.samples = ops->events ? agent_profiler_count(run->ap) : ops->count(c),
 		.lost = run->w.counters.lost,
 		.pause_ns = run->pause_ns,
 		.profile = profile,
@@ -110,12 +118,13 @@ int collector_run(const struct collector_ops *ops, void *c, struct common_opts *
 		  uint64_t duration_ns, uint64_t rate, int argc, char **argv)
 {
 	struct collection run = { .opts = o, .duration_ns = duration_ns, .rate = rate,
-				  .al = { .fd = -1 }, .pause_ns = -1 };
+				  .pause_ns = -1 };
 	struct profile *profile = NULL;
 	char why[1024];
 	int r, code;
 
 	report_set_quiet(o->quiet);
+	command_line_join(argc, argv, run.command_line, sizeof(run.command_line));
 	code = preflight_target(o->pid, &run.target);
 	if (code)
 		return code;
@@ -150,7 +159,7 @@ int collector_run(const struct collector_ops *ops, void *c, struct common_opts *
 	}
 	if (r < 0)
 		goto out_fail;
-	r = build(ops, c, &run, argc, argv, &profile);
+	r = build(ops, c, &run, &profile);
 	if (r == 0)
 		r = write_output(ops, c, &run, profile);
 	else
@@ -162,7 +171,7 @@ int collector_run(const struct collector_ops *ops, void *c, struct common_opts *
 	run.written = true;
 	ops->summary(c, &run);
 	if (ops->events)
-		report_unsymbolized_program(run.al.sym);
+		report_unsymbolized_program(agent_profiler_session(run.ap)->sym);
 	else if (profile)
 		report_unsymbolized(profile);
 	code = epilogue(ops, c, &run, profile);
@@ -176,6 +185,6 @@ out_free:
 	if (ops->finish)
 		code = ops->finish(c, &run, code, argc, argv);
 	profile_free(profile);
-	agent_session_release(&run.al);
+	agent_profiler_free(run.ap);
 	return code;
 }

@@ -16,6 +16,7 @@
 
 #include "agent-load.h"
 #include "agent-window.h"
+#include "session/profiler.h"
 #include "options.h"
 #include "output.h"
 #include "profile/profile.h"
@@ -31,7 +32,9 @@ struct collection {
 	uint64_t rate;		/* the agent's rate, in its events' unit */
 	struct target target;
 	struct output out;
-	struct agent_session al; /* with the agent: loaded, its channel open */
+	char command_line[1024];	/* for the profile's comments */
+	struct agent_profiler *ap;	/* with the agent: its kind's profiler */
+	struct window_progress progress; /* with the agent: the progress line */
 	struct window_result w; /* with the agent: how its window went */
 	int64_t pause_ns;	/* how long a target thread was stopped; -1: none */
 	bool written;		/* the output was written */
@@ -41,7 +44,8 @@ struct collector_ops {
 	const char *command;
 	/* Completes "cannot ... pid N" when the target is traced already. */
 	const char *attach;
-	/* The agent's events (CPROF_EVENTS_*); 0: no agent. */
+	/* The agent's events (CPROF_EVENTS_*): one kind, run by an
+	 * agent_profiler (lib/session/profiler.h); 0: no agent. */
 	uint32_t events;
 	/* What the window's progress line counts ("samples", "records"). */
 	const char *records;
@@ -51,28 +55,29 @@ struct collector_ops {
 	/* Optional, once the output is prepared and before the target is
 	 * touched: COLLECTOR_GO_ON or an exit code (the output is aborted). */
 	int (*prepare)(void *c, struct collection *run);
-	/* With the agent: set up what takes its records in @h (h->arg too). */
-	int (*start)(void *c, struct collection *run, struct channel_handlers *h);
-	/* Optional, with the agent: the window (default agent_window()). */
-	int (*window)(void *c, struct collection *run, const struct channel_handlers *h);
+	/* Optional, with the agent: what the command adds to its profiler's
+	 * options (heap: --index, --keep). */
+	void (*configure)(void *c, struct agent_profiler_opts *ao);
 	/* Without the agent: take what the command shows; 0 or an exit code
 	 * after reporting. */
 	int (*take)(void *c, struct collection *run);
+	/* Without the agent: the profile, and Go's text layout @debug. */
 	int (*build)(void *c, const struct collection *run, const char *command_line,
 		     struct profile **ret);
-	/* Go's text layout @debug (--debug 1 or 2). */
 	int (*write_text)(const void *c, int debug, FILE *f);
 	/* After the write, to stderr. */
 	void (*summary)(const void *c, const struct collection *run);
-	/* What was collected, for --json: samples, records, threads. */
+	/* Without the agent: what was collected, for --json (samples,
+	 * threads); the agent's is its profiler's count. */
 	uint64_t (*count)(const void *c);
 	/* Optional, last, whatever happened since prepare(): the exit code. */
 	int (*finish)(void *c, struct collection *run, int code, int argc, char **argv);
 };
 
-/* @ops->write_text() of @c into memory: all of the text or nothing. */
-int collector_render_text(const struct collector_ops *ops, const void *c, int debug, char **ret,
-			  size_t *ret_len);
+/* Go's text layout (--debug @debug) of what @run collected, into memory:
+ * all of the text or nothing. */
+int collector_render_text(const struct collector_ops *ops, const void *c,
+			  const struct collection *run, int debug, char **ret, size_t *ret_len);
 
 /*
  * Runs the command whose options @o were parsed from @argc/@argv; with the

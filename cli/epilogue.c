@@ -87,21 +87,3 @@ int epilogue_report(const struct common_opts *o, const struct epilogue_facts *f)
 		return write_json(f);
 	return 0;
 }
-
-int epilogue_end_agent(const char *cmd, const struct common_opts *o,
-		      const struct window_result *w, const struct agent_session *al,
-		      uint64_t samples, const struct profile *profile)
-{
-	struct epilogue_facts f = {
-		.command = cmd,
-		.pid = o->pid,
-		.output = o->output,
-		.duration_ns = w->window_ns,
-		.samples = samples,
-		.lost = w->counters.lost,
-		.pause_ns = (int64_t)al->rep.stopped_ns,
-		.profile = profile,
-	};
-
-	return epilogue_report(o, &f) < 0 ? EXIT_FAIL : EXIT_OK;
-}

@@ -27,13 +27,4 @@ struct epilogue_facts {
 /* --top and --json, as @o asks. Returns 0, or -errno when stdout failed. */
 int epilogue_report(const struct common_opts *o, const struct epilogue_facts *f);
 
-struct window_result;
-struct agent_session;
-/* epilogue_report() of an agent command's window, which collected
- * @samples (sampled allocations, event records); the exit code: EXIT_OK,
- * or EXIT_FAIL when stdout failed. */
-int epilogue_end_agent(const char *cmd, const struct common_opts *o,
-		      const struct window_result *w, const struct agent_session *al,
-		      uint64_t samples, const struct profile *profile);
-
 #endif

@@ -2,12 +2,11 @@
 #include "session/profiler.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "contention/contention.h"
-#include "heap/heap.h"
 
 struct agent_profiler {
 	struct agent_profiler_opts o;
@@ -19,6 +18,7 @@ struct agent_profiler {
 	struct agent_window w;
 	bool started, stopped;
 	char comm[64];		       /* the target's, for messages */
+	char agent_path[PATH_MAX];     /* a copy: the caller's may not last */
 };
 
 static int on_alloc(const struct cprof_wire_alloc *r, void *arg)
@@ -63,8 +63,10 @@ int agent_profiler_new(struct agent_profiler **ret, const struct agent_profiler_
 		return -ENOMEM;
 	p->o = *o;
 	snprintf(p->comm, sizeof(p->comm), "%s", comm ? comm : "?");
+	snprintf(p->agent_path, sizeof(p->agent_path), "%s", o->agent_path ? o->agent_path : "");
+	p->o.agent_path = p->agent_path;
 	p->so = (struct agent_session_opts){
-		.agent_path = o->agent_path,
+		.agent_path = p->agent_path,
 		.events = o->events,
 		.rate = o->rate,
 		.ring_size = AGENT_SESSION_RING_SIZE,
@@ -109,7 +111,9 @@ static int new_builder(struct agent_profiler *p)
 
 int agent_profiler_start(struct agent_profiler *p, char *err, size_t errlen)
 {
-	struct window_opts wo = { .duration_ns = p->o.duration_ns, .cancelled = p->o.cancelled };
+	struct window_opts wo = { .duration_ns = p->o.duration_ns, .keep = p->o.keep,
+				  .cancelled = p->o.cancelled, .progress = p->o.progress,
+				  .arg = p->o.progress_arg };
 	int r;
 
 	if (p->started)
@@ -192,6 +196,26 @@ uint64_t agent_profiler_count(const struct agent_profiler *p)
 	if (p->heap)
 		return heap_stats(p->heap)->allocs;
 	return p->contention ? contention_stats(p->contention)->records : 0;
+}
+
+struct heap *agent_profiler_heap(const struct agent_profiler *p)
+{
+	return p->heap;
+}
+
+struct contention *agent_profiler_contention(const struct agent_profiler *p)
+{
+	return p->contention;
+}
+
+struct channel *agent_profiler_channel(const struct agent_profiler *p)
+{
+	return p->s.ch;
+}
+
+const struct channel_handlers *agent_profiler_handlers(const struct agent_profiler *p)
+{
+	return &p->h;
 }
 
 void agent_profiler_free(struct agent_profiler *p)

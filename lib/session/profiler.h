@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "contention/contention.h"
+#include "heap/heap.h"
 #include "profile/profile.h"
 #include "session/session.h"
 
@@ -30,8 +32,12 @@ struct agent_profiler_opts {
 	const char *agent_path;    /* agent_find()'s */
 	const char *heap_index;    /* heap: the sample type shown first; NULL: inuse_space */
 	bool copy_stacks;          /* no rules: the agent walks no frames (CPROF_COPY_STACKS) */
+	bool keep;                 /* the session goes on after the window (heap --keep) */
 	bool (*cancelled)(void);   /* NULL: never */
 	void (*looking)(const struct inject_report *rep, uint64_t elapsed_ns);
+	/* Told about once a second how far the window is (window_opts'). */
+	void (*progress)(void *arg, uint64_t elapsed_ns, uint64_t records);
+	void *progress_arg;
 	const char *command_line;  /* for the profile's comments */
 };
 
@@ -67,6 +73,19 @@ const struct agent_session *agent_profiler_session(const struct agent_profiler *
 
 /* Records taken: sampled allocations, or events. */
 uint64_t agent_profiler_count(const struct agent_profiler *p);
+
+/* What the records went to: the heap's (CPROF_EVENTS_HEAP) or the
+ * contention's (the others); NULL for the other kind or before start. */
+struct heap *agent_profiler_heap(const struct agent_profiler *p);
+struct contention *agent_profiler_contention(const struct agent_profiler *p);
+
+/*
+ * With @o->keep, after stop: the session goes on, and its channel and the
+ * handlers of its records are the caller's to drain (heap --keep's serve
+ * loop); the profiler still owns them.
+ */
+struct channel *agent_profiler_channel(const struct agent_profiler *p);
+const struct channel_handlers *agent_profiler_handlers(const struct agent_profiler *p);
 
 void agent_profiler_free(struct agent_profiler *p);
 

@@ -19,14 +19,6 @@
 #define LIVE_SPAN_NS (1000ULL * 1000 * 1000)
 #define LIVE_EVERY_NS (100ULL * 1000 * 1000)
 
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 static int drain(struct channel *ch, const struct channel_handlers *h, struct window_result *res)
 {
 	int n;
@@ -101,7 +93,7 @@ void agent_window_begin(struct agent_window *w, struct channel *ch, pid_t pid,
 	w->o = *o;
 	w->h = h;
 	w->start = w->next_progress = w->next_live = now_monotonic_ns();
-	w->res.start_realtime_ns = realtime_ns();
+	w->res.start_realtime_ns = now_realtime_ns();
 	if (!ch) { /* cancelled before the agent was loaded */
 		w->res.interrupted = true;
 		w->res.detached = true; /* nothing was hooked */
