@@ -101,7 +101,8 @@ void agent_window_begin(struct agent_window *w, struct channel *ch, pid_t pid,
 	}
 }
 
-/* One tick: true when the window is over. */
+/* One tick: 1 when the window is over, 0 while it goes on, or a handler's
+ * -errno. */
 static int tick(struct agent_window *w, uint64_t now)
 {
 	struct window_result *res = &w->res;
