@@ -883,6 +883,52 @@ int th_sample_type(const struct profile *p, const char *type, const char *unit)
 	return -1;
 }
 
+double th_sample_sum(const struct profile *p, const char *type, const char *unit)
+{
+	int vi = th_sample_type(p, type, unit);
+	double sum = 0;
+
+	cr_assert_geq(vi, 0, "no sample type %s/%s", type, unit);
+	for (size_t i = 0; i < p->nsamples; i++)
+		sum += (double)p->samples[i].values[vi];
+	return sum;
+}
+
+void th_ring_report(pid_t pid, const char *path, struct th_ring_report *r)
+{
+	char line[128];
+	FILE *f;
+
+	unlink(path);
+	cr_assert_eq(kill(pid, SIGUSR2), 0);
+	for (int i = 0; i < 500 && access(path, R_OK) != 0; i++)
+		th_sleep_ms(2);
+	f = fopen(path, "re");
+	cr_assert_not_null(f, "ring wrote no report to %s", path);
+	memset(r, 0, sizeof(*r));
+	r->single = -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long v;
+		char key[32];
+
+		if (sscanf(line, "%31s %llu", key, &v) != 2)
+			continue;
+		if (!strcmp(key, "ops"))
+			r->ops = v;
+		else if (!strcmp(key, "cpu_ns"))
+			r->cpu_ns = v;
+		else if (!strcmp(key, "hooked_ops"))
+			r->hooked_ops = v;
+		else if (!strcmp(key, "live_objects"))
+			r->live_objects = v;
+		else if (!strcmp(key, "live_bytes"))
+			r->live_bytes = v;
+		else if (!strcmp(key, "single"))
+			r->single = (int)v;
+	}
+	fclose(f);
+}
+
 const struct profile_location *th_location(const struct profile *p, uint64_t id)
 {
 	if (id >= 1 && id <= p->nlocations && p->locations[id - 1].id == id)

@@ -173,6 +173,18 @@ struct profile *th_load_profile(const char *path);
 
 /* Index of the sample type @type/@unit, or -1. */
 int th_sample_type(const struct profile *p, const char *type, const char *unit);
+/* The sum of sample type @type/@unit over @p's samples (the type must be there). */
+double th_sample_sum(const struct profile *p, const char *type, const char *unit);
+
+/* What tests/targets/ring counted itself, in the report it writes on SIGUSR2. */
+struct th_ring_report {
+	uint64_t ops, cpu_ns, hooked_ops, live_objects, live_bytes;
+	int single; /* glibc's __libc_single_threaded; -1: not said */
+};
+
+/* Asks ring @pid for its report at @path and reads it (it writes within a
+ * few hundred allocations). */
+void th_ring_report(pid_t pid, const char *path, struct th_ring_report *r);
 
 const struct profile_location *th_location(const struct profile *p, uint64_t id);
 const struct profile_function *th_function(const struct profile *p, uint64_t id);

@@ -24,59 +24,6 @@ static void skip_without_ptrace(void)
 		TH_SKIP_MISSING("cprof heap needs ptrace of the target: run as root");
 }
 
-struct ring_report {
-	uint64_t ops, cpu_ns, hooked_ops, live_objects, live_bytes;
-	int single;
-};
-
-/* Asks the ring program for its report and reads it (it writes within a
- * few hundred allocations). */
-static void ring_report(pid_t pid, const char *path, struct ring_report *r)
-{
-	char line[128];
-	FILE *f;
-
-	unlink(path);
-	cr_assert_eq(kill(pid, SIGUSR2), 0);
-	for (int i = 0; i < 500 && access(path, R_OK) != 0; i++)
-		th_sleep_ms(2);
-	f = fopen(path, "re");
-	cr_assert_not_null(f, "ring wrote no report to %s", path);
-	memset(r, 0, sizeof(*r));
-	r->single = -1;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long v;
-		char key[32];
-
-		if (sscanf(line, "%31s %llu", key, &v) != 2)
-			continue;
-		if (!strcmp(key, "ops"))
-			r->ops = v;
-		else if (!strcmp(key, "cpu_ns"))
-			r->cpu_ns = v;
-		else if (!strcmp(key, "hooked_ops"))
-			r->hooked_ops = v;
-		else if (!strcmp(key, "live_objects"))
-			r->live_objects = v;
-		else if (!strcmp(key, "live_bytes"))
-			r->live_bytes = v;
-		else if (!strcmp(key, "single"))
-			r->single = (int)v;
-	}
-	fclose(f);
-}
-
-static double sum_of(const struct profile *p, const char *type, const char *unit)
-{
-	int vi = th_sample_type(p, type, unit);
-	double sum = 0;
-
-	cr_assert_geq(vi, 0, "no sample type %s/%s", type, unit);
-	for (size_t i = 0; i < p->nsamples; i++)
-		sum += (double)p->samples[i].values[vi];
-	return sum;
-}
-
 /*
  * The bounds docs/measured.md quotes (tests/unit/test-docs checks them):
  * under overload every figure within RING_MAX_ERR of the target's count;
@@ -106,7 +53,7 @@ static void ring_figures(unsigned threads)
 	const char *report = th_tmp_path("ring-truth.report");
 	const char *out = th_tmp_path("ring-truth.pb.gz");
 	char nthreads[16];
-	struct ring_report truth;
+	struct th_ring_report truth;
 	struct profile *p;
 	struct th_run r;
 	pid_t pid;
@@ -117,21 +64,21 @@ static void ring_figures(unsigned threads)
 	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "3s", "-o", out);
 	th_run_log(&r, "cprof heap");
 	cr_assert_eq(r.exit_code, 0);
-	ring_report(pid, report, &truth);
+	th_ring_report(pid, report, &truth);
 	th_kill(pid);
 	cr_assert_gt(truth.hooked_ops, 0, "the target never saw its malloc hooked");
 	p = th_load_profile(out);
 	cr_assert_not_null(p);
 	/* Each figure is the truth's within 10%: inuse from ~118 sampled blocks
 	 * per snapshot, ten of them (8.7% / sqrt(10) per snapshot's draw). */
-	assert_near(sum_of(p, "inuse_space", "bytes"), (double)truth.live_bytes, RING_MAX_ERR,
+	assert_near(th_sample_sum(p, "inuse_space", "bytes"), (double)truth.live_bytes, RING_MAX_ERR,
 		    "inuse_space",
 		    threads);
-	assert_near(sum_of(p, "inuse_objects", "count"), (double)truth.live_objects, RING_MAX_ERR,
+	assert_near(th_sample_sum(p, "inuse_objects", "count"), (double)truth.live_objects, RING_MAX_ERR,
 		    "inuse_objects", threads);
-	assert_near(sum_of(p, "alloc_objects", "count"), (double)truth.hooked_ops, RING_MAX_ERR,
+	assert_near(th_sample_sum(p, "alloc_objects", "count"), (double)truth.hooked_ops, RING_MAX_ERR,
 		    "alloc_objects", threads);
-	assert_near(sum_of(p, "alloc_space", "bytes"), (double)truth.hooked_ops * 65536,
+	assert_near(th_sample_sum(p, "alloc_space", "bytes"), (double)truth.hooked_ops * 65536,
 		    RING_MAX_ERR,
 		    "alloc_space", threads);
 	cr_log_info("%u thread(s): %s", threads, strstr(r.err, "not recorded") ? "records were lost"
@@ -165,13 +112,13 @@ Test(heap_truth, ring_figures_four_threads)
  * @ms, their ratio @a / @b: what load the machine has weighs on both. */
 static double speed_ratio(pid_t a, const char *ra, pid_t b, const char *rb, int ms)
 {
-	struct ring_report a0, a1, b0, b1;
+	struct th_ring_report a0, a1, b0, b1;
 
-	ring_report(a, ra, &a0);
-	ring_report(b, rb, &b0);
+	th_ring_report(a, ra, &a0);
+	th_ring_report(b, rb, &b0);
 	th_sleep_ms(ms);
-	ring_report(a, ra, &a1);
-	ring_report(b, rb, &b1);
+	th_ring_report(a, ra, &a1);
+	th_ring_report(b, rb, &b1);
 	return ((double)(a1.ops - a0.ops) / (double)(a1.cpu_ns - a0.cpu_ns)) /
 	       ((double)(b1.ops - b0.ops) / (double)(b1.cpu_ns - b0.cpu_ns));
 }
@@ -210,7 +157,7 @@ Test(heap_truth, single_threaded_target_keeps_its_speed)
 	};
 	const char *report = th_tmp_path("ring-speed.report");
 	const char *twin_report = th_tmp_path("ring-twin.report");
-	struct ring_report rep;
+	struct th_ring_report rep;
 	double before, after;
 	pid_t pid, twin;
 
@@ -218,7 +165,7 @@ Test(heap_truth, single_threaded_target_keeps_its_speed)
 	pid = TH_SPAWN("ring", "120", report, "1");
 	twin = TH_SPAWN("ring", "120", twin_report, "1");
 	th_sleep_ms(200);
-	ring_report(pid, report, &rep);
+	th_ring_report(pid, report, &rep);
 	cr_assert_eq(rep.single, 1, "glibc's single-thread flag is off before any session");
 	before = speed_against(pid, report, twin, twin_report);
 	for (size_t i = 0; i < sizeof(sessions) / sizeof(sessions[0]); i++) {
@@ -234,7 +181,7 @@ Test(heap_truth, single_threaded_target_keeps_its_speed)
 		th_run_log(&r, sessions[i][0]);
 		cr_assert_eq(r.exit_code, 0, "cprof %s failed", sessions[i][0]);
 		th_run_release(&r);
-		ring_report(pid, report, &rep);
+		th_ring_report(pid, report, &rep);
 		cr_assert_eq(rep.single, 1,
 			     "after cprof %s, glibc takes the process for multi-threaded for good",
 			     sessions[i][0]);

@@ -267,39 +267,6 @@ Test(session, agent_find_trusts_only_what_root_alone_can_change)
 	cr_assert(r == 0 || r == -EPERM, "the build's agent: %d", r);
 }
 
-/* A sample type's sum over the profile. */
-static double sum_of(const struct profile *p, const char *type, const char *unit)
-{
-	int vi = th_sample_type(p, type, unit);
-	double sum = 0;
-
-	cr_assert_geq(vi, 0, "no %s/%s in the profile", type, unit);
-	for (size_t i = 0; i < p->nsamples; i++)
-		sum += (double)p->samples[i].values[vi];
-	return sum;
-}
-
-/* The ring target's own counts (tests/targets/ring.c), asked by SIGUSR2. */
-static void ring_truth(pid_t pid, const char *path, uint64_t *hooked_ops, uint64_t *live_bytes)
-{
-	char line[128], key[32];
-	unsigned long long v;
-	FILE *f;
-
-	unlink(path);
-	cr_assert_eq(kill(pid, SIGUSR2), 0);
-	for (int i = 0; i < 500 && access(path, R_OK) != 0; i++)
-		th_sleep_ms(2);
-	f = fopen(path, "re");
-	cr_assert_not_null(f, "ring wrote no report to %s", path);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%31s %llu", key, &v) == 2 && !strcmp(key, "hooked_ops"))
-			*hooked_ops = v;
-		else if (sscanf(line, "%31s %llu", key, &v) == 2 && !strcmp(key, "live_bytes"))
-			*live_bytes = v;
-	fclose(f);
-}
-
 static void expect_near(double got, double want, double tolerance, const char *what)
 {
 	cr_log_info("measured: in one loop with cpu and wall: %s %.0f, truth %.0f (%+.2f%%)", what,
@@ -338,7 +305,8 @@ Test(session, cpu_wall_and_heap_in_one_loop, .timeout = 180)
 	struct agent_profiler *ap;
 	struct cpu_profiler *cp;
 	struct wall_profiler *wp;
-	uint64_t hooked_ops = 0, live_bytes = 0, t0;
+	struct th_ring_report truth;
+	uint64_t t0;
 	char err[2048];
 	pid_t pid;
 	int r;
@@ -367,15 +335,15 @@ Test(session, cpu_wall_and_heap_in_one_loop, .timeout = 180)
 	cr_assert_eq(agent_profiler_stop(ap), 0);
 	cr_log_info("one loop of %.2f s: cpu, wall and heap", (th_now_ns() - t0) / 1e9);
 	cr_assert(agent_profiler_window(ap)->detached, "the agent did not confirm its detach");
-	ring_truth(pid, report, &hooked_ops, &live_bytes);
+	th_ring_report(pid, report, &truth);
 
 	cr_assert_eq(agent_profiler_finish(ap, &heap_p), 0);
 	cr_assert_eq(cpu_profiler_finish(cp, &cpu_p), 0);
 	cr_assert_eq(wall_profiler_finish(wp, &wall_p), 0);
-	cr_assert_gt(hooked_ops, 0, "the target never saw its malloc hooked");
-	expect_near(sum_of(heap_p, "alloc_objects", "count"), (double)hooked_ops, 0.10,
-		    "heap alloc_objects");
-	expect_near(sum_of(heap_p, "inuse_space", "bytes"), (double)live_bytes, 0.10,
+	cr_assert_gt(truth.hooked_ops, 0, "the target never saw its malloc hooked");
+	expect_near(th_sample_sum(heap_p, "alloc_objects", "count"), (double)truth.hooked_ops,
+		    0.10, "heap alloc_objects");
+	expect_near(th_sample_sum(heap_p, "inuse_space", "bytes"), (double)truth.live_bytes, 0.10,
 		    "heap inuse_space");
 	cs = cpu_profiler_stats(cp);
 	expect_near((double)cs->sampled_ns, (double)cs->process_cpu_ns, 0.10,
@@ -448,7 +416,7 @@ Test(session, contention_kinds, .timeout = 120)
 		cr_log_info("measured: locks %s: %llu records in 1 s", kinds[i].mode,
 			    (unsigned long long)agent_profiler_count(ap));
 		cr_assert_gt(agent_profiler_count(ap), 0, "locks %s: no record", kinds[i].mode);
-		cr_assert_gt(sum_of(p, kinds[i].type, kinds[i].unit), 0);
+		cr_assert_gt(th_sample_sum(p, kinds[i].type, kinds[i].unit), 0);
 		profile_free(p);
 		agent_profiler_free(ap);
 		th_assert_let_go(pid, false, kinds[i].mode);
