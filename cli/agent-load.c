@@ -88,18 +88,14 @@ static int session_error(int r, const struct target *t, const struct agent_sessi
 }
 
 /*
- * Finds the agent (into @agent) and reads @t's modules into @al. 0, or an
- * exit code after reporting the error.
+ * Finds the agent (into @agent) and checks that @t can load it, before
+ * anything is read of it. 0, or an exit code after reporting the error.
  */
-static int agent_prepare(struct agent_session *al, const struct target *t, char *agent,
-			 size_t size, bool modules)
+static int agent_check(const struct target *t, char *agent, size_t size)
 {
 	char why[PATH_MAX + 128];
 	int r;
 
-	memset(al, 0, sizeof(*al));
-	al->fd = -1;
-	al->claim.fd = -1;
 	r = agent_path(agent, size, why, sizeof(why));
 	if (r == -EPERM) {
 		report_error("not loading the agent named by CPROF_AGENT ('%s') as root: %s",
@@ -123,14 +119,6 @@ static int agent_prepare(struct agent_session *al, const struct target *t, char 
 		report_hint("send it SIGCONT first");
 		return EXIT_TARGET;
 	}
-	if (!modules)
-		return 0;
-	r = agent_session_prepare(al, t->pid);
-	if (r < 0) {
-		struct agent_session_opts so = session_opts(agent);
-
-		return session_error(r, t, al, &so);
-	}
 	return 0;
 }
 
@@ -147,11 +135,16 @@ int agent_call(struct agent_session *al, const struct target *t, const char *fun
 	struct agent_session_opts o;
 	int r;
 
-	r = agent_prepare(al, t, agent, sizeof(agent), true);
+	memset(al, 0, sizeof(*al));
+	al->fd = -1;
+	al->claim.fd = -1;
+	r = agent_check(t, agent, sizeof(agent));
 	if (r)
 		return r;
 	o = session_opts(agent);
-	r = agent_session_call(al, &o, function, string, ret);
+	r = agent_session_prepare(al, t->pid);
+	if (r == 0)
+		r = agent_session_call(al, &o, function, string, ret);
 	if (al->rep.called && al->rep.placed)
 		note_placed(t, al);
 	if (r == -ECANCELED) {
@@ -163,7 +156,6 @@ int agent_call(struct agent_session *al, const struct target *t, const char *fun
 
 int agent_open(struct agent_profiler **ret, const struct target *t, struct agent_profiler_opts *ao)
 {
-	struct agent_session probe;
 	char agent[PATH_MAX], err[2048];
 	const struct agent_session *al;
 	struct agent_session_opts so;
@@ -172,7 +164,7 @@ int agent_open(struct agent_profiler **ret, const struct target *t, struct agent
 	*ret = NULL;
 	/* The agent's path and the target's state first, said as the
 	 * command says them; the profiler reads the modules itself. */
-	r = agent_prepare(&probe, t, agent, sizeof(agent), false);
+	r = agent_check(t, agent, sizeof(agent));
 	if (r)
 		return r;
 	so = session_opts(agent);
