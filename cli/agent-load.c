@@ -122,10 +122,16 @@ static int agent_check(const struct target *t, char *agent, size_t size)
 	return 0;
 }
 
-static void note_placed(const struct target *t, const struct agent_session *al)
+/* What the load left in the target, said whatever its outcome. */
+static void note_load(const struct target *t, const struct agent_session *al)
 {
-	report_note("pid %d is in a container: loaded a copy of the agent %s at %s in its root",
-		    t->pid, al->rep.placed == 1 ? "placed" : "found", al->rep.agent_path);
+	if (al->rep.called && al->rep.placed)
+		report_note("pid %d is in a container: loaded a copy of the agent %s at %s in "
+			    "its root", t->pid, al->rep.placed == 1 ? "placed" : "found",
+			    al->rep.agent_path);
+	if (al->rep.left_pages)
+		report_note("the loading code's two pages stay mapped in pid %d: its thread could "
+			    "not be stopped safely to unmap them; the next load unmaps them", t->pid);
 }
 
 int agent_call(struct agent_session *al, const struct target *t, const char *function,
@@ -145,8 +151,7 @@ int agent_call(struct agent_session *al, const struct target *t, const char *fun
 	r = agent_session_prepare(al, t->pid);
 	if (r == 0)
 		r = agent_session_call(al, &o, function, string, ret);
-	if (al->rep.called && al->rep.placed)
-		note_placed(t, al);
+	note_load(t, al);
 	if (r == -ECANCELED) {
 		*ret = r;
 		return 0;
@@ -189,7 +194,6 @@ int agent_open(struct agent_profiler **ret, const struct target *t, struct agent
 			    "pid %d was left as it was", t->pid);
 		return 0;
 	}
-	if (al->rep.placed && (r == 0 || al->failed == AGENT_SESSION_CHANNEL))
-		note_placed(t, al);
+	note_load(t, al);
 	return r < 0 ? session_error(r, t, al, &so) : 0;
 }

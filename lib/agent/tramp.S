@@ -8,10 +8,14 @@
 
 /* A local label: the exported name could be preempted, and PC32 to it is refused. */
 #define D(field) (.Ltramp_data + (field))(%rip)
+/* Where a first load's page jumps to leave (trampoline.h). */
+#define TRAMP_TAIL_LABEL cprof_agent_tramp_tail:
 
 	.text
 	.globl cprof_agent_tramp
 	.type cprof_agent_tramp, @function
+	.globl cprof_agent_tramp_tail
+	.type cprof_agent_tramp_tail, @function
 	.p2align 6
 cprof_agent_tramp:
 #include "inject/trampoline-body.inc"

@@ -75,6 +75,7 @@ struct call {
 	bool fxsave;
 	uint64_t sigmask; /* the chosen thread's, put back by the trampoline */
 	uint64_t longest_look_ns; /* the longest a refused thread was held, this round */
+	bool left_by_tail;        /* the thread left the page by the agent's tail */
 	pid_t late_tid;           /* interrupted, not stopped within STOP_TIMEOUT_NS */
 	uint64_t late_since;      /* when it was interrupted */
 };
@@ -490,6 +491,8 @@ static void fill_image(struct call *c)
 	*field(c, TD_FUNC) = c->attach_fn;
 	*field(c, TD_HANDLE) = c->attach_fn ? 1 : 0;
 	snprintf((char *)field(c, TD_SYM), TD_SYM_MAX, "%s", function_of(c->o));
+	snprintf((char *)field(c, TD_TAILSYM), TD_TAILSYM_MAX, "cprof_agent_tramp_tail");
+	*field(c, TD_TAIL) = 0;
 	snprintf((char *)field(c, TD_PATH), TD_PATH_MAX, "%s", c->rep->agent_path);
 }
 
@@ -779,7 +782,8 @@ static int run_tracer(struct call *c, void *(*fn)(void *))
  * (find_old_page()).
  */
 /* One try: -EINPROGRESS while the thread is still on its way out of the
- * code (done is set before its last instructions run). */
+ * code (done is set two instructions before its jump to the agent's tail);
+ * out of it, nothing returns into it (trampoline.h). */
 static int unmap_once(struct call *c)
 {
 	struct user_regs_struct orig, r;
@@ -836,7 +840,7 @@ static int collect(struct call *c, uint64_t launched)
 {
 	const struct timespec pause = { 0, 500000 };
 	uint64_t deadline = launched + (uint64_t)c->o->call_timeout_ms * 1000000ULL;
-	uint64_t res[5], done = 0; /* handle, func, ret, errstr, done */
+	uint64_t res[7], done = 0; /* handle, func, ret, errstr, done, unmap, tail */
 
 	for (;;) {
 		if (peek(c->pid, data_block(c) + TD_DONE, &done, sizeof(done)) < 0)
@@ -850,6 +854,7 @@ static int collect(struct call *c, uint64_t launched)
 	c->rep->call_ns = now_monotonic_ns() - launched;
 	if (peek(c->pid, data_block(c) + TD_HANDLE, res, sizeof(res)) < 0)
 		return -ESRCH;
+	c->left_by_tail = res[6] != 0;
 	if (!res[0]) {
 		char msg[sizeof(c->rep->dlerror)] = "";
 
@@ -922,11 +927,14 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 		r = collect(&c, launched);
 	}
 	/* Mapped for a thread that was then refused (its stack, a signal),
-	 * or used: either way nothing of it stays. */
+	 * or used and left by the agent's tail: either way nothing of it
+	 * stays. A thread that ran the page's own tail may still return
+	 * into it (trampoline.h): the next load unmaps it. */
 	if (c.page && r != -ETIMEDOUT) {
 		if (!launched)
 			c.tid = c.page_tid;
-		rep->left_pages = run_tracer(&c, unmap_main) < 0;
+		rep->left_pages = launched && !c.left_by_tail ? 1
+							       : run_tracer(&c, unmap_main) < 0;
 	}
 	/* A call that timed out may still write the block: its claim is
 	 * kept (the descriptor left open) for as long as this cprof lives. */

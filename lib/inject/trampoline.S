@@ -10,6 +10,7 @@
 #include "inject/trampoline.h"
 
 #define D(field) (.Lstart + TRAMP_DATA + (field))(%rip)
+#define TRAMP_TAIL_LABEL
 
 	.section .rodata.cprof_tramp, "a"
 	.globl cprof_tramp_code

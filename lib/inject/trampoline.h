@@ -33,7 +33,16 @@
  * Where the code runs: for the first load, cprof has the target map
  * TRAMP_SIZE bytes, the code from a memfd at offset 0 (read, execute) and
  * the data block at TRAMP_DATA (read, write): never a page both writable
- * and executable (MDWE). cprof unmaps them once the call is done. Once the
+ * and executable (MDWE). cprof unmaps them once the call is done, and only
+ * once the thread cannot come back to them: the page's code, its agent
+ * loaded, leaves by a jump to the agent's copy of the tail (TD_TAIL,
+ * cprof_agent_tramp_tail) before it restores a thing. Every call the page
+ * made has returned by then and no signal could interrupt it (all were
+ * blocked), so a thread whose pc is out of the page has no frame, call or
+ * signal, that returns into it. Had the page run the tail itself, a signal
+ * taken as the mask is put back, or a stop inside pthread_setcancelstate,
+ * would return into pages cprof had just unmapped. Without a tail (the
+ * load failed) the pages stay for the next load to unmap (TD_UNMAP). Once the
  * agent is resident, its own copy of the code runs in place
  * (cprof_agent_tramp, lib/agent/tramp.S) with the data block in its .bss
  * (cprof_agent_tramp_data); that call unmaps pages an earlier load left
@@ -63,8 +72,11 @@
 #define TD_ERRSTR 96   /* dlerror's (an address in the target) */
 #define TD_DONE 104    /* 0 while running, 1 when the results are in */
 #define TD_UNMAP 112   /* a page to unmap after the call, 0: none */
+#define TD_TAIL 120    /* result: the agent's tail the page left by, 0: none */
 #define TD_SYM 128     /* NUL-terminated symbol name, TD_SYM_MAX bytes */
-#define TD_SYM_MAX 64
+#define TD_SYM_MAX 40
+#define TD_TAILSYM 168 /* "cprof_agent_tramp_tail", TD_TAILSYM_MAX bytes */
+#define TD_TAILSYM_MAX 24
 #define TD_PATH 192    /* NUL-terminated path of the .so, TD_PATH_MAX bytes */
 #define TD_PATH_MAX 1024
 #define TD_STR 1216    /* NUL-terminated string argument (inject_opts.string) */
@@ -117,8 +129,9 @@
 /* The code, to be copied to offset 0 of the target's page. */
 extern const unsigned char cprof_tramp_code[], cprof_tramp_code_end[];
 
-_Static_assert(TD_UNMAP + 8 <= TD_SYM, "trampoline layout");
-_Static_assert(TD_SYM + TD_SYM_MAX <= TD_PATH, "trampoline layout");
+_Static_assert(TD_TAIL == TD_UNMAP + 8 && TD_TAIL + 8 <= TD_SYM, "trampoline layout");
+_Static_assert(TD_SYM + TD_SYM_MAX <= TD_TAILSYM, "trampoline layout");
+_Static_assert(TD_TAILSYM + TD_TAILSYM_MAX <= TD_PATH, "trampoline layout");
 _Static_assert(TD_PATH + TD_PATH_MAX <= TD_STR, "trampoline layout");
 _Static_assert(TD_STR + TD_STR_MAX <= TD_END, "trampoline layout");
 _Static_assert(TRAMP_DATA + TD_END <= TRAMP_SIZE, "trampoline layout");

@@ -537,6 +537,34 @@ bool th_alive(pid_t pid)
 	return alive;
 }
 
+/*
+ * How child @pid ended, without reaping it: "exit 3", "killed by signal 11"
+ * or "still running". Says why a target vanished mid-test.
+ */
+const char *th_fate(pid_t pid, char *buf, size_t size)
+{
+	struct child *c;
+	siginfo_t si;
+	int status = -1;
+
+	memset(&si, 0, sizeof(si));
+	pthread_mutex_lock(&children_lock);
+	c = find_child(pid);
+	if (c && c->reaped)
+		status = c->status;
+	else if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid)
+		status = si.si_code == CLD_EXITED ? W_EXITCODE(si.si_status, 0) : si.si_status;
+	pthread_mutex_unlock(&children_lock);
+	if (status == -1)
+		snprintf(buf, size, c ? "still running" : "not a child of the test");
+	else if (WIFEXITED(status))
+		snprintf(buf, size, "exit %d", WEXITSTATUS(status));
+	else
+		snprintf(buf, size, "killed by signal %d, %s", WTERMSIG(status),
+			 strsignal(WTERMSIG(status)));
+	return buf;
+}
+
 /* th_wait_exit(), and the child's resource usage in *@ret_ru if non-NULL. */
 static int wait_exit_ru(pid_t pid, int timeout_ms, struct rusage *ret_ru)
 {
@@ -1628,8 +1656,10 @@ void th_assert_let_go(pid_t pid, bool stopped, const char *after)
 {
 	pid_t tids[1024];
 	int n = th_task_list(pid, tids, 1024);
+	char fate[64];
 
-	cr_assert(n > 0, "%s: pid %d has no threads left", after, (int)pid);
+	cr_assert(n > 0, "%s: pid %d has no threads left (%s)", after, (int)pid,
+		  th_fate(pid, fate, sizeof(fate)));
 	for (int i = 0; i < n; i++) {
 		long tracer = th_task_tracer(pid, tids[i]);
 		char st = th_task_state(pid, tids[i]);

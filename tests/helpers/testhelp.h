@@ -114,6 +114,9 @@ bool th_signal(pid_t pid, int sig);
  */
 int th_wait_exit(pid_t pid, int timeout_ms);
 
+/* How child @pid ended, not reaping it, written into @buf: for messages. */
+const char *th_fate(pid_t pid, char *buf, size_t size);
+
 /* Forks a child that exits at once and is never reaped: a zombie. */
 pid_t th_make_zombie(void);
 

@@ -262,6 +262,116 @@ Test(inject, a_stream_of_signals_is_neither_lost_nor_in_the_way)
 	cr_assert_eq(th_wait_exit(st.pid, 15000), 0, "the target lost or doubled a signal");
 }
 
+struct on_detour {
+	pid_t pid;
+	int stop;
+	int sent;
+};
+
+/* The blocked-signal mask of thread @tid of @pid, 0 when it is gone. */
+static uint64_t blocked_mask(pid_t pid, pid_t tid)
+{
+	char buf[2048];
+	const char *p;
+
+	if (th_task_read(pid, tid, "status", buf, sizeof(buf)) < 0)
+		return 0;
+	p = strstr(buf, "SigBlk:");
+	return p ? strtoull(p + 7, NULL, 16) : 0;
+}
+
+/* Sends one SIGRTMIN the moment the target's thread blocks every signal
+ * (cprof's mask over the detour): it is taken as the mask goes back. */
+static void *signal_on_detour(void *arg)
+{
+	struct on_detour *d = arg;
+	const struct timespec gap = { 0, 20000 };
+	union sigval v = { 0 };
+
+	while (!__atomic_load_n(&d->stop, __ATOMIC_RELAXED)) {
+		if (__builtin_popcountll(blocked_mask(d->pid, d->pid)) >= 60) {
+			d->sent = sigqueue(d->pid, SIGRTMIN, v) == 0;
+			return NULL;
+		}
+		nanosleep(&gap, NULL);
+	}
+	return NULL;
+}
+
+/*
+ * A signal that arrived during the first load's detour is taken as the
+ * detour puts the thread's mask back; its handler (200 ms) still runs when
+ * cprof stops the thread to unmap the detour's pages. The pages must go
+ * only once nothing can return into them: the handler returned into an
+ * unmapped page (SIGSEGV) when the page ran that last stretch itself.
+ */
+Test(inject, a_signal_taken_as_the_detour_ends_returns_to_live_code)
+{
+	struct on_detour d = { 0 };
+	union sigval total = { .sival_int = 1 };
+	char fate[64];
+	pthread_t th;
+
+	skip_without_ptrace();
+	for (int tries = 0; tries < 3 && !d.sent; tries++) {
+		struct session s;
+		int fd;
+
+		if (d.pid)
+			th_kill(d.pid);
+		d = (struct on_detour){ .pid = TH_SPAWN("regcheck", "slowsignals", "60") };
+		cr_assert_eq(pthread_create(&th, NULL, signal_on_detour, &d), 0);
+		fd = inject(d.pid, CPROF_AGENT_PATH, &s);
+		__atomic_store_n(&d.stop, 1, __ATOMIC_RELAXED);
+		pthread_join(th, NULL);
+		cr_assert_geq(fd, 0, "injection %d: %s (%s)", tries, strerror(-fd), s.rep.why);
+		cr_log_info("try %d: %s during the detour, pages %s", tries,
+			    d.sent ? "a signal sent" : "no signal sent (the detour was missed)",
+			    s.rep.left_pages ? "left" : "unmapped");
+		th_sleep_ms(400); /* the handler's 200 ms, and its return */
+		cr_assert(th_alive(d.pid), "the target died after the detour: %s",
+			  th_fate(d.pid, fate, sizeof(fate)));
+		th_assert_let_go(d.pid, false, "after a signal on the detour");
+		cr_assert_eq(s.rep.left_pages, 0, "the detour's pages were left");
+		cr_assert_eq(detour_pages(d.pid), 0, "the detour's code left mapped");
+		end_session(d.pid, fd);
+	}
+	cr_assert(d.sent, "in 3 tries no signal came during the detour: the premise was not met");
+	cr_assert_eq(sigqueue(d.pid, SIGRTMIN + 1, total), 0);
+	cr_assert_eq(th_wait_exit(d.pid, 15000), 0, "the target lost or doubled the signal");
+}
+
+/*
+ * A load that fails (dlopen refuses the file) ran the page's own tail, so
+ * its pages stay, said in the report; the next load unmaps them.
+ */
+Test(inject, a_failed_load_leaves_its_pages_to_the_next)
+{
+	const char *bad = th_tmp_path("cprof-agent-broken.so");
+	struct session s;
+	FILE *f;
+	pid_t pid;
+	int r;
+
+	skip_without_ptrace();
+	f = fopen(bad, "we");
+	cr_assert_not_null(f);
+	fputs("not an ELF file\n", f);
+	fclose(f);
+	pid = TH_SPAWN("regcheck", "sleep", "60");
+	r = inject(pid, bad, &s);
+	cr_assert_eq(r, -ENOEXEC, "got %d (%s)", r, strerror(-r));
+	cr_log_info("a failed load: %s", s.rep.dlerror);
+	cr_assert_eq(s.rep.left_pages, 1, "the report hides pages left");
+	cr_assert_eq(detour_pages(pid), 1, "pages left: %d", detour_pages(pid));
+	r = inject(pid, CPROF_AGENT_PATH, &s);
+	cr_assert_geq(r, 0, "%s (%s)", strerror(-r), s.rep.why);
+	cr_assert_eq(s.rep.left_pages, 0);
+	cr_assert_eq(detour_pages(pid), 0, "the next load left %d detour pages", detour_pages(pid));
+	end_session(pid, r);
+	finish_regcheck(pid, "sleep");
+}
+
 Test(inject, refuses_a_thread_in_a_signal_handler)
 {
 	struct session s;

@@ -20,6 +20,9 @@
  *          come lowest first, so every SIGRTMIN sent before it is in by
  *          then): exits 0 when the counts agree, 3 if one was lost or
  *          doubled, 3 if no total came by the end.
+ *   slowsignals  as signals, but each SIGRTMIN's handler sleeps 200 ms:
+ *          one taken as the detour puts the mask back is still running
+ *          when cprof stops the thread to unmap the detour's pages.
  *   handler  sleeps inside a signal handler for the whole run: no thread
  *          is safe to inject (a handler may have interrupted malloc), so
  *          cprof must refuse, and the sleep must still end on time.
@@ -206,21 +209,29 @@ static int run_handler(uint64_t end)
 
 static volatile sig_atomic_t rt_count;
 static volatile long rt_total = -1;
+static bool rt_slow;
 
 static void count_rt(int sig, siginfo_t *si, void *uc)
 {
+	const struct timespec slow = { 0, 200000000 };
+
 	(void)uc;
-	if (sig == SIGRTMIN)
-		rt_count++;
-	else
+	if (sig != SIGRTMIN) {
 		rt_total = si->si_value.sival_int;
+		return;
+	}
+	rt_count++;
+	if (rt_slow)
+		while (nanosleep(&slow, NULL) < 0 && errno == EINTR)
+			;
 }
 
 /* Before "ready": the stream may start the moment it is printed. */
-static void count_signals(void)
+static void count_signals(bool slow)
 {
 	struct sigaction sa = { .sa_sigaction = count_rt, .sa_flags = SA_SIGINFO | SA_RESTART };
 
+	rt_slow = slow;
 	sigaction(SIGRTMIN, &sa, NULL);
 	sigaction(SIGRTMIN + 1, &sa, NULL);
 }
@@ -245,7 +256,7 @@ int main(int argc, char **argv)
 	uint64_t end;
 
 	if (argc != 3) {
-		fprintf(stderr, "usage: regcheck spin|sleep|read|signals|handler SECONDS\n");
+		fprintf(stderr, "usage: regcheck spin|sleep|read|signals|slowsignals|handler SECONDS\n");
 		return 2;
 	}
 	seconds = (unsigned)atoi(argv[2]);
@@ -253,8 +264,8 @@ int main(int argc, char **argv)
 	sigaction(SIGUSR2, &(struct sigaction){ .sa_handler = on_finish, .sa_flags = SA_RESTART },
 		  NULL);
 	end = now_ns() + (uint64_t)seconds * 1000000000ull;
-	if (strcmp(argv[1], "signals") == 0)
-		count_signals();
+	if (strcmp(argv[1], "signals") == 0 || strcmp(argv[1], "slowsignals") == 0)
+		count_signals(strcmp(argv[1], "slowsignals") == 0);
 	printf("ready\n");
 	fflush(stdout);
 	if (strcmp(argv[1], "spin") == 0)
@@ -265,7 +276,7 @@ int main(int argc, char **argv)
 		return run_handler(end);
 	if (strcmp(argv[1], "read") == 0)
 		return run_read(end, seconds);
-	if (strcmp(argv[1], "signals") == 0)
+	if (strcmp(argv[1], "signals") == 0 || strcmp(argv[1], "slowsignals") == 0)
 		return run_signals(end);
 	return 2;
 }
