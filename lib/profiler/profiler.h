@@ -1,0 +1,84 @@
+/*
+ * Every kind of profile as one object with one set of verbs, so that one
+ * loop drives any of them, and several at once on one target:
+ *
+ *   new     the target's modules read, nothing touched (-errno, @err why);
+ *   start   the window begins (perf enabled, the agent loaded, the
+ *           threads' snapshot taken);
+ *   poll    waits up to a deadline for what is due: 0 while the kind's
+ *           window goes on, 1 once it is over by itself (the agent's
+ *           window, the snapshot), -ESRCH once the target is gone;
+ *   stop    the window ends; finish: the pprof profile; free.
+ *
+ * cpu and wall run for as long as their caller polls them; the agent's
+ * kinds end their window at their own duration. Nothing here prints; a
+ * kind that can wait asks the cancel callback of its own options.
+ */
+#ifndef CPROF_PROFILER_PROFILER_H
+#define CPROF_PROFILER_PROFILER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cpu/cpu-profiler.h"
+#include "profile/profile.h"
+#include "session/profiler.h"
+#include "threads/threads.h"
+#include "wall/wall-profiler.h"
+
+struct profiler;
+
+int profiler_new_cpu(struct profiler **ret, const struct cpu_profiler_opts *o, char *err,
+		     size_t errlen);
+int profiler_new_wall(struct profiler **ret, const struct wall_profiler_opts *o, char *err,
+		      size_t errlen);
+/* The threads' snapshot of @pid, taken at start. */
+int profiler_new_threads(struct profiler **ret, pid_t pid, const char *command_line);
+/* heap, block, mutex or threadcreate, as @o->events says. */
+int profiler_new_agent(struct profiler **ret, const struct agent_profiler_opts *o,
+		       const char *comm, char *err, size_t errlen);
+
+/* "cpu", "wall", "threads", "heap", "block", "mutex", "threadcreate". */
+const char *profiler_kind(const struct profiler *p);
+
+/* On failure @err says why. */
+int profiler_start(struct profiler *p, char *err, size_t errlen);
+int profiler_poll(struct profiler *p, int timeout_ms);
+int profiler_stop(struct profiler *p);
+int profiler_finish(struct profiler *p, struct profile **ret);
+
+/* Go's text layout at @debug (1 or 2) where the kind has one (threads:
+ * both; the agent's kinds: 1); -ENOTSUP otherwise. */
+int profiler_write_text(struct profiler *p, int debug, FILE *f);
+
+/* What was taken: samples, ticks, threads, sampled allocations, events. */
+uint64_t profiler_count(const struct profiler *p);
+
+/* The kind's own object, for its own figures: a cpu_profiler, a
+ * wall_profiler, a threads_snapshot (NULL before start), an agent_profiler. */
+void *profiler_impl(const struct profiler *p);
+
+void profiler_free(struct profiler *p);
+
+/*
+ * Several on one target in one window of @duration_ns: started in turn
+ * (the first that fails stops those started, -errno, @err names it), polled
+ * until the window is over, every kind's own window too, the cancel
+ * callback says so or the target is gone (*@ret_exited), then stopped; 0,
+ * and each is ready to finish. -ECANCELED: cancelled while an agent was
+ * looking for a thread to load it, those started stopped, nothing taken.
+ * @tick, if given, is told about once a second how far the window is.
+ */
+struct profilers_run_opts {
+	uint64_t duration_ns;
+	bool (*cancelled)(void);
+	void (*tick)(void *arg, uint64_t elapsed_ns);
+	void *tick_arg;
+};
+
+int profilers_run(struct profiler **ps, size_t n, const struct profilers_run_opts *o,
+		  bool *ret_exited, char *err, size_t errlen);
+
+#endif
