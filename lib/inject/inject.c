@@ -644,8 +644,10 @@ static int try_thread(struct call *c, pid_t tid)
 	k = wait_stop(tid, &status, STOP_TIMEOUT_NS, false);
 	if (k < 0) {
 		/* Uninterruptible sleep or no CPU for it: it stays seized, and
-		 * the next round waits for its stop again. */
-		snprintf(c->rep->why, sizeof(c->rep->why), "thread %d did not stop", tid);
+		 * the next round waits for its stop again. A thread refused
+		 * for its state before says more than this one's delay. */
+		if (!c->rep->refused)
+			snprintf(c->rep->why, sizeof(c->rep->why), "thread %d did not stop", tid);
 		c->late_tid = tid;
 		c->late_since = t0;
 		return -EAGAIN;

@@ -71,7 +71,7 @@ struct inject_report {
 	unsigned refused;        /* of which found unsafe */
 	int left_pages;          /* 1: the first load's pages could not be unmapped (the next session does) */
 	int resident;            /* 1: the agent was loaded and warm: attach called alone */
-	char why[160];           /* why the last thread was refused */
+	char why[160];           /* why the last thread was refused (or was late to stop, while none was refused) */
 	char dlerror[256];       /* dlopen's complaint, when it failed */
 	char agent_path[1024];   /* the path dlopen was given */
 	int placed;              /* a copy in the target's root: 1 new, 2 found there */
