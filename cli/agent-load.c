@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "heap-jemalloc.h"
 #include "interrupt.h"
 #include "report.h"
 #include "util/util.h"
@@ -134,59 +135,46 @@ static void note_load(const struct target *t, const struct agent_session *al)
 			    "not be stopped safely to unmap them; the next load unmaps them", t->pid);
 }
 
-int agent_call(struct agent_session *al, const struct target *t, const char *function,
-	       const char *string, int *ret)
+/* Who loads the agent: the agent's path and the target checked, and the
+ * session's options. 0 or an exit code after reporting. */
+static int loader(const struct target *t, char *agent, size_t size,
+		  struct agent_session_opts *ret)
 {
-	char agent[PATH_MAX];
-	struct agent_session_opts o;
-	int r;
+	int code = agent_check(t, agent, size);
 
-	memset(al, 0, sizeof(*al));
-	al->fd = -1;
-	al->claim.fd = -1;
-	r = agent_check(t, agent, sizeof(agent));
-	if (r)
-		return r;
-	o = session_opts(agent);
-	r = agent_session_prepare(al, t->pid);
-	if (r == 0)
-		r = agent_session_call(al, &o, function, string, ret);
-	note_load(t, al);
-	if (r == -ECANCELED) {
-		*ret = r;
-		return 0;
-	}
-	return r < 0 ? session_error(r, t, al, &o) : 0;
+	if (code == 0)
+		*ret = session_opts(agent);
+	return code;
 }
 
-int agent_open(struct agent_profiler **ret, const struct target *t, struct agent_profiler_opts *ao)
+int agent_open(struct run *run, struct agent_profiler_opts *ao)
 {
+	const struct target *t = &run->target;
 	char agent[PATH_MAX], err[2048];
 	const struct agent_session *al;
 	struct agent_session_opts so;
 	int r;
 
-	*ret = NULL;
 	/* The agent's path and the target's state first, said as the
 	 * command says them; the profiler reads the modules itself. */
-	r = agent_check(t, agent, sizeof(agent));
+	r = loader(t, agent, sizeof(agent), &so);
 	if (r)
 		return r;
-	so = session_opts(agent);
 	ao->agent_path = agent;
 	ao->cancelled = interrupt_requested;
 	ao->looking = looking;
-	r = agent_profiler_new(ret, ao, t->comm, err, sizeof(err));
+	r = profiler_new_agent(&run->p, ao, t->comm, err, sizeof(err));
 	if (r < 0) {
 		report_error_text(NULL, err);
 		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
 	}
-	r = agent_profiler_start(*ret, err, sizeof(err));
-	al = agent_profiler_session(*ret);
+	r = profiler_start(run->p, err, sizeof(err));
+	al = agent_profiler_session(profiler_impl(run->p));
 	if (al->unclaimed)
 		report_note("no lock file could be made in /run/lock or /tmp (%s): another cprof "
 			    "on pid %d would not be seen before the agent", strerror(-al->unclaimed),
 			    t->pid);
+	note_load(t, al);
 	if (r == -ECANCELED) {
 		/* Ctrl-C while no thread was safe to stop: the window is empty
 		 * and its profile is still written. */
@@ -194,6 +182,32 @@ int agent_open(struct agent_profiler **ret, const struct target *t, struct agent
 			    "pid %d was left as it was", t->pid);
 		return 0;
 	}
-	note_load(t, al);
 	return r < 0 ? session_error(r, t, al, &so) : 0;
+}
+
+int agent_open_jemalloc(struct run *run, const char *index)
+{
+	const struct target *t = &run->target;
+	const struct jemalloc_dump *d;
+	struct agent_session_opts so;
+	char agent[PATH_MAX], err[256];
+	int r;
+
+	r = loader(t, agent, sizeof(agent), &so);
+	if (r)
+		return r;
+	r = profiler_new_jemalloc(&run->p, t->pid, &so, index, run->command_line);
+	if (r < 0) {
+		report_error("cannot read jemalloc's heap profile of pid %d: %s", t->pid,
+			     strerror(-r));
+		return EXIT_FAIL;
+	}
+	r = profiler_start(run->p, err, sizeof(err));
+	d = profiler_impl(run->p);
+	note_load(t, &d->s);
+	if (r == 0)
+		return 0;
+	if (r != -ECANCELED && d->failed == JEMALLOC_LOAD)
+		return session_error(r, t, &d->s, &so);
+	return heap_jemalloc_error(t, r, d);
 }

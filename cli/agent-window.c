@@ -1,26 +1,7 @@
 #include "agent-window.h"
 
 #include "report.h"
-#include "util/parse.h"
 #include "util/util.h"
-
-void window_progress_init(struct window_progress *p, const struct target *t, const char *what,
-			  uint64_t duration_ns)
-{
-	p->t = t;
-	p->what = what;
-	format_duration(duration_ns, p->total, sizeof(p->total));
-}
-
-void window_progress(void *arg, uint64_t elapsed_ns, uint64_t records)
-{
-	struct window_progress *p = arg;
-	char done[32];
-
-	format_duration(elapsed_ns / 1000000000ULL * 1000000000ULL, done, sizeof(done));
-	report_progress("profiling pid %d (%s): %s / %s, %llu %s", p->t->pid, p->t->comm, done,
-			p->total, (unsigned long long)records, p->what);
-}
 
 void agent_window_report(const struct window_result *w, const struct target *t)
 {

@@ -1,7 +1,7 @@
 /*
  * cprof block, cprof mutex, cprof threadcreate: Go's three other runtime
  * profiles, from the agent's pthread hooks. Options and the report; the run
- * is collector.c's, the profiler lib/session/'s, the profile lib/contention/'s.
+ * is run.c's, the profiler lib/session/'s, the profile lib/contention/'s.
  */
 #include <getopt.h>
 #include <math.h>
@@ -9,11 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collector.h"
+#include "agent-load.h"
+#include "agent-window.h"
 #include "commands.h"
 #include "contention/contention.h"
 #include "options.h"
+#include "profiler/profiler.h"
 #include "report.h"
+#include "run.h"
 #include "util/parse.h"
 #include "util/util.h"
 
@@ -138,12 +141,12 @@ static int parse_args(int argc, char **argv, struct contention_run *a)
 	return option_output(a->cmd->name, &a->common);
 }
 
-static void op_summary(const void *ctx, const struct collection *run)
+static void summary(const void *ctx, const struct run *run)
 {
 	const struct contention_run *a = ctx;
-	const struct contention_stats *st =
-		contention_stats(agent_profiler_contention(run->ap));
-	const struct window_result *w = &run->w;
+	const struct agent_profiler *ap = profiler_impl(run->p);
+	const struct contention_stats *st = contention_stats(agent_profiler_contention(ap));
+	const struct window_result *w = agent_profiler_window(ap);
 	char window[32];
 
 	format_duration(w->window_ns, window, sizeof(window));
@@ -168,22 +171,54 @@ static void op_summary(const void *ctx, const struct collection *run)
 			       plural(w->counters.lost, "event", "events"));
 }
 
+static int open_profiler(void *ctx, struct run *run)
+{
+	const struct contention_run *a = ctx;
+	struct agent_profiler_opts ao = {
+		.pid = run->target.pid,
+		.events = a->cmd->events,
+		.rate = a->rate,
+		.duration_ns = a->duration_ns,
+		/* Without rules every record carries its stack copy (cprof(1)). */
+		.copy_stacks = getenv("CPROF_COPY_STACKS") != NULL,
+		.command_line = run->command_line,
+	};
+
+	return agent_open(run, &ao);
+}
+
+static void progress(const void *ctx, const struct run *run, char *buf, size_t size)
+{
+	unsigned long long n = profiler_count(run->p);
+
+	(void)ctx;
+	snprintf(buf, size, "%llu %s", n, plural(n, "record", "records"));
+}
+
+static void ended(const void *ctx, const struct run *run)
+{
+	(void)ctx;
+	agent_window_report(agent_profiler_window(profiler_impl(run->p)), &run->target);
+}
+
 static int contention_main(int argc, char **argv, const struct contention_command *k)
 {
 	struct contention_run a = { .cmd = k, .duration_ns = 30ULL * 1000000000ULL,
 				    .rate = k->default_rate };
-	const struct collector_ops ops = {
+	const struct run_ops ops = {
 		.command = k->name,
 		.attach = "load the agent into",
-		.events = k->events,
-		.records = "records",
-		.summary = op_summary,
+		.verb = "profiling",
+		.open = open_profiler,
+		.progress = progress,
+		.ended = ended,
+		.summary = summary,
 	};
 	int code = parse_args(argc, argv, &a);
 
 	if (code)
 		return code < 0 ? EXIT_OK : code;
-	return collector_run(&ops, &a, &a.common, a.duration_ns, a.rate, argc, argv);
+	return run_command(&ops, &a, &a.common, a.duration_ns, argc, argv);
 }
 
 int cmd_block(int argc, char **argv)

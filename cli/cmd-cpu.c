@@ -1,5 +1,5 @@
-/* cprof cpu: options, preflight, the sampling loop, the report. The work is
- * in lib/cpu/cpu-profiler.c. */
+/* cprof cpu: options, its profiler opened, the report (cli/run.c runs it).
+ * The work is in lib/cpu/cpu-profiler.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -8,12 +8,13 @@
 
 #include "commands.h"
 #include "cpu/cpu-profiler.h"
+#include "profiler/profiler.h"
 #include "interrupt.h"
 #include "options.h"
 #include "output.h"
 #include "preflight.h"
 #include "report.h"
-#include "sampler.h"
+#include "run.h"
 #include "target/target.h"
 #include "util/parse.h"
 #include "util/util.h"
@@ -126,16 +127,16 @@ static void report_kernel_refused(void)
 	report_hint("run as root or with CAP_PERFMON, or `sysctl kernel.perf_event_paranoid=1`");
 }
 
-static void summary(const void *profiler, const void *args, const struct output *out)
+static void summary(const void *ctx, const struct run *run)
 {
-	const struct cpu_profiler_stats *st = cpu_profiler_stats(profiler);
-	const struct cpu_args *a = args;
+	const struct cpu_profiler_stats *st = cpu_profiler_stats(profiler_impl(run->p));
+	const struct cpu_args *a = ctx;
 	char window[32];
 
 	format_duration(st->window_ns, window, sizeof(window));
 	report_note("wrote %s: %llu %s, %.2fs of CPU in a %s window (%d Hz); "
 		    "symbolized in %.0f ms",
-		    output_name(out), (unsigned long long)st->samples,
+		    output_name(&run->out), (unsigned long long)st->samples,
 		    plural(st->samples, "sample", "samples"), (double)st->sampled_ns / 1e9,
 		    window, a->hz, (double)st->symbolize_ns / 1e6);
 	if (st->lost)
@@ -148,76 +149,52 @@ static void summary(const void *profiler, const void *args, const struct output 
 			       plural(st->samples, "stack", "stacks"));
 }
 
-SAMPLER_DEFINE_CALLS(cpu_profiler)
-
-static void op_facts(const void *p, struct sampler_facts *ret)
+static void progress(const void *ctx, const struct run *run, char *buf, size_t size)
 {
-	const struct cpu_profiler_stats *st = cpu_profiler_stats(p);
+	unsigned long long n = profiler_count(run->p);
 
-	*ret = (struct sampler_facts){ .window_ns = st->window_ns, .samples = st->samples,
-				       .lost = st->lost, .target_exited = st->target_exited };
-}
-
-static void op_progress(const void *p, char *buf, size_t size)
-{
-	unsigned long long n = cpu_profiler_stats(p)->samples;
-
+	(void)ctx;
 	snprintf(buf, size, "%llu %s", n, plural(n, "sample", "samples"));
 }
 
-static const struct sampler_ops cpu_ops = {
+static int open_profiler(void *ctx, struct run *run)
+{
+	struct cpu_args *a = ctx;
+	struct cpu_profiler_opts po;
+	char why[1024];
+	int r;
+
+	if (a->kernel && !perf_kernel_samples_allowed()) {
+		report_kernel_refused();
+		return EXIT_PERMISSION;
+	}
+	preflight_raise_nofile();
+	po = (struct cpu_profiler_opts){
+		.pid = run->target.pid,
+		.hz = a->hz,
+		.scope = choose_scope(a->mode),
+		.kernel = perf_kernel_samples_allowed(),
+		.kernel_stacks = a->kernel,
+		.command_line = run->command_line,
+	};
+	r = profiler_new_cpu(&run->p, &po, why, sizeof(why));
+	return run_start_sampler(run, r, why);
+}
+
+static const struct run_ops cpu_ops = {
 	.command = CMD,
-	SAMPLER_CALLS(cpu_profiler),
-	.facts = op_facts,
-	.progress = op_progress,
+	.verb = "sampling",
+	.open = open_profiler,
+	.progress = progress,
 	.summary = summary,
 };
 
 int cmd_cpu(int argc, char **argv)
 {
-	struct cpu_profiler_opts popts;
-	struct cpu_profiler *p = NULL;
 	struct cpu_args a;
-	struct output out;
-	struct target t;
-	char why[1024], cmdline[1024];
-	int r, code;
+	int code = parse_args(argc, argv, &a);
 
-	code = parse_args(argc, argv, &a);
 	if (code)
 		return code < 0 ? EXIT_OK : code;
-	code = preflight_command(&a.common, a.common.format == VIEW_PPROF, &t, &out);
-	if (code)
-		return code;
-	if (a.kernel && !perf_kernel_samples_allowed()) {
-		report_kernel_refused();
-		code = EXIT_PERMISSION;
-		goto out_abort;
-	}
-	preflight_raise_nofile();
-	interrupt_install();
-
-	command_line_join(argc, argv, cmdline, sizeof(cmdline));
-	popts = (struct cpu_profiler_opts){
-		.pid = a.common.pid,
-		.hz = a.hz,
-		.scope = choose_scope(a.mode),
-		.kernel = perf_kernel_samples_allowed(),
-		.kernel_stacks = a.kernel,
-		.command_line = cmdline,
-	};
-	r = cpu_profiler_new(&p, &popts, why, sizeof(why));
-	if (r < 0) {
-		report_error_text(NULL, why);
-		code = sampler_setup_exit_code(r);
-		goto out_abort;
-	}
-	code = sampler_run(&cpu_ops, p, &a, &a.common, a.duration_ns, &t, &out);
-	cpu_profiler_free(p);
-	return code;
-
-out_abort:
-	output_abort(&out);
-	cpu_profiler_free(p);
-	return code;
+	return run_command(&cpu_ops, &a, &a.common, a.duration_ns, argc, argv);
 }

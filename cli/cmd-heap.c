@@ -1,7 +1,7 @@
 /*
  * cprof heap: Go's heap profile of a running process. Options and the
- * report; the run is collector.c's, --keep's background session
- * heap-keep.c's, and the profile is built in lib/heap/.
+ * report; the run is run.c's, --keep's background session heap-keep.c's,
+ * and the profile is built in lib/heap/ (jemalloc's in lib/session/).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collector.h"
+#include "agent-load.h"
+#include "agent-window.h"
 #include "commands.h"
 #include "heap-jemalloc.h"
 #include "heap-keep.h"
@@ -17,14 +18,14 @@
 #include "heap/heap.h"
 #include "options.h"
 #include "pprof/pprof.h"
+#include "profiler/profiler.h"
 #include "report.h"
+#include "run.h"
 #include "util/parse.h"
 #include "util/util.h"
 
 #define CMD "heap"
 #define DEFAULT_RATE (512u << 10) /* Go's MemProfileRate */
-/* op_check()'s word to cmd_heap(): --source auto found jemalloc's profiler on. */
-#define USE_JEMALLOC 1000
 
 static const char *const indexes[] = { "inuse_space", "inuse_objects", "alloc_space",
 				       "alloc_objects" };
@@ -36,6 +37,7 @@ struct heap_run {
 	const char *index;
 	bool duration_given, rate_given, keep, stop;
 	enum heap_source source;
+	bool jemalloc;      /* the source taken: jemalloc's own profiler */
 	/* --keep: the child's socket and pipe to the foreground (-1: none),
 	 * and what its profiles since sampling began need. */
 	int keep_lfd, keep_code_fd;
@@ -161,11 +163,11 @@ static int parse_args(int argc, char **argv, struct heap_run *a)
 	return option_output(CMD, &a->common);
 }
 
-static void op_summary(const void *ctx, const struct collection *run)
+static void hooks_summary(const struct heap_run *a, const struct run *run)
 {
-	const struct heap_run *a = ctx;
-	const struct window_result *w = &run->w;
-	const struct heap *h = agent_profiler_heap(run->ap);
+	const struct agent_profiler *ap = profiler_impl(run->p);
+	const struct window_result *w = agent_profiler_window(ap);
+	const struct heap *h = agent_profiler_heap(ap);
 	const struct heap_stats *st = heap_stats(h);
 	char window[32];
 
@@ -295,92 +297,139 @@ static int preflight_allocator(const struct target *t)
 	return EXIT_TARGET;
 }
 
-/* A background session answers, or the allocator cannot be hooked. */
-static int op_check(void *ctx, struct collection *run)
-{
-	struct heap_run *a = ctx;
-	int code = keep_ask(&run->target, &a->common, a->index, a->stop,
-			    a->duration_given || a->keep);
-
-	if (code >= 0)
-		return code;
-	if (a->source == HEAP_SOURCE_AUTO && !a->duration_given && !a->rate_given && !a->keep &&
-	    heap_jemalloc_auto(&run->target))
-		return USE_JEMALLOC;
-	code = preflight_allocator(&run->target);
-	return code ? code : COLLECTOR_GO_ON;
-}
-
-/* --keep: the rest happens in a child; the foreground waits for its word. */
-static int op_prepare(void *ctx, struct collection *run)
+/* A background session answers, jemalloc's own profiler is the source, or
+ * the allocator cannot be hooked. */
+static int check(void *ctx, struct run *run)
 {
 	struct heap_run *a = ctx;
 	int code;
 
-	if (!a->keep)
-		return COLLECTOR_GO_ON;
-	code = keep_start(&run->target, &a->keep_lfd, &a->keep_code_fd);
-	return code >= 0 ? code : COLLECTOR_GO_ON;
+	if (a->source == HEAP_SOURCE_JEMALLOC) {
+		a->jemalloc = true;
+		code = heap_jemalloc_check(&run->target);
+		return code ? code : RUN_GO_ON;
+	}
+	code = keep_ask(&run->target, &a->common, a->index, a->stop, a->duration_given || a->keep);
+	if (code >= 0)
+		return code;
+	if (a->source == HEAP_SOURCE_AUTO && !a->duration_given && !a->rate_given && !a->keep &&
+	    heap_jemalloc_auto(&run->target)) {
+		a->jemalloc = true;
+		return RUN_GO_ON;
+	}
+	code = preflight_allocator(&run->target);
+	return code ? code : RUN_GO_ON;
 }
 
-/* The profile shows --index first; with --keep the session goes on. */
-static void op_configure(void *ctx, struct agent_profiler_opts *ao)
+static int open_profiler(void *ctx, struct run *run)
+{
+	struct heap_run *a = ctx;
+	struct agent_profiler_opts ao = {
+		.pid = run->target.pid,
+		.events = CPROF_EVENTS_HEAP,
+		.rate = a->rate,
+		.duration_ns = a->duration_ns,
+		/* Without rules every record carries its stack copy (cprof(1)). */
+		.copy_stacks = getenv("CPROF_COPY_STACKS") != NULL,
+		.heap_index = a->index,
+		.keep = a->keep,
+		.command_line = run->command_line,
+	};
+
+	if (!a->jemalloc)
+		return agent_open(run, &ao);
+	report_note("reading jemalloc's own heap profile of pid %d (%s): no hooks, no window; "
+		    "what it sampled since the program started", run->target.pid,
+		    a->source == HEAP_SOURCE_JEMALLOC
+			    ? "--source jemalloc"
+			    : "its MALLOC_CONF turns the profiler on; --source hooks samples "
+			      "with cprof's hooks instead");
+	return agent_open_jemalloc(run, a->index);
+}
+
+static void progress(const void *ctx, const struct run *run, char *buf, size_t size)
+{
+	unsigned long long n = profiler_count(run->p);
+
+	(void)ctx;
+	snprintf(buf, size, "%llu %s", n, plural(n, "sample", "samples"));
+}
+
+static void ended(const void *ctx, const struct run *run)
 {
 	const struct heap_run *a = ctx;
 
-	ao->heap_index = a->index;
-	ao->keep = a->keep;
+	if (!a->jemalloc)
+		agent_window_report(agent_profiler_window(profiler_impl(run->p)), &run->target);
+}
+
+static void summary(const void *ctx, const struct run *run)
+{
+	const struct heap_run *a = ctx;
+
+	if (a->jemalloc)
+		heap_jemalloc_summary(run);
+	else
+		hooks_summary(a, run);
 }
 
 /* --keep's child: serves on once the profile is written, else gives up. */
-static int op_finish(void *ctx, struct collection *run, int code, int argc, char **argv)
+static int keep_after(struct heap_run *a, struct run *run, int code)
 {
-	struct heap_run *a = ctx;
+	struct agent_profiler *ap = run->p ? profiler_impl(run->p) : NULL;
+	struct channel *ch = ap ? agent_profiler_channel(ap) : NULL;
 
-	if (a->keep_code_fd < 0)
-		return code;
-	struct channel *ch = run->ap ? agent_profiler_channel(run->ap) : NULL;
-
-	(void)argc;
-	(void)argv;
 	/* No channel: interrupted before the agent was loaded, nothing to keep. */
-	if (!run->written || !ch || run->w.target_exited)
+	if (!run->written || !ch || agent_profiler_window(ap)->target_exited)
 		return keep_give_up(a->keep_lfd, a->keep_code_fd, code, ch);
-	a->ap = run->ap;
+	a->ap = ap;
 	a->command_line = run->command_line;
 	a->pid = run->target.pid;
-	a->start_realtime_ns = run->w.start_realtime_ns;
+	a->start_realtime_ns = agent_profiler_window(ap)->start_realtime_ns;
 	return keep_go_on(a->keep_lfd, a->keep_code_fd, code, ch, &run->target,
-			  agent_profiler_handlers(run->ap), keep_render, a, output_name(&run->out));
+			  agent_profiler_handlers(ap), keep_render, a, output_name(&run->out));
 }
 
-static const struct collector_ops heap_ops = {
+static const struct run_ops heap_ops = {
 	.command = CMD,
 	.attach = "load the agent into",
-	.events = CPROF_EVENTS_HEAP,
-	.records = "samples",
-	.check = op_check,
-	.prepare = op_prepare,
-	.configure = op_configure,
-	.summary = op_summary,
-	.finish = op_finish,
+	.verb = "profiling",
+	.check = check,
+	.open = open_profiler,
+	.progress = progress,
+	.ended = ended,
+	.summary = summary,
 };
 
 int cmd_heap(int argc, char **argv)
 {
 	struct heap_run a = { .duration_ns = 30ULL * 1000000000ULL, .rate = DEFAULT_RATE,
 			      .index = "inuse_space", .keep_lfd = -1, .keep_code_fd = -1 };
+	struct run run;
 	int code = parse_args(argc, argv, &a);
 
 	if (code)
 		return code < 0 ? EXIT_OK : code;
-	if (a.source != HEAP_SOURCE_JEMALLOC)
-		code = collector_run(&heap_ops, &a, &a.common, a.duration_ns, a.rate, argc, argv);
-	if (a.source == HEAP_SOURCE_JEMALLOC || code == USE_JEMALLOC) {
-		struct heap_jemalloc_run j = { .index = a.index,
-					       .required = a.source == HEAP_SOURCE_JEMALLOC };
-
-		code = collector_run(&heap_jemalloc_ops, &j, &a.common, 0, 0, argc, argv);
+	code = run_prepare(&heap_ops, &a, &run, &a.common, a.duration_ns, argc, argv);
+	if (code != RUN_GO_ON)
+		return code;
+	/*
+	 * --keep: the session goes on in a child, a daemon once the first
+	 * profile is written; this process waits for its word and leaves the
+	 * output to it.
+	 */
+	if (a.keep) {
+		code = keep_start(&run.target, &a.keep_lfd, &a.keep_code_fd);
+		if (code >= 0) {
+			output_forget(&run.out);
+			return code;
+		}
 	}
+	if (a.jemalloc)
+		run.duration_ns = 0; /* a dump: no window */
+	code = run_profile(&heap_ops, &a, &run);
+	if (a.keep)
+		code = keep_after(&a, &run, code);
+	run_release(&run);
 	return code;
 }

@@ -1,5 +1,5 @@
 /* cprof threads: a snapshot of what every thread is doing. Options and the
- * report; the run is collector.c's, the work in lib/threads/ (collect.c,
+ * report; the run is run.c's, the work in lib/threads/ (collect.c,
  * write.c). */
 #include <errno.h>
 #include <getopt.h>
@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collector.h"
 #include "commands.h"
 #include "options.h"
+#include "profiler/profiler.h"
 #include "report.h"
+#include "run.h"
 #include "threads/threads.h"
 #include "util/util.h"
 
@@ -18,7 +19,6 @@
 
 struct threads_run {
 	struct common_opts common;
-	struct threads_snapshot *s;
 };
 
 static void threads_help(void)
@@ -88,62 +88,37 @@ static int snapshot_error(int r, pid_t pid, const char *why)
 	return EXIT_FAIL;
 }
 
-static int op_take(void *ctx, struct collection *run)
+static int open_profiler(void *ctx, struct run *run)
 {
-	struct threads_run *a = ctx;
 	char why[1024];
-	int r = threads_snapshot_take(&a->s, run->target.pid, why, sizeof(why));
+	int r;
 
-	if (r < 0)
-		return snapshot_error(r, run->target.pid, why);
-	run->pause_ns = (int64_t)a->s->pause_ns;
-	return 0;
+	(void)ctx;
+	r = profiler_new_threads(&run->p, run->target.pid, run->command_line);
+	if (r < 0) {
+		report_error("cannot look at pid %d: %s", run->target.pid, strerror(-r));
+		return EXIT_FAIL;
+	}
+	r = profiler_start(run->p, why, sizeof(why));
+	return r < 0 ? snapshot_error(r, run->target.pid, why) : 0;
 }
 
-static int op_build(void *ctx, const struct collection *run, const char *command_line,
-		    struct profile **ret)
-{
-	struct threads_run *a = ctx;
-
-	(void)run;
-	return threads_build_profile(a->s, command_line, ret);
-}
-
-static int op_write_text(const void *ctx, int debug, FILE *f)
+static void summary(const void *ctx, const struct run *run)
 {
 	const struct threads_run *a = ctx;
-
-	return debug == 1 ? threads_write_debug1(a->s, f) : threads_write_debug2(a->s, f);
-}
-
-static void op_summary(const void *ctx, const struct collection *run)
-{
-	const struct threads_run *a = ctx;
+	const struct threads_snapshot *s = profiler_impl(run->p);
 
 	if (strcmp(a->common.output, "-"))
 		report_note("wrote %s: %zu %s, paused %.3f ms", output_name(&run->out),
-			    a->s->nstopped, plural(a->s->nstopped, "thread", "threads"),
-			    (double)a->s->pause_ns / 1e6);
-	/* Go's text has no profile for collector_run() to look at. */
-	if (a->common.debug)
-		report_unsymbolized_program(a->s->sym);
+			    s->nstopped, plural(s->nstopped, "thread", "threads"),
+			    (double)s->pause_ns / 1e6);
 }
 
-static uint64_t op_count(const void *ctx)
-{
-	const struct threads_run *a = ctx;
-
-	return a->s->nstopped;
-}
-
-static const struct collector_ops threads_ops = {
+static const struct run_ops threads_ops = {
 	.command = CMD,
 	.attach = "stop the threads of",
-	.take = op_take,
-	.build = op_build,
-	.write_text = op_write_text,
-	.summary = op_summary,
-	.count = op_count,
+	.open = open_profiler,
+	.summary = summary,
 };
 
 int cmd_threads(int argc, char **argv)
@@ -153,7 +128,5 @@ int cmd_threads(int argc, char **argv)
 
 	if (code)
 		return code < 0 ? EXIT_OK : code;
-	code = collector_run(&threads_ops, &a, &a.common, 0, 0, argc, argv);
-	threads_snapshot_free(a.s);
-	return code;
+	return run_command(&threads_ops, &a, &a.common, 0, argc, argv);
 }

@@ -1,5 +1,5 @@
-/* cprof wall: options, preflight, the sampling loop, the report. The work is
- * in lib/wall/wall-profiler.c. */
+/* cprof wall: options, its profiler opened, the report (cli/run.c runs it).
+ * The work is in lib/wall/wall-profiler.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -11,7 +11,8 @@
 #include "output.h"
 #include "preflight.h"
 #include "report.h"
-#include "sampler.h"
+#include "profiler/profiler.h"
+#include "run.h"
 #include "target/target.h"
 #include "util/parse.h"
 #include "util/util.h"
@@ -89,10 +90,11 @@ static int parse_args(int argc, char **argv, struct wall_args *a)
 	return option_output(CMD, &a->common);
 }
 
-static void summary(const void *profiler, const void *args, const struct output *out)
+static void summary(const void *ctx, const struct run *run)
 {
-	const struct wall_profiler_stats *st = wall_profiler_stats(profiler);
-	const struct wall_args *a = args;
+	const struct wall_profiler_stats *st = wall_profiler_stats(profiler_impl(run->p));
+	const struct output *out = &run->out;
+	const struct wall_args *a = ctx;
 	char window[32];
 	uint64_t looked = st->off_stacks + st->off_reused + st->off_unknown;
 
@@ -141,64 +143,44 @@ static void summary(const void *profiler, const void *args, const struct output 
 			       plural(looked, "interval", "intervals"));
 }
 
-SAMPLER_DEFINE_CALLS(wall_profiler)
-
-/* Its samples, for --json: the looks at every thread. */
-static void op_facts(const void *p, struct sampler_facts *ret)
+static void progress(const void *ctx, const struct run *run, char *buf, size_t size)
 {
-	const struct wall_profiler_stats *st = wall_profiler_stats(p);
+	unsigned long long n = wall_profiler_stats(profiler_impl(run->p))->threads;
 
-	*ret = (struct sampler_facts){ .window_ns = st->window_ns, .samples = st->ticks,
-				       .lost = st->lost, .target_exited = st->target_exited };
-}
-
-static void op_progress(const void *p, char *buf, size_t size)
-{
-	unsigned long long n = wall_profiler_stats(p)->threads;
-
+	(void)ctx;
 	snprintf(buf, size, "%llu %s", n, plural(n, "thread", "threads"));
 }
 
-static const struct sampler_ops wall_ops = {
+static int open_profiler(void *ctx, struct run *run)
+{
+	const struct wall_args *a = ctx;
+	struct wall_profiler_opts po = {
+		.pid = run->target.pid,
+		.hz = a->hz,
+		.command_line = run->command_line,
+	};
+	char why[1024];
+	int r;
+
+	preflight_raise_nofile();
+	r = profiler_new_wall(&run->p, &po, why, sizeof(why));
+	return run_start_sampler(run, r, why);
+}
+
+static const struct run_ops wall_ops = {
 	.command = CMD,
-	SAMPLER_CALLS(wall_profiler),
-	.facts = op_facts,
-	.progress = op_progress,
+	.verb = "sampling",
+	.open = open_profiler,
+	.progress = progress,
 	.summary = summary,
 };
 
 int cmd_wall(int argc, char **argv)
 {
-	struct wall_profiler_opts popts;
-	struct wall_profiler *p = NULL;
 	struct wall_args a;
-	struct output out;
-	struct target t;
-	char why[1024], cmdline[1024];
-	int r, code;
+	int code = parse_args(argc, argv, &a);
 
-	code = parse_args(argc, argv, &a);
 	if (code)
 		return code < 0 ? EXIT_OK : code;
-	code = preflight_command(&a.common, a.common.format == VIEW_PPROF, &t, &out);
-	if (code)
-		return code;
-	preflight_raise_nofile();
-	interrupt_install();
-
-	command_line_join(argc, argv, cmdline, sizeof(cmdline));
-	popts = (struct wall_profiler_opts){
-		.pid = a.common.pid,
-		.hz = a.hz,
-		.command_line = cmdline,
-	};
-	r = wall_profiler_new(&p, &popts, why, sizeof(why));
-	if (r < 0) {
-		report_error_text(NULL, why);
-		output_abort(&out);
-		return sampler_setup_exit_code(r);
-	}
-	code = sampler_run(&wall_ops, p, &a, &a.common, a.duration_ns, &t, &out);
-	wall_profiler_free(p);
-	return code;
+	return run_command(&wall_ops, &a, &a.common, a.duration_ns, argc, argv);
 }

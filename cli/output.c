@@ -296,6 +296,14 @@ void output_abort(struct output *o)
 	o->fd = -1;
 }
 
+void output_forget(struct output *o)
+{
+	o->tmp_name[0] = '\0';
+	if (o->fd >= 0 && o->fd != STDOUT_FILENO)
+		close(o->fd);
+	o->fd = -1;
+}
+
 int output_report_failure(const struct output *o, int r)
 {
 	if (!o->write_failed) {

@@ -51,6 +51,10 @@ void output_title(const char *cmd, pid_t pid, const struct profile *p, char *buf
 /* Gives up: removes any temporary, closes. Safe after commit and twice. */
 void output_abort(struct output *o);
 
+/* Leaves the output to another process (a forked child writes it): closes
+ * this one's descriptor, removes nothing. */
+void output_forget(struct output *o);
+
 /*
  * Reports a failed output_commit_*() (error @r): "cannot write the profile
  * to ..." and EXIT_OUTPUT when writing failed (a full disk included), "cannot

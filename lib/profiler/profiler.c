@@ -2,6 +2,7 @@
 #include "profiler/profiler.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,7 +16,8 @@ struct profiler_ops {
 	int (*stop)(struct profiler *p);
 	int (*finish)(struct profiler *p, struct profile **ret);
 	int (*write_text)(struct profiler *p, int debug, FILE *f);
-	uint64_t (*count)(const struct profiler *p);
+	void (*facts)(const struct profiler *p, struct profiler_facts *ret);
+	struct symbolizer *(*symbolizer)(const struct profiler *p); /* NULL: none */
 	void (*free)(void *impl);
 };
 
@@ -68,9 +70,13 @@ static int cpu_finish(struct profiler *p, struct profile **ret)
 	return cpu_profiler_finish(p->impl, ret);
 }
 
-static uint64_t cpu_count(const struct profiler *p)
+static void cpu_facts(const struct profiler *p, struct profiler_facts *ret)
 {
-	return cpu_profiler_stats(p->impl)->samples;
+	const struct cpu_profiler_stats *st = cpu_profiler_stats(p->impl);
+
+	*ret = (struct profiler_facts){ .window_ns = st->window_ns, .count = st->samples,
+					.lost = st->lost, .pause_ns = -1,
+					.target_exited = st->target_exited };
 }
 
 static void cpu_free(void *impl)
@@ -88,7 +94,7 @@ static int no_text(struct profiler *p, int debug, FILE *f)
 
 static const struct profiler_ops cpu_ops = {
 	.start = cpu_start, .poll = cpu_poll, .stop = cpu_stop, .finish = cpu_finish,
-	.write_text = no_text, .count = cpu_count, .free = cpu_free,
+	.write_text = no_text, .facts = cpu_facts, .free = cpu_free,
 };
 
 int profiler_new_cpu(struct profiler **ret, const struct cpu_profiler_opts *o, char *err,
@@ -128,9 +134,13 @@ static int wall_finish(struct profiler *p, struct profile **ret)
 	return wall_profiler_finish(p->impl, ret);
 }
 
-static uint64_t wall_count(const struct profiler *p)
+static void wall_facts(const struct profiler *p, struct profiler_facts *ret)
 {
-	return wall_profiler_stats(p->impl)->ticks;
+	const struct wall_profiler_stats *st = wall_profiler_stats(p->impl);
+
+	*ret = (struct profiler_facts){ .window_ns = st->window_ns, .count = st->ticks,
+					.lost = st->lost, .pause_ns = -1,
+					.target_exited = st->target_exited };
 }
 
 static void wall_free(void *impl)
@@ -140,7 +150,7 @@ static void wall_free(void *impl)
 
 static const struct profiler_ops wall_ops = {
 	.start = wall_start, .poll = wall_poll, .stop = wall_stop, .finish = wall_finish,
-	.write_text = no_text, .count = wall_count, .free = wall_free,
+	.write_text = no_text, .facts = wall_facts, .free = wall_free,
 };
 
 int profiler_new_wall(struct profiler **ret, const struct wall_profiler_opts *o, char *err,
@@ -195,11 +205,20 @@ static int threads_text(struct profiler *p, int debug, FILE *f)
 	return debug == 2 ? threads_write_debug2(p->impl, f) : -ENOTSUP;
 }
 
-static uint64_t threads_count(const struct profiler *p)
+/* Its count is the threads stopped (those refused are in the text). */
+static void threads_facts(const struct profiler *p, struct profiler_facts *ret)
 {
 	const struct threads_snapshot *s = p->impl;
 
-	return s ? s->nthreads : 0;
+	*ret = (struct profiler_facts){ .count = s ? s->nstopped : 0,
+					.pause_ns = s ? (int64_t)s->pause_ns : -1 };
+}
+
+static struct symbolizer *threads_sym(const struct profiler *p)
+{
+	const struct threads_snapshot *s = p->impl;
+
+	return s ? s->sym : NULL;
 }
 
 static void threads_free(void *impl)
@@ -209,8 +228,8 @@ static void threads_free(void *impl)
 
 static const struct profiler_ops threads_ops = {
 	.start = threads_start, .poll = threads_poll, .stop = threads_stop,
-	.finish = threads_finish, .write_text = threads_text, .count = threads_count,
-	.free = threads_free,
+	.finish = threads_finish, .write_text = threads_text, .facts = threads_facts,
+	.symbolizer = threads_sym, .free = threads_free,
 };
 
 int profiler_new_threads(struct profiler **ret, pid_t pid, const char *command_line)
@@ -258,9 +277,21 @@ static int agent_text(struct profiler *p, int debug, FILE *f)
 	return debug == 1 ? agent_profiler_write_text(p->impl, f) : -ENOTSUP;
 }
 
-static uint64_t agent_count(const struct profiler *p)
+static void agent_facts(const struct profiler *p, struct profiler_facts *ret)
 {
-	return agent_profiler_count(p->impl);
+	const struct window_result *w = agent_profiler_window(p->impl);
+	const struct agent_session *s = agent_profiler_session(p->impl);
+
+	*ret = (struct profiler_facts){ .window_ns = w->window_ns,
+					.count = agent_profiler_count(p->impl),
+					.lost = w->counters.lost,
+					.pause_ns = s->rep.tid ? (int64_t)s->rep.stopped_ns : -1,
+					.target_exited = w->target_exited };
+}
+
+static struct symbolizer *agent_sym(const struct profiler *p)
+{
+	return agent_profiler_session(p->impl)->sym;
 }
 
 static void agent_free(void *impl)
@@ -270,7 +301,8 @@ static void agent_free(void *impl)
 
 static const struct profiler_ops agent_ops = {
 	.start = agent_start, .poll = agent_poll, .stop = agent_stop, .finish = agent_finish,
-	.write_text = agent_text, .count = agent_count, .free = agent_free,
+	.write_text = agent_text, .facts = agent_facts, .symbolizer = agent_sym,
+	.free = agent_free,
 };
 
 static const char *agent_kind(uint32_t events)
@@ -297,6 +329,122 @@ int profiler_new_agent(struct profiler **ret, const struct agent_profiler_opts *
 	*ret = NULL;
 	r = agent_profiler_new(&a, o, comm, err, errlen);
 	return r < 0 ? r : new_profiler(ret, &agent_ops, agent_kind(o->events), a);
+}
+
+/* ---- heap from jemalloc's own profiler: a dump, no window -------------- */
+
+struct jemalloc_kind {
+	struct jemalloc_dump d;
+	struct agent_session_opts so;
+	char agent_path[PATH_MAX];
+	pid_t pid;
+	const char *index, *command_line;
+	bool taken;
+};
+
+static int jemalloc_start(struct profiler *p, char *err, size_t errlen)
+{
+	struct jemalloc_kind *j = p->impl;
+	int r;
+
+	if (j->taken)
+		return -EALREADY;
+	j->taken = true;
+	r = jemalloc_dump_take(&j->d, j->pid, &j->so);
+	if (r < 0 && r != -ECANCELED)
+		snprintf(err, errlen, "jemalloc's profile: %s", strerror(-r));
+	return r;
+}
+
+static int jemalloc_poll(struct profiler *p, int timeout_ms)
+{
+	const struct jemalloc_kind *j = p->impl;
+
+	(void)timeout_ms;
+	return j->d.prof ? 1 : -EINVAL;
+}
+
+static int jemalloc_stop(struct profiler *p)
+{
+	const struct jemalloc_kind *j = p->impl;
+
+	return j->taken ? 0 : -EINVAL;
+}
+
+static int jemalloc_finish(struct profiler *p, struct profile **ret)
+{
+	const struct jemalloc_kind *j = p->impl;
+	struct jeprof_build_opts o = {
+		.sym = j->d.s.sym,
+		.default_type = j->index,
+		.command_line = j->command_line,
+		.pid = j->pid,
+		.time_nanos = (int64_t)j->d.time_realtime_ns,
+	};
+
+	*ret = NULL;
+	return j->d.prof ? jeprof_build(j->d.prof, &o, ret) : -EINVAL;
+}
+
+static int jemalloc_text(struct profiler *p, int debug, FILE *f)
+{
+	const struct jemalloc_kind *j = p->impl;
+
+	if (!j->d.prof)
+		return -EINVAL;
+	return debug == 1 ? jeprof_write_text(j->d.prof, j->d.s.sym, f) : -ENOTSUP;
+}
+
+/* What jemalloc sampled: all of it with prof_accum, else what is live. */
+static void jemalloc_facts(const struct profiler *p, struct profiler_facts *ret)
+{
+	const struct jemalloc_kind *j = p->impl;
+	const struct jeprof_counts *c = j->d.prof ? &j->d.prof->all : NULL;
+
+	*ret = (struct profiler_facts){
+		.count = !c ? 0 : c->accum_objects ? c->accum_objects : c->cur_objects,
+		.pause_ns = j->d.s.rep.tid ? (int64_t)j->d.s.rep.stopped_ns : -1,
+	};
+}
+
+static struct symbolizer *jemalloc_sym(const struct profiler *p)
+{
+	const struct jemalloc_kind *j = p->impl;
+
+	return j->d.s.sym;
+}
+
+static void jemalloc_free(void *impl)
+{
+	struct jemalloc_kind *j = impl;
+
+	jemalloc_dump_release(&j->d);
+	free(j);
+}
+
+static const struct profiler_ops jemalloc_ops = {
+	.start = jemalloc_start, .poll = jemalloc_poll, .stop = jemalloc_stop,
+	.finish = jemalloc_finish, .write_text = jemalloc_text, .facts = jemalloc_facts,
+	.symbolizer = jemalloc_sym, .free = jemalloc_free,
+};
+
+int profiler_new_jemalloc(struct profiler **ret, pid_t pid, const struct agent_session_opts *so,
+			  const char *index, const char *command_line)
+{
+	struct jemalloc_kind *j = calloc(1, sizeof(*j));
+
+	*ret = NULL;
+	if (!j)
+		return -ENOMEM;
+	j->pid = pid;
+	j->so = *so;
+	snprintf(j->agent_path, sizeof(j->agent_path), "%s", so->agent_path ? so->agent_path : "");
+	j->so.agent_path = j->agent_path;
+	j->index = index;
+	j->command_line = command_line;
+	j->d.s.fd = -1;
+	j->d.s.claim.fd = -1;
+	return new_profiler(ret, &jemalloc_ops, "heap", j);
 }
 
 /* ---- the verbs ----------------------------------------------------------- */
@@ -333,7 +481,20 @@ int profiler_write_text(struct profiler *p, int debug, FILE *f)
 
 uint64_t profiler_count(const struct profiler *p)
 {
-	return p->ops->count(p);
+	struct profiler_facts f;
+
+	p->ops->facts(p, &f);
+	return f.count;
+}
+
+void profiler_facts(const struct profiler *p, struct profiler_facts *ret)
+{
+	p->ops->facts(p, ret);
+}
+
+struct symbolizer *profiler_symbolizer(const struct profiler *p)
+{
+	return p->ops->symbolizer ? p->ops->symbolizer(p) : NULL;
 }
 
 void *profiler_impl(const struct profiler *p)

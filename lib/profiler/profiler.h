@@ -24,6 +24,7 @@
 
 #include "cpu/cpu-profiler.h"
 #include "profile/profile.h"
+#include "session/jemalloc.h"
 #include "session/profiler.h"
 #include "threads/threads.h"
 #include "wall/wall-profiler.h"
@@ -39,6 +40,11 @@ int profiler_new_threads(struct profiler **ret, pid_t pid, const char *command_l
 /* heap, block, mutex or threadcreate, as @o->events says. */
 int profiler_new_agent(struct profiler **ret, const struct agent_profiler_opts *o,
 		       const char *comm, char *err, size_t errlen);
+
+/* heap from jemalloc's own profiler (session/jemalloc.h), dumped at start;
+ * its profile shows @index first. The dump is profiler_impl()'s. */
+int profiler_new_jemalloc(struct profiler **ret, pid_t pid, const struct agent_session_opts *so,
+			  const char *index, const char *command_line);
 
 /* "cpu", "wall", "threads", "heap", "block", "mutex", "threadcreate". */
 const char *profiler_kind(const struct profiler *p);
@@ -56,8 +62,24 @@ int profiler_write_text(struct profiler *p, int debug, FILE *f);
 /* What was taken: samples, ticks, threads, sampled allocations, events. */
 uint64_t profiler_count(const struct profiler *p);
 
+/* How the window went, in every kind's terms. */
+struct profiler_facts {
+	uint64_t window_ns;  /* 0 for a snapshot */
+	uint64_t count;      /* profiler_count() */
+	uint64_t lost;       /* records the kernel or the agent's ring dropped */
+	int64_t pause_ns;    /* the longest a target thread was stopped; -1: none */
+	bool target_exited;  /* during the window */
+};
+
+void profiler_facts(const struct profiler *p, struct profiler_facts *ret);
+
+/* The target's modules as the kind read them, for a text layout's names
+ * (threads, the agent's kinds, jemalloc's); NULL for cpu and wall. */
+struct symbolizer *profiler_symbolizer(const struct profiler *p);
+
 /* The kind's own object, for its own figures: a cpu_profiler, a
- * wall_profiler, a threads_snapshot (NULL before start), an agent_profiler. */
+ * wall_profiler, a threads_snapshot (NULL before start), an agent_profiler,
+ * a struct jemalloc_dump. */
 void *profiler_impl(const struct profiler *p);
 
 void profiler_free(struct profiler *p);
@@ -80,5 +102,11 @@ struct profilers_run_opts {
 
 int profilers_run(struct profiler **ps, size_t n, const struct profilers_run_opts *o,
 		  bool *ret_exited, char *err, size_t errlen);
+
+/* profilers_run()'s two halves: the starts, and the window from its
+ * start to the stops (which it always does). */
+int profilers_start(struct profiler **ps, size_t n, char *err, size_t errlen);
+int profilers_window(struct profiler **ps, size_t n, const struct profilers_run_opts *o,
+		     bool *ret_exited, char *err, size_t errlen);
 
 #endif

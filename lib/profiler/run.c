@@ -56,40 +56,40 @@ static int poll_round(struct profiler **ps, size_t n, bool *over, uint64_t left_
 	return 0;
 }
 
-int profilers_run(struct profiler **ps, size_t n, const struct profilers_run_opts *o,
-		  bool *ret_exited, char *err, size_t errlen)
+int profilers_start(struct profiler **ps, size_t n, char *err, size_t errlen)
 {
-	uint64_t start, next_tick;
 	char why[1024];
+
+	for (size_t i = 0; i < n; i++) {
+		int r;
+
+		why[0] = '\0';
+		r = profiler_start(ps[i], why, sizeof(why));
+		if (r == 0)
+			continue;
+		/* Cancelled before the agent was in: its window is empty, over. */
+		stop_all(ps, r == -ECANCELED ? i + 1 : i);
+		if (r != -ECANCELED)
+			snprintf(err, errlen, "%s: %s", profiler_kind(ps[i]),
+				 why[0] ? why : strerror(-r));
+		return r;
+	}
+	return 0;
+}
+
+int profilers_window(struct profiler **ps, size_t n, const struct profilers_run_opts *o,
+		     bool *ret_exited, char *err, size_t errlen)
+{
+	uint64_t start = now_monotonic_ns(), next_tick = start + TICK_NS;
 	bool *over;
-	size_t started;
 	int r = 0, k;
 
 	*ret_exited = false;
 	over = calloc(n ? n : 1, sizeof(*over));
-	if (!over)
+	if (!over) {
+		stop_all(ps, n);
 		return -ENOMEM;
-	for (started = 0; started < n; started++) {
-		why[0] = '\0';
-		r = profiler_start(ps[started], why, sizeof(why));
-		/* Cancelled before the agent was in: its window is empty, over. */
-		if (r == -ECANCELED) {
-			started++;
-			break;
-		}
-		if (r < 0) {
-			snprintf(err, errlen, "%s: %s", profiler_kind(ps[started]),
-				 why[0] ? why : strerror(-r));
-			stop_all(ps, started);
-			goto out_free;
-		}
 	}
-	if (r == -ECANCELED) {
-		stop_all(ps, started);
-		goto out_free;
-	}
-	start = now_monotonic_ns();
-	next_tick = start + TICK_NS;
 	for (;;) {
 		uint64_t now = now_monotonic_ns();
 
@@ -105,6 +105,7 @@ int profilers_run(struct profiler **ps, size_t n, const struct profilers_run_opt
 			next_tick += TICK_NS;
 		}
 	}
+	free(over);
 	k = stop_all(ps, n);
 	if (r > 0 || r == -ESRCH)
 		r = 0;
@@ -112,7 +113,15 @@ int profilers_run(struct profiler **ps, size_t n, const struct profilers_run_opt
 		snprintf(err, errlen, "ending the window: %s", strerror(-k));
 		r = k;
 	}
-out_free:
-	free(over);
 	return r;
+}
+
+int profilers_run(struct profiler **ps, size_t n, const struct profilers_run_opts *o,
+		  bool *ret_exited, char *err, size_t errlen)
+{
+	int r;
+
+	*ret_exited = false;
+	r = profilers_start(ps, n, err, errlen);
+	return r < 0 ? r : profilers_window(ps, n, o, ret_exited, err, errlen);
 }

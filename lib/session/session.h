@@ -10,6 +10,7 @@
  *   open.c    modules, claim, injection, channel; a call of the agent
  *   strerror.c  what a failure at each step means, and what to do
  *   profiler.c  the four kinds as profiler objects (profiler.h)
+ *   jemalloc.c  jemalloc's own heap profile, dumped by the agent (jemalloc.h)
  *   window.c  the window: heartbeat, drains, snapshots, detach
  *
  * Nothing here prints or reads cprof's signals: a cancel callback where a

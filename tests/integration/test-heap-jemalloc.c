@@ -14,6 +14,7 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,8 @@
 #include <unistd.h>
 
 #include "heap/jemalloc-prof.h"
+#include "profiler/profiler.h"
+#include "session/jemalloc.h"
 #include "symbolize/symbolize.h"
 #include "site-truth.h"
 #include "testhelp.h"
@@ -424,5 +427,57 @@ Test(heap_jemalloc, busy_target_repeated)
 	cr_expect_str_eq(fd, "", "the agent started a session");
 	th_assert_let_go(pid, false, "ten dumps");
 	assert_no_dump_left();
+	th_kill(pid);
+}
+
+/*
+ * lib/session/jemalloc.c on its own, as the profiler kind record will run:
+ * the dump holds the same truths as through the command, its file is
+ * gone, the target let go; with the profiler off, -ENODATA at the dump
+ * step, and nothing left either.
+ */
+Test(heap_jemalloc, profiler_kind_in_lib)
+{
+	const char *report = th_tmp_path("jeprofsites-lib.report");
+	struct agent_session_opts so = {
+		.agent_path = CPROF_AGENT_PATH,
+		.pick_timeout_ms = AGENT_SESSION_PICK_TIMEOUT_MS,
+		.call_timeout_ms = AGENT_SESSION_CALL_TIMEOUT_MS,
+	};
+	const struct jemalloc_dump *d;
+	struct profile *prof = NULL;
+	struct profiler *p;
+	char err[256];
+	pid_t pid;
+	int r;
+
+	skip_unless_root();
+	pid = spawn(MALLOC_CONF_ON, report, NULL, "30");
+	cr_assert_eq(profiler_new_jemalloc(&p, pid, &so, "alloc_space", "test"), 0);
+	r = profiler_start(p, err, sizeof(err));
+	cr_assert_eq(r, 0, "%s", err);
+	cr_assert_eq(profiler_poll(p, 0), 1, "a dump is over once taken");
+	cr_assert_eq(profiler_stop(p), 0);
+	cr_assert_eq(profiler_finish(p, &prof), 0);
+	cr_assert_str_eq(profiler_kind(p), "heap");
+	cr_assert_gt(profiler_count(p), 0);
+	check_profile(prof, report);
+	d = profiler_impl(p);
+	cr_assert(d->path[0] == '/', "the dump's path: '%s'", d->path);
+	assert_no_dump_left();
+	profile_free(prof);
+	profiler_free(p);
+	th_assert_let_go(pid, false, "jemalloc's dump from lib");
+	th_kill(pid);
+
+	pid = spawn(NULL, report, NULL, "30");
+	cr_assert_eq(profiler_new_jemalloc(&p, pid, &so, NULL, "test"), 0);
+	r = profiler_start(p, err, sizeof(err));
+	d = profiler_impl(p);
+	cr_assert_eq(r, -ENODATA, "profiler off: %d (%s)", r, err);
+	cr_assert_eq(d->failed, JEMALLOC_DUMP);
+	assert_no_dump_left();
+	profiler_free(p);
+	th_assert_let_go(pid, false, "jemalloc's profiler off, from lib");
 	th_kill(pid);
 }

@@ -1,0 +1,238 @@
+#include "run.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "epilogue.h"
+#include "interrupt.h"
+#include "preflight.h"
+#include "report.h"
+#include "util/parse.h"
+#include "util/util.h"
+
+int run_start_sampler(struct run *run, int r, const char *why)
+{
+	char err[256];
+
+	if (r < 0) {
+		report_error_text(NULL, why);
+		if (r == -EACCES || r == -EPERM)
+			return EXIT_PERMISSION;
+		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+	}
+	r = profiler_start(run->p, err, sizeof(err));
+	if (r < 0) {
+		report_error("cannot start sampling pid %d: %s", run->target.pid, strerror(-r));
+		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+	}
+	return 0;
+}
+
+int run_render_text(const struct run *run, int debug, char **ret, size_t *ret_len)
+{
+	FILE *f = open_memstream(ret, ret_len);
+	int r;
+
+	if (!f)
+		return -errno;
+	r = profiler_write_text(run->p, debug, f);
+	if (fclose(f) != 0 && r == 0)
+		r = -EIO;
+	return r;
+}
+
+int run_prepare(const struct run_ops *ops, void *c, struct run *run, struct common_opts *o,
+		uint64_t duration_ns, int argc, char **argv)
+{
+	char why[1024];
+	int r, code;
+
+	/* Every exit code is one to leave with, EXIT_OK included (a background
+	 * session answered): only RUN_GO_ON goes on. */
+	*run = (struct run){ .opts = o, .duration_ns = duration_ns };
+	report_set_quiet(o->quiet);
+	command_line_join(argc, argv, run->command_line, sizeof(run->command_line));
+	code = preflight_target(o->pid, &run->target);
+	if (code)
+		return code;
+	o->pid = run->target.pid; /* the process, when a thread's id was given */
+	if (ops->check) {
+		code = ops->check(c, run);
+		if (code != RUN_GO_ON)
+			return code;
+	}
+	if (ops->attach) {
+		code = preflight_not_traced(&run->target, ops->attach);
+		if (code)
+			return code;
+	}
+	r = output_prepare(&run->out, o->output, !o->debug && o->format == VIEW_PPROF, why,
+			   sizeof(why));
+	if (r < 0) {
+		report_error_text(NULL, why);
+		return EXIT_OUTPUT;
+	}
+	return RUN_GO_ON;
+}
+
+struct progress {
+	const struct run_ops *ops;
+	const void *c;
+	const struct run *run;
+	char total[32];
+};
+
+static void tick(void *arg, uint64_t elapsed_ns)
+{
+	struct progress *p = arg;
+	char done[32], what[64];
+
+	format_duration(elapsed_ns / 1000000000ULL * 1000000000ULL, done, sizeof(done));
+	p->ops->progress(p->c, p->run, what, sizeof(what));
+	report_progress("%s pid %d (%s): %s / %s, %s", p->ops->verb, p->run->target.pid,
+			p->run->target.comm, done, p->total, what);
+}
+
+/* The window, and how it ended said. 0 or -errno (said by the caller). */
+static int window(const struct run_ops *ops, const void *c, struct run *run)
+{
+	struct progress pr = { .ops = ops, .c = c, .run = run };
+	struct profilers_run_opts o = {
+		.duration_ns = run->duration_ns,
+		.cancelled = interrupt_requested,
+		.tick = ops->verb ? tick : NULL,
+		.tick_arg = &pr,
+	};
+	char err[1024] = "";
+	bool exited;
+	int r;
+
+	format_duration(run->duration_ns, pr.total, sizeof(pr.total));
+	r = profilers_window(&run->p, 1, &o, &exited, err, sizeof(err));
+	report_progress_done();
+	profiler_facts(run->p, &run->facts);
+	if (r < 0)
+		return r;
+	if (ops->ended)
+		ops->ended(c, run);
+	else if (run->facts.target_exited || exited)
+		report_warning("pid %d exited during the profile; writing what was collected",
+			       run->target.pid);
+	else if (interrupt_requested())
+		report_note("interrupted; writing what was collected");
+	return 0;
+}
+
+/* The profile, when the output or --top and --json need it. */
+static int build(const struct run *run, struct profile **ret)
+{
+	const struct common_opts *o = run->opts;
+
+	*ret = NULL;
+	if (o->debug && !o->top && !o->json)
+		return 0;
+	return profiler_finish(run->p, ret);
+}
+
+static int write_output(const struct run_ops *ops, struct run *run, const struct profile *profile)
+{
+	const struct common_opts *o = run->opts;
+	char title[256], *text = NULL;
+	size_t len = 0;
+	int r;
+
+	if (!o->debug) {
+		output_title(ops->command, o->pid, profile, title, sizeof(title));
+		return output_commit_view(&run->out, profile, o->format, (size_t)o->top, title);
+	}
+	r = run_render_text(run, o->debug, &text, &len);
+	if (r == 0)
+		r = output_commit_bytes(&run->out, text, len);
+	else
+		output_abort(&run->out);
+	free(text);
+	return r;
+}
+
+static int epilogue(const struct run_ops *ops, const struct run *run,
+		    const struct profile *profile)
+{
+	const struct common_opts *o = run->opts;
+	struct epilogue_facts f = {
+		.command = ops->command,
+		.pid = o->pid,
+		.output = o->output,
+		.duration_ns = run->facts.window_ns,
+		.samples = run->facts.count,
+		.lost = run->facts.lost,
+		.pause_ns = run->facts.pause_ns,
+		.profile = profile,
+	};
+
+	return epilogue_report(o, &f) < 0 ? EXIT_FAIL : EXIT_OK;
+}
+
+int run_profile(const struct run_ops *ops, void *c, struct run *run)
+{
+	struct profile *profile = NULL;
+	int r, code;
+
+	/* SIGINT/SIGTERM must not kill us while the target is touched. */
+	interrupt_install();
+	code = ops->open(c, run);
+	if (code)
+		goto out_abort;
+	r = window(ops, c, run);
+	if (r < 0) {
+		report_error("profiling pid %d failed: %s", run->target.pid, strerror(-r));
+		code = EXIT_FAIL;
+		goto out_abort;
+	}
+	r = build(run, &profile);
+	if (r < 0) {
+		report_error("cannot build the profile: %s", strerror(-r));
+		code = EXIT_FAIL;
+		goto out_abort;
+	}
+	r = write_output(ops, run, profile);
+	if (r < 0) {
+		code = output_report_failure(&run->out, r);
+		goto out_abort;
+	}
+	run->written = true;
+	ops->summary(c, run);
+	if (profile)
+		report_unsymbolized(profile);
+	else if (profiler_symbolizer(run->p))
+		report_unsymbolized_program(profiler_symbolizer(run->p));
+	code = epilogue(ops, run, profile);
+	goto out_free;
+
+out_abort:
+	output_abort(&run->out);
+out_free:
+	profile_free(profile);
+	return code;
+}
+
+void run_release(struct run *run)
+{
+	profiler_free(run->p);
+	run->p = NULL;
+}
+
+int run_command(const struct run_ops *ops, void *c, struct common_opts *o,
+		uint64_t duration_ns, int argc, char **argv)
+{
+	struct run run;
+	int code = run_prepare(ops, c, &run, o, duration_ns, argc, argv);
+
+	if (code != RUN_GO_ON)
+		return code;
+	code = run_profile(ops, c, &run);
+	run_release(&run);
+	return code;
+}

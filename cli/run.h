@@ -1,0 +1,86 @@
+/*
+ * The one run of every profiling command, from its options to its exit
+ * code: the target's checks, the output decided writable before anything
+ * is touched, the command's profiler opened and started (lib/profiler/),
+ * its window with a progress line and Ctrl-C, how it ended, the profile
+ * built and written as the options say (pprof, a view of it, or Go's text
+ * layout), the summary and the --top / --json epilogue. A command gives
+ * what is its own as a small table of operations.
+ */
+#ifndef CPROF_RUN_H
+#define CPROF_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "options.h"
+#include "output.h"
+#include "profiler/profiler.h"
+#include "target/target.h"
+
+/* check() and prepare(): go on (any other value is the exit code). */
+#define RUN_GO_ON (-1)
+
+/* One run, as the operations see it. */
+struct run {
+	const struct common_opts *opts;
+	uint64_t duration_ns;
+	struct target target;
+	struct output out;
+	char command_line[1024]; /* for the profile's comments */
+	struct profiler *p;      /* opened by the command */
+	struct profiler_facts facts; /* after the window */
+	bool written;            /* the output was written */
+};
+
+struct run_ops {
+	const char *command;
+	/* Completes "cannot ... pid N" when the target is traced already;
+	 * NULL: perf alone, no tracer needed. */
+	const char *attach;
+	/* The window's progress line: "sampling", "profiling"; NULL: none. */
+	const char *verb;
+
+	/* Optional, before the tracer check: RUN_GO_ON or an exit code. */
+	int (*check)(void *c, struct run *run);
+	/* Opens and starts the command's profiler into run->p, saying
+	 * itself what went wrong: 0 or an exit code. */
+	int (*open)(void *c, struct run *run);
+	/* The end of the progress line: "1234 samples". */
+	void (*progress)(const void *c, const struct run *run, char *buf, size_t size);
+	/* Optional: says how the window ended, instead of the target's exit
+	 * or the Ctrl-C. */
+	void (*ended)(const void *c, const struct run *run);
+	/* After the write, to stderr. */
+	void (*summary)(const void *c, const struct run *run);
+};
+
+/*
+ * A run's first half, before anything is touched: the target's checks
+ * (@o->pid becomes the process when a thread's id was given), check(), the
+ * tracer, the output prepared. RUN_GO_ON, or the exit code to leave with
+ * (EXIT_OK too: check() may have done the command's work).
+ */
+int run_prepare(const struct run_ops *ops, void *c, struct run *run, struct common_opts *o,
+		uint64_t duration_ns, int argc, char **argv);
+
+/* Its second half: open(), the window, the output written (or aborted),
+ * the summary and epilogue. The exit code; run_release() after. */
+int run_profile(const struct run_ops *ops, void *c, struct run *run);
+void run_release(struct run *run);
+
+/* Both halves, for a command with no step between them. */
+int run_command(const struct run_ops *ops, void *c, struct common_opts *o,
+		uint64_t duration_ns, int argc, char **argv);
+
+/* cpu's and wall's open(), once profiler_new_*() returned @r (-errno with
+ * @why, or 0 with run->p): the profiler started. 0 or an exit code after
+ * saying why not. */
+int run_start_sampler(struct run *run, int r, const char *why);
+
+/* Go's text layout (--debug @debug) of @run's profiler, into memory: all
+ * of the text or nothing. */
+int run_render_text(const struct run *run, int debug, char **ret, size_t *ret_len);
+
+#endif
