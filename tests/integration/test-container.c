@@ -561,7 +561,6 @@ Test(container, heap)
 
 	h = th_agent_header(c.pid);
 	cr_assert_not_null(h, "no agent channel in the target");
-	killed = MAX(killed, th_now_ns() - 100000000ull); /* or the agent came later */
 	cr_assert_eq(h->state, CPROF_STATE_DETACHED, "hooks left after the window");
 	/* Ended by cprof at the end of the window, not by a watchdog that took
 	 * cprof for dead because it could not see its pid. */
@@ -649,6 +648,7 @@ Test(container, sigkill_of_cprof)
 		cr_log_info("killed after %d ms: the agent was not in yet; again", delay_ms);
 	}
 	cr_assert_not_null(h, "no agent channel in the target");
+	killed = MAX(killed, th_now_ns() - 100000000ull); /* or the agent came later */
 	cr_assert_eq(h->cprof_pid, 0, "cprof's host pid given to an agent that cannot see it");
 	while (th_now_ns() - killed < (CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS + 4000) * 1000000ull) {
 		if (__atomic_load_n(&h->state, __ATOMIC_ACQUIRE) == CPROF_STATE_DETACHED) {
