@@ -293,7 +293,7 @@ Test(session, cpu_wall_heap_and_threads_in_one_run, .timeout = 180)
 	const char *report = th_tmp_path("ring-session.report");
 	struct agent_profiler_opts ao = {
 		.events = CPROF_EVENTS_HEAP,
-		.rate = 512 << 10,
+		.rate = 128 << 10, /* ~500 live blocks sampled: inuse within 5% */
 		.duration_ns = 2000000000ULL,
 		.agent_path = CPROF_AGENT_PATH,
 		.command_line = "test-session",
@@ -354,9 +354,18 @@ Test(session, cpu_wall_heap_and_threads_in_one_run, .timeout = 180)
 	else
 		cr_log_info("cpu's total not judged: other processes used %.0f %% of the CPUs",
 			    foreign * 100);
+	/* On a saturated machine a wait for a CPU begun before the window is
+	 * added whole when it ends, and wall's total exceeds the window:
+	 * judged where cpu's is. */
 	ws = wall_profiler_stats(profiler_impl(ps[2]));
-	expect_near((double)ws->accounted_ns, (double)ws->threads * (double)ws->window_ns, 0.02,
-		    "wall accounted ns vs threads x window");
+	if (foreign >= 0 && foreign <= 0.15)
+		expect_near((double)ws->accounted_ns,
+			    (double)ws->threads * (double)ws->window_ns, 0.02,
+			    "wall accounted ns vs threads x window");
+	else
+		cr_log_info("wall's total not judged: %.4f of threads x window",
+			    (double)ws->accounted_ns /
+				    ((double)ws->threads * (double)ws->window_ns));
 	/* ring: its main thread and two allocating ones, each stopped once. */
 	ts = profiler_impl(ps[3]);
 	cr_assert_eq(profiler_count(ps[3]), 3, "threads: %llu", (unsigned long long)profiler_count(ps[3]));
