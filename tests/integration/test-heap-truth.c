@@ -32,7 +32,7 @@ static void skip_without_ptrace(void)
  * than after the first.
  */
 #define RING_MAX_ERR 0.10
-#define SINGLE_MIN_SPEED 0.85
+#define SINGLE_MIN_SPEED 0.60
 #define SESSIONS_RSS_MAX_KB 2048
 
 static void assert_near(double got, double want, double tolerance, const char *what,
@@ -193,7 +193,8 @@ Test(heap_truth, single_threaded_target_keeps_its_speed)
 	/*
 	 * The flag above is the cause and is exact; the speed is a loose
 	 * guard against the 0.40x it was (scripts/bench-heap-truth gives the
-	 * figure), judged in the plain build only: the machines are shared.
+	 * figure), judged in the plain build only: the machines are shared,
+	 * and the twins alone differ by a quarter from one run to the next.
 	 */
 #ifndef __SANITIZE_ADDRESS__
 	cr_expect_geq(after / before, SINGLE_MIN_SPEED,
