@@ -161,6 +161,8 @@ int agent_open(struct run *run, struct agent_profiler_opts *ao)
 	if (r)
 		return r;
 	ao->agent_path = agent;
+	/* Without rules every record carries its stack copy (cprof(1)). */
+	ao->copy_stacks = getenv("CPROF_COPY_STACKS") != NULL;
 	ao->cancelled = interrupt_requested;
 	ao->looking = looking;
 	r = profiler_new_agent(&run->p, ao, t->comm, err, sizeof(err));

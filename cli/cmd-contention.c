@@ -179,20 +179,10 @@ static int open_profiler(void *ctx, struct run *run)
 		.events = a->cmd->events,
 		.rate = a->rate,
 		.duration_ns = a->duration_ns,
-		/* Without rules every record carries its stack copy (cprof(1)). */
-		.copy_stacks = getenv("CPROF_COPY_STACKS") != NULL,
 		.command_line = run->command_line,
 	};
 
 	return agent_open(run, &ao);
-}
-
-static void progress(const void *ctx, const struct run *run, char *buf, size_t size)
-{
-	unsigned long long n = profiler_count(run->p);
-
-	(void)ctx;
-	snprintf(buf, size, "%llu %s", n, plural(n, "record", "records"));
 }
 
 static void ended(const void *ctx, const struct run *run)
@@ -210,7 +200,7 @@ static int contention_main(int argc, char **argv, const struct contention_comman
 		.attach = "load the agent into",
 		.verb = "profiling",
 		.open = open_profiler,
-		.progress = progress,
+		.counts = { "record", "records" },
 		.ended = ended,
 		.summary = summary,
 	};

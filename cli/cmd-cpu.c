@@ -149,14 +149,6 @@ static void summary(const void *ctx, const struct run *run)
 			       plural(st->samples, "stack", "stacks"));
 }
 
-static void progress(const void *ctx, const struct run *run, char *buf, size_t size)
-{
-	unsigned long long n = profiler_count(run->p);
-
-	(void)ctx;
-	snprintf(buf, size, "%llu %s", n, plural(n, "sample", "samples"));
-}
-
 static int open_profiler(void *ctx, struct run *run)
 {
 	struct cpu_args *a = ctx;
@@ -185,7 +177,7 @@ static const struct run_ops cpu_ops = {
 	.command = CMD,
 	.verb = "sampling",
 	.open = open_profiler,
-	.progress = progress,
+	.counts = { "sample", "samples" },
 	.summary = summary,
 };
 

@@ -329,8 +329,6 @@ static int open_profiler(void *ctx, struct run *run)
 		.events = CPROF_EVENTS_HEAP,
 		.rate = a->rate,
 		.duration_ns = a->duration_ns,
-		/* Without rules every record carries its stack copy (cprof(1)). */
-		.copy_stacks = getenv("CPROF_COPY_STACKS") != NULL,
 		.heap_index = a->index,
 		.keep = a->keep,
 		.command_line = run->command_line,
@@ -345,14 +343,6 @@ static int open_profiler(void *ctx, struct run *run)
 			    : "its MALLOC_CONF turns the profiler on; --source hooks samples "
 			      "with cprof's hooks instead");
 	return agent_open_jemalloc(run, a->index);
-}
-
-static void progress(const void *ctx, const struct run *run, char *buf, size_t size)
-{
-	unsigned long long n = profiler_count(run->p);
-
-	(void)ctx;
-	snprintf(buf, size, "%llu %s", n, plural(n, "sample", "samples"));
 }
 
 static void ended(const void *ctx, const struct run *run)
@@ -396,7 +386,7 @@ static const struct run_ops heap_ops = {
 	.verb = "profiling",
 	.check = check,
 	.open = open_profiler,
-	.progress = progress,
+	.counts = { "sample", "samples" },
 	.ended = ended,
 	.summary = summary,
 };

@@ -91,7 +91,14 @@ static void tick(void *arg, uint64_t elapsed_ns)
 	char done[32], what[64];
 
 	format_duration(elapsed_ns / 1000000000ULL * 1000000000ULL, done, sizeof(done));
-	p->ops->progress(p->c, p->run, what, sizeof(what));
+	if (p->ops->progress) {
+		p->ops->progress(p->c, p->run, what, sizeof(what));
+	} else {
+		unsigned long long n = profiler_count(p->run->p);
+
+		snprintf(what, sizeof(what), "%llu %s", n,
+			 plural(n, p->ops->counts[0], p->ops->counts[1]));
+	}
 	report_progress("%s pid %d (%s): %s / %s, %s", p->ops->verb, p->run->target.pid,
 			p->run->target.comm, done, p->total, what);
 }

@@ -47,7 +47,10 @@ struct run_ops {
 	/* Opens and starts the command's profiler into run->p, saying
 	 * itself what went wrong: 0 or an exit code. */
 	int (*open)(void *c, struct run *run);
-	/* The end of the progress line: "1234 samples". */
+	/* What the progress line counts, singular and plural ("sample",
+	 * "samples"): profiler_count() of the command's profiler. */
+	const char *counts[2];
+	/* Optional, instead: the end of the progress line ("12 threads"). */
 	void (*progress)(const void *c, const struct run *run, char *buf, size_t size);
 	/* Optional: says how the window ended, instead of the target's exit
 	 * or the Ctrl-C. */
