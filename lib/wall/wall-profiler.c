@@ -54,6 +54,7 @@ struct wall_thread {
 	struct wall_clocks clk;
 	struct wall_waits waits;
 	uint64_t owed_ns;        /* counted twice so far: off the CPU, then waiting */
+	uint64_t waited_ns, taken_ns; /* take_back_owed()'s sums */
 	bool exited;             /* perf said it ended: accounted to its end */
 	uint64_t run_ns;         /* its clock's run time in the window */
 	struct wall_run_stacks runs; /* what its CPU samples caught */
@@ -451,6 +452,69 @@ static int add_running(struct wall_profiler *p, struct wall_thread *t)
 	return r;
 }
 
+/* @s's label @key, or NULL. */
+static const struct profile_label *label_of(const struct profile_sample *s, const char *key)
+{
+	for (size_t i = 0; i < s->nlabels; i++)
+		if (!strcmp(s->labels[i].key, key))
+			return &s->labels[i];
+	return NULL;
+}
+
+/* The thread a sample of time waiting for a CPU belongs to, or NULL. */
+static struct wall_thread *waiter_of(struct wall_profiler *p, const struct profile_sample *s)
+{
+	const struct profile_label *tid = label_of(s, "thread_id");
+	const struct profile_label *state = label_of(s, "state");
+
+	if (!tid || !state || strcmp(state->str, "runnable"))
+		return NULL;
+	return thread_of(p, (pid_t)tid->num);
+}
+
+/*
+ * What a thread still owes at the window's end was counted twice: the part
+ * before the window of a wait for a CPU in progress at its start (and of
+ * run time the kernel had not yet added to its clock), which no later time
+ * off the CPU paid back. It is taken back from the thread's waits, in
+ * proportion, then from its run time, so that each thread's time adds up
+ * to its life in the window.
+ */
+static void take_back_owed(struct wall_profiler *p)
+{
+	struct profile *pr = p->profile;
+	struct wall_thread *t;
+	uint64_t cut;
+
+	for (size_t i = 0; i < p->nthreads; i++)
+		p->threads[i].waited_ns = 0;
+	for (size_t i = 0; i < pr->nsamples; i++)
+		if ((t = waiter_of(p, &pr->samples[i])))
+			t->waited_ns += (uint64_t)pr->samples[i].values[1];
+	for (size_t i = 0; i < pr->nsamples; i++) {
+		int64_t *v = &pr->samples[i].values[1];
+
+		t = waiter_of(p, &pr->samples[i]);
+		if (!t || !t->owed_ns || !t->waited_ns)
+			continue;
+		cut = (uint64_t)((double)*v * (double)MIN(t->owed_ns, t->waited_ns) /
+				 (double)t->waited_ns);
+		cut = MIN(cut, (uint64_t)*v);
+		*v -= (int64_t)cut;
+		t->taken_ns += cut;
+		p->stats.runnable_ns -= MIN(p->stats.runnable_ns, cut);
+		p->stats.accounted_ns -= MIN(p->stats.accounted_ns, cut);
+	}
+	for (size_t i = 0; i < p->nthreads; i++) {
+		t = &p->threads[i];
+		t->owed_ns -= MIN(t->owed_ns, t->taken_ns);
+		cut = MIN(t->owed_ns, t->run_ns);
+		t->run_ns -= cut;
+		t->owed_ns -= cut;
+		p->stats.running_ns -= MIN(p->stats.running_ns, cut);
+	}
+}
+
 /* From the last tick to the thread's end: where it was last seen. */
 static int add_final(struct wall_profiler *p, struct wall_thread *t, uint64_t end)
 {
@@ -788,6 +852,9 @@ int wall_profiler_stop(struct wall_profiler *p)
 		r = -EIO;
 	if (p->running && !p->stats.target_exited && tick(p) == -ENOMEM)
 		r = -ENOMEM;
+	window_end(p); /* where the last tick accounted the threads to */
+	if (!p->run_added)
+		take_back_owed(p);
 	for (size_t i = 0; i < p->nthreads && !p->run_added; i++)
 		if (add_running(p, &p->threads[i]) < 0)
 			r = -ENOMEM;

@@ -390,3 +390,58 @@ Test(wall, target_exits_during_the_window)
 	th_run_release(&r);
 	th_kill(pid);
 }
+
+/*
+ * Threads that never sleep, three to a CPU: each waits for a CPU at the
+ * window's start, and the kernel adds that wait whole, from before the
+ * window, when it ends. Each thread's time is still its window, to
+ * within WALL_BUSY_MAX_ERR: what was counted twice is taken back.
+ */
+#define WALL_BUSY_MAX_ERR 0.001
+
+Test(wall, threads_that_never_sleep_are_accounted_their_window)
+{
+	const char *out = th_tmp_path("wall-busy.pb.gz");
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	char nthreads[24];
+	struct profile *p;
+	struct th_run r;
+	pid_t pid, tids[MAX_RECORDS];
+	size_t n = 0;
+	int vi;
+
+	th_require_perf(false);
+	snprintf(nthreads, sizeof(nthreads), "%ld", 3 * (ncpu > 0 ? ncpu : 1));
+	pid = TH_SPAWN("busy", nthreads, "30");
+	th_sleep_ms(200);
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "wall", "-p", th_pid_str(pid), "-d", "2s", "-o", out);
+	th_run_log(&r, "wall");
+	cr_assert_eq(r.exit_code, 0, "cprof wall failed:\n%s", r.err);
+	th_run_release(&r);
+	th_kill(pid);
+	p = th_load_profile(out);
+	vi = th_sample_type(p, "wall", "nanoseconds");
+	cr_assert_geq(vi, 0, "no wall/nanoseconds in the profile");
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct profile_label *t = th_label(&p->samples[i], "thread_id");
+		size_t k = 0;
+
+		if (!t || strncmp(label_str(&p->samples[i], "thread_name"), "busy-", 5))
+			continue;
+		while (k < n && tids[k] != t->num)
+			k++;
+		if (k == n && n < MAX_RECORDS)
+			tids[n++] = (pid_t)t->num;
+	}
+	for (size_t i = 0; i < n; i++) {
+		int64_t got = thread_sum(p, vi, tids[i], NULL, "", "");
+		double err = (double)got / (double)p->duration_nanos - 1;
+
+		cr_log_info("measured: wall busy thread %d: %.4f s in a %.4f s window (%+.3f%%)",
+			    tids[i], got / 1e9, p->duration_nanos / 1e9, 100 * err);
+		cr_expect_leq(fabs(err), WALL_BUSY_MAX_ERR, "thread %d: %.4f s in a %.4f s window",
+			      tids[i], got / 1e9, p->duration_nanos / 1e9);
+	}
+	cr_expect_eq(n, (size_t)(3 * ncpu), "%zu busy threads in the profile", n);
+	profile_free(p);
+}
