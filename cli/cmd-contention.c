@@ -37,7 +37,7 @@ static const struct contention_command block_command = {
 	"      --rate DURATION      waits this long are always recorded; shorter ones\n"
 	"                           with probability wait/rate, counted unbiased\n"
 	"                           (default 10us)\n",
-	10000
+	CPROF_WIRE_BLOCK_RATE_DEFAULT
 };
 
 static const struct contention_command mutex_command = {
@@ -47,7 +47,7 @@ static const struct contention_command mutex_command = {
 	"unlocked. Writes contentions/count and delay/nanoseconds.\n",
 	"      --rate N             record one in N contention events, values scaled\n"
 	"                           by N (default 1: every event)\n",
-	1
+	CPROF_WIRE_MUTEX_RATE_DEFAULT
 };
 
 static const struct contention_command threadcreate_command = {
@@ -145,7 +145,7 @@ static void summary(const void *ctx, const struct run *run)
 {
 	const struct contention_run *a = ctx;
 	const struct agent_profiler *ap = profiler_impl(run->p);
-	const struct contention_stats *st = contention_stats(agent_profiler_contention(ap));
+	const struct contention_stats *st = contention_stats(agent_profiler_contention(ap, a->cmd->events));
 	const struct window_result *w = agent_profiler_window(ap);
 	char window[32];
 
@@ -177,11 +177,11 @@ static int open_profiler(void *ctx, struct run *run)
 	struct agent_profiler_opts ao = {
 		.pid = run->target.pid,
 		.events = a->cmd->events,
-		.rate = a->rate,
 		.duration_ns = a->duration_ns,
 		.command_line = run->command_line,
 	};
 
+	ao.rates[__builtin_ctz(a->cmd->events)] = a->rate;
 	return agent_open(run, &ao);
 }
 

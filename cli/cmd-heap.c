@@ -327,7 +327,7 @@ static int open_profiler(void *ctx, struct run *run)
 	struct agent_profiler_opts ao = {
 		.pid = run->target.pid,
 		.events = CPROF_EVENTS_HEAP,
-		.rate = a->rate,
+		.rates[CPROF_KIND_HEAP] = a->rate,
 		.duration_ns = a->duration_ns,
 		.heap_index = a->index,
 		.keep = a->keep,

@@ -43,7 +43,8 @@
 extern AGENT_TLS uint64_t agent_countdown HIDDEN;
 /* Recursion guard: set while the thread runs agent code that may allocate. */
 extern AGENT_TLS int agent_in_hook HIDDEN;
-/* Sampling rate the hooks use (bytes); written by attach and the watchdog. */
+/* Sampling rate the heap's hooks use (bytes); written by attach and the
+ * watchdog, as the lock hooks' rates (locks.c) are. */
 extern uint64_t agent_rate HIDDEN;
 
 /*
@@ -283,6 +284,8 @@ struct hook_entry {
 
 /* What the running session records (CPROF_EVENTS_*); 0 between sessions. */
 extern uint32_t agent_events HIDDEN;
+/* The rates block's and mutex's hooks use, in their units (wire.h). */
+extern uint64_t agent_block_rate HIDDEN, agent_mutex_rate HIDDEN;
 
 extern const struct hook_entry agent_hooks[] HIDDEN;
 extern const size_t agent_nr_hooks HIDDEN;

@@ -128,19 +128,63 @@ static void live_snapshot(struct cprof_wire_header *h)
 	event_unlock();
 }
 
+/* Where kind @k's hooks read their rate; NULL: a kind without one. */
+static uint64_t *kind_rate(unsigned k)
+{
+	switch (k) {
+	case CPROF_KIND_HEAP:
+		return &agent_rate;
+	case CPROF_KIND_BLOCK:
+		return &agent_block_rate;
+	case CPROF_KIND_MUTEX:
+		return &agent_mutex_rate;
+	}
+	return NULL;
+}
+
+/* The lowest kind of @events: a one-kind session's. */
+static unsigned first_kind(uint32_t events)
+{
+	return (unsigned)__builtin_ctz(events);
+}
+
+static bool one_kind(uint32_t events)
+{
+	return (events & (events - 1)) == 0;
+}
+
+static void set_rate(unsigned k, uint64_t rate)
+{
+	uint64_t *at = kind_rate(k);
+
+	if (at && rate != 0)
+		__atomic_store_n(at, clamp_rate(rate), __ATOMIC_RELAXED);
+}
+
+/* cprof's rates: header.rate is a one-kind session's, kind_rate[] each
+ * kind's in a session of several. */
+static void take_rates(struct cprof_wire_header *h)
+{
+	uint32_t events = __atomic_load_n(&agent_events, __ATOMIC_RELAXED);
+
+	if (one_kind(events)) {
+		set_rate(first_kind(events), __atomic_load_n(&h->rate, __ATOMIC_RELAXED));
+	} else {
+		for (unsigned k = 0; k < CPROF_KINDS; k++)
+			if (events & (1u << k))
+				set_rate(k, __atomic_load_n(&h->kind_rate[k], __ATOMIC_RELAXED));
+	}
+	__atomic_store_n(&h->rate_in_use, agent_rate, __ATOMIC_RELAXED);
+}
+
 void agent_poll_commands_locked(void)
 {
 	struct cprof_wire_header *h = header();
 	uint32_t cmd;
-	uint64_t rate;
 
 	if (!h)
 		return;
-	rate = __atomic_load_n(&h->rate, __ATOMIC_RELAXED);
-	if (rate != 0 && clamp_rate(rate) != agent_rate) {
-		__atomic_store_n(&agent_rate, clamp_rate(rate), __ATOMIC_RELAXED);
-		__atomic_store_n(&h->rate_in_use, agent_rate, __ATOMIC_RELAXED);
-	}
+	take_rates(h);
 	live_snapshot(h);
 	cmd = __atomic_load_n(&h->command, __ATOMIC_ACQUIRE);
 	if (cmd == last_command)
@@ -317,12 +361,6 @@ static bool peer_alive(pid_t pid)
 	return pid == 0 || kill(pid, 0) == 0 || errno == EPERM;
 }
 
-static bool one_kind(uint32_t events)
-{
-	return events == CPROF_EVENTS_HEAP || events == CPROF_EVENTS_BLOCK ||
-	       events == CPROF_EVENTS_MUTEX || events == CPROF_EVENTS_THREADCREATE;
-}
-
 CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint32_t ring_size,
 					      uint32_t events)
 {
@@ -332,7 +370,7 @@ CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint
 	if (ring_size == 0)
 		ring_size = CPROF_WIRE_RING_DEFAULT;
 	if (cprof_pid < 0 || ring_size < CPROF_WIRE_RING_MIN || ring_size > CPROF_WIRE_RING_MAX ||
-	    (ring_size & (ring_size - 1)) || !one_kind(events))
+	    (ring_size & (ring_size - 1)) || !events || (events & ~CPROF_EVENTS_ALL))
 		return -EINVAL;
 	rate = clamp_rate(rate);
 
@@ -384,7 +422,11 @@ CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint
 	peer_pid = cprof_pid;
 	last_command = CPROF_CMD_NONE;
 	live_answered = 0;
-	__atomic_store_n(&agent_rate, rate, __ATOMIC_RELAXED);
+	__atomic_store_n(&agent_rate, AGENT_DEFAULT_RATE, __ATOMIC_RELAXED);
+	__atomic_store_n(&agent_block_rate, CPROF_WIRE_BLOCK_RATE_DEFAULT, __ATOMIC_RELAXED);
+	__atomic_store_n(&agent_mutex_rate, CPROF_WIRE_MUTEX_RATE_DEFAULT, __ATOMIC_RELAXED);
+	set_rate(first_kind(events), rate);
+	h->rate_in_use = agent_rate;
 	locks_reset();
 	__atomic_store_n(&agent_events, events, __ATOMIC_RELAXED);
 	__atomic_store_n(&agent_sampling, 1, __ATOMIC_RELAXED);

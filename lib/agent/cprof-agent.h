@@ -17,17 +17,19 @@
 #define CPROF_AGENT_API __attribute__((visibility("default")))
 
 /*
- * Start a session of kind @events, one of CPROF_EVENTS_* (wire.h), for the
- * cprof process @cprof_pid (0: cprof is in a PID namespace the target
- * cannot see; its heartbeat alone tells that it lives): create the memfd
- * (see wire.h), start the watchdog task, patch the GOT entries of the
- * kind's functions in every loaded object, and sample at @rate, whose unit
- * is the kind's (heap: a mean gap of @rate bytes, 0: 512 KiB, 1: every
- * allocation; block: nanoseconds; mutex: 1 in @rate). @ring_size is the
- * ring's size in bytes, a power of two (0: CPROF_WIRE_RING_DEFAULT).
+ * Start a session of the kinds @events, CPROF_EVENTS_* (wire.h), one or
+ * several, for the cprof process @cprof_pid (0: cprof is in a PID
+ * namespace the target cannot see; its heartbeat alone tells that it
+ * lives): create the memfd (see wire.h), start the watchdog task, patch the
+ * GOT entries of the kinds' functions in every loaded object, and sample
+ * the first kind at @rate, whose unit is the kind's (heap: a mean gap of
+ * @rate bytes, 0: 512 KiB, 1: every allocation; block: nanoseconds; mutex:
+ * 1 in @rate), the others at their defaults until cprof writes their rates
+ * (header.kind_rate). @ring_size is the ring's size in bytes, a power of
+ * two (0: CPROF_WIRE_RING_DEFAULT).
  *
  * Returns the memfd's number (>= 0), or:
- *   -EINVAL  bad @cprof_pid or @ring_size, an unknown or combined @events
+ *   -EINVAL  bad @cprof_pid or @ring_size, no or an unknown kind in @events
  *   -EBUSY   a session of another, live cprof is running
  *   -errno   memfd_create, mmap or the watchdog's start failed (nothing is
  *            hooked)

@@ -192,6 +192,9 @@ int locks_resolve(void)
 
 /* ---- records ------------------------------------------------------------- */
 
+uint64_t agent_block_rate = CPROF_WIRE_BLOCK_RATE_DEFAULT;
+uint64_t agent_mutex_rate = CPROF_WIRE_MUTEX_RATE_DEFAULT;
+
 static bool session_wants(uint32_t events)
 {
 	return (__atomic_load_n(&agent_events, __ATOMIC_RELAXED) & events) &&
@@ -246,7 +249,7 @@ out_unlock:
 /* A wait of @ns that ended now: block's sampling (see the top). */
 static __attribute__((noinline)) void blocked(uint32_t kind, const void *obj, uint64_t ns)
 {
-	uint64_t rate = __atomic_load_n(&agent_rate, __ATOMIC_RELAXED);
+	uint64_t rate = __atomic_load_n(&agent_block_rate, __ATOMIC_RELAXED);
 
 	if (!session_wants(CPROF_EVENTS_BLOCK))
 		return;
@@ -258,7 +261,7 @@ static __attribute__((noinline)) void blocked(uint32_t kind, const void *obj, ui
 /* An unlock: charge the waiters' delay to this stack (1 in rate). */
 static __attribute__((noinline)) void charge_unlock(uint32_t kind, const void *obj)
 {
-	uint64_t rate = __atomic_load_n(&agent_rate, __ATOMIC_RELAXED);
+	uint64_t rate = __atomic_load_n(&agent_mutex_rate, __ATOMIC_RELAXED);
 	uint64_t delay = wait_charge((uint64_t)(uintptr_t)obj, agent_now_ns());
 
 	if (!delay)

@@ -155,7 +155,14 @@ struct cprof_wire_header {
 	uint32_t live_max;    /* agent, once */
 	uint64_t live_request; /* cprof */
 
-	uint8_t pad1[256 - 192];
+	/* A session of several kinds (events has more than one bit): each
+	 * kind's rate, in its unit, by CPROF_KIND_*, written by cprof at any
+	 * time (0 leaves a rate as it is) and taken within a watchdog tick;
+	 * until then the first kind samples at the attach's rate and the others
+	 * at CPROF_WIRE_*_RATE_DEFAULT. A one-kind session's is `rate`. */
+	uint64_t kind_rate[4];
+
+	uint8_t pad1[256 - 224];
 
 	/* Ring positions, one cache line each (see the comment on top). */
 	uint64_t data_head; /* agent */
@@ -171,14 +178,26 @@ _Static_assert(sizeof(struct cprof_wire_header) <= CPROF_WIRE_HEADER_SIZE, "wire
 /*
  * What a session records (header.events; cprof_agent_attach_events()).
  * HEAP hooks the malloc family (ALLOC/FREE records); the others hook
- * pthread and semaphore functions (EVENT records). One session, one kind,
- * so that one profile's rate has one meaning.
+ * pthread and semaphore functions (EVENT records). Each kind has a rate of
+ * its own, in its own unit, and every record carries the rate it was drawn
+ * at; a session may record several kinds (header.kind_rate).
  */
-#define CPROF_EVENTS_HEAP 0x1u         /* rate: mean bytes between samples */
-#define CPROF_EVENTS_BLOCK 0x2u        /* rate: nanoseconds (see EVENT) */
-#define CPROF_EVENTS_MUTEX 0x4u        /* rate: one in `rate` contentions */
-#define CPROF_EVENTS_THREADCREATE 0x8u /* rate: unused (every creation) */
-#define CPROF_EVENTS_ALL 0xfu
+enum cprof_wire_kind {
+	CPROF_KIND_HEAP,         /* rate: mean bytes between samples */
+	CPROF_KIND_BLOCK,        /* rate: nanoseconds (see EVENT) */
+	CPROF_KIND_MUTEX,        /* rate: one in `rate` contentions */
+	CPROF_KIND_THREADCREATE, /* rate: unused (every creation) */
+	CPROF_KINDS
+};
+#define CPROF_EVENTS_HEAP (1u << CPROF_KIND_HEAP)
+#define CPROF_EVENTS_BLOCK (1u << CPROF_KIND_BLOCK)
+#define CPROF_EVENTS_MUTEX (1u << CPROF_KIND_MUTEX)
+#define CPROF_EVENTS_THREADCREATE (1u << CPROF_KIND_THREADCREATE)
+#define CPROF_EVENTS_ALL ((1u << CPROF_KINDS) - 1)
+/* The rates of block and mutex until cprof says otherwise (Go's mutex
+ * profile: every event; block: waits of 10 us and more always). */
+#define CPROF_WIRE_BLOCK_RATE_DEFAULT 10000u
+#define CPROF_WIRE_MUTEX_RATE_DEFAULT 1u
 
 /* Record types. */
 enum cprof_wire_record_type {
@@ -348,6 +367,17 @@ enum cprof_wire_event_kind {
 	CPROF_EV_RWLOCK_UNLOCK = 7, /* MUTEX: the same for a rwlock */
 	CPROF_EV_THREAD_CREATE = 8, /* THREADCREATE: pthread_create succeeded */
 };
+
+/* The kind (CPROF_EVENTS_*) whose profile an event of @ev_kind belongs to;
+ * 0 for a kind this header does not know. */
+static inline uint32_t cprof_wire_event_events(uint32_t ev_kind)
+{
+	if (ev_kind >= CPROF_EV_MUTEX_WAIT && ev_kind <= CPROF_EV_SEM_WAIT)
+		return CPROF_EVENTS_BLOCK;
+	if (ev_kind == CPROF_EV_MUTEX_UNLOCK || ev_kind == CPROF_EV_RWLOCK_UNLOCK)
+		return CPROF_EVENTS_MUTEX;
+	return ev_kind == CPROF_EV_THREAD_CREATE ? CPROF_EVENTS_THREADCREATE : 0;
+}
 
 /*
  * A blocking, contention or thread-creation event, with the stack that

@@ -201,6 +201,12 @@ int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned t
 	return -ETIMEDOUT;
 }
 
+void channel_set_rates(struct channel *ch, const uint64_t rates[CPROF_KINDS])
+{
+	for (unsigned k = 0; k < CPROF_KINDS; k++)
+		__atomic_store_n(&ch->hdr->kind_rate[k], rates[k], __ATOMIC_RELAXED);
+}
+
 int channel_live_ask(struct channel *ch)
 {
 	if (!ch->live)

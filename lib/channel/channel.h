@@ -65,6 +65,10 @@ void channel_heartbeat(struct channel *ch);
  */
 int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned timeout_ms);
 
+/* A session of several kinds: each kind's rate, @rates by CPROF_KIND_*
+ * (0: as it is), taken by the agent within a watchdog tick. */
+void channel_set_rates(struct channel *ch, const uint64_t rates[CPROF_KINDS]);
+
 /*
  * Asks the agent for the sampled blocks live now (wire.h): it answers
  * within a watchdog tick with a LIVE record, which a later drain hands to

@@ -61,24 +61,6 @@ const struct contention_stats *contention_stats(const struct contention *c)
 	return &c->stats;
 }
 
-static bool kind_matches(uint32_t events, uint32_t kind)
-{
-	switch (kind) {
-	case CPROF_EV_MUTEX_WAIT:
-	case CPROF_EV_RWLOCK_RD_WAIT:
-	case CPROF_EV_RWLOCK_WR_WAIT:
-	case CPROF_EV_COND_WAIT:
-	case CPROF_EV_SEM_WAIT:
-		return events == CPROF_EVENTS_BLOCK;
-	case CPROF_EV_MUTEX_UNLOCK:
-	case CPROF_EV_RWLOCK_UNLOCK:
-		return events == CPROF_EVENTS_MUTEX;
-	case CPROF_EV_THREAD_CREATE:
-		return events == CPROF_EVENTS_THREADCREATE;
-	}
-	return false;
-}
-
 /* What one record stands for: (events, delay), see contention.h. */
 static void estimate(const struct contention *c, const struct cprof_wire_event *ev,
 		     double *ret_events, double *ret_delay)
@@ -112,7 +94,7 @@ int contention_add(struct contention *c, const struct cprof_wire_event *ev)
 	size_t skip = 0, i;
 	int n, r;
 
-	if (!kind_matches(c->opts.events, ev->kind)) {
+	if (cprof_wire_event_events(ev->kind) != c->opts.events) {
 		c->stats.ignored++;
 		return 0;
 	}

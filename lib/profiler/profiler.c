@@ -25,6 +25,7 @@ struct profiler {
 	const struct profiler_ops *ops;
 	const char *kind;
 	void *impl;
+	uint32_t events; /* the agent's kinds: this one's CPROF_EVENTS_* */
 	/* threads: what start takes */
 	pid_t pid;
 	const char *command_line;
@@ -269,12 +270,12 @@ static int agent_stop(struct profiler *p)
 
 static int agent_finish(struct profiler *p, struct profile **ret)
 {
-	return agent_profiler_finish(p->impl, ret);
+	return agent_profiler_finish(p->impl, p->events, ret);
 }
 
 static int agent_text(struct profiler *p, int debug, FILE *f)
 {
-	return debug == 1 ? agent_profiler_write_text(p->impl, f) : -ENOTSUP;
+	return debug == 1 ? agent_profiler_write_text(p->impl, p->events, f) : -ENOTSUP;
 }
 
 static void agent_facts(const struct profiler *p, struct profiler_facts *ret)
@@ -283,7 +284,7 @@ static void agent_facts(const struct profiler *p, struct profiler_facts *ret)
 	const struct agent_session *s = agent_profiler_session(p->impl);
 
 	*ret = (struct profiler_facts){ .window_ns = w->window_ns,
-					.count = agent_profiler_count(p->impl),
+					.count = agent_profiler_count(p->impl, p->events),
 					.lost = w->counters.lost,
 					.pause_ns = s->rep.tid ? (int64_t)s->rep.stopped_ns : -1,
 					.target_exited = w->target_exited };
@@ -323,12 +324,48 @@ static const char *agent_kind(uint32_t events)
 int profiler_new_agent(struct profiler **ret, const struct agent_profiler_opts *o,
 		       const char *comm, char *err, size_t errlen)
 {
-	struct agent_profiler *a;
+	size_t n;
 	int r;
 
 	*ret = NULL;
+	if (!o->events || (o->events & (o->events - 1))) {
+		snprintf(err, errlen, "not one kind of the agent's: events %#x", o->events);
+		return -EINVAL;
+	}
+	r = profiler_new_agents(ret, &n, o, comm, err, errlen);
+	return r;
+}
+
+int profiler_new_agents(struct profiler **ret, size_t *ret_n, const struct agent_profiler_opts *o,
+			const char *comm, char *err, size_t errlen)
+{
+	struct agent_profiler *a;
+	size_t n = 0;
+	int r;
+
+	*ret_n = 0;
 	r = agent_profiler_new(&a, o, comm, err, errlen);
-	return r < 0 ? r : new_profiler(ret, &agent_ops, agent_kind(o->events), a);
+	if (r < 0)
+		return r;
+	for (unsigned k = 0; k < CPROF_KINDS && r == 0; k++) {
+		uint32_t events = 1u << k;
+
+		if (!(o->events & events))
+			continue;
+		/* Each owns a reference: new_profiler() drops it on failure. */
+		r = new_profiler(&ret[n], &agent_ops, agent_kind(events),
+				 n ? agent_profiler_ref(a) : a);
+		if (r == 0)
+			ret[n++]->events = events;
+	}
+	if (r < 0) {
+		while (n)
+			profiler_free(ret[--n]);
+		snprintf(err, errlen, "%s", strerror(-r));
+		return r;
+	}
+	*ret_n = n;
+	return 0;
 }
 
 /* ---- heap from jemalloc's own profiler: a dump, no window -------------- */

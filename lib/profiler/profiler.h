@@ -40,6 +40,15 @@ int profiler_new_threads(struct profiler **ret, pid_t pid, const char *command_l
 /* heap, block, mutex or threadcreate, as @o->events says. */
 int profiler_new_agent(struct profiler **ret, const struct agent_profiler_opts *o,
 		       const char *comm, char *err, size_t errlen);
+/*
+ * One profiler per kind of @o->events (in CPROF_KIND_* order, into @ret,
+ * which has room for CPROF_KINDS), all on one agent session: one
+ * injection, one heartbeat, one window. The first to start starts it,
+ * each is polled and stopped with it, each finishes its kind's profile;
+ * each is freed. *@ret_n is how many.
+ */
+int profiler_new_agents(struct profiler **ret, size_t *ret_n, const struct agent_profiler_opts *o,
+			const char *comm, char *err, size_t errlen);
 
 /* heap from jemalloc's own profiler (session/jemalloc.h), dumped at start;
  * its profile shows @index first. The dump is profiler_impl()'s. */

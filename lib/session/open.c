@@ -33,7 +33,8 @@ static struct inject_opts inject_opts_for(const struct agent_session *s,
 		/* A target in a container cannot see our pid: 0 tells the
 		 * agent's watchdog to go by the heartbeat alone. */
 		.cprof_pid = target_other_pidns(s->pid) ? 0 : getpid(),
-		.rate = o->rate,
+		/* The first kind's rate at once; the others' by the channel. */
+		.rate = o->events ? o->rates[__builtin_ctz(o->events)] : 0,
 		.ring_size = o->ring_size,
 		.events = o->events,
 		.pick_timeout_ms = o->pick_timeout_ms,
@@ -82,6 +83,10 @@ int agent_session_open(struct agent_session *s, const struct agent_session_opts 
 	/* The agent is a module of the target now: its frames must resolve. */
 	symbolizer_refresh(s->sym);
 	r = channel_open(&s->ch, s->pid, s->fd);
+	/* Each record carries the rate it was drawn at: those drawn at the
+	 * defaults until the agent takes these are as unbiased. */
+	if (r == 0 && (o->events & (o->events - 1)))
+		channel_set_rates(s->ch, o->rates);
 	if (r < 0)
 		s->failed = AGENT_SESSION_CHANNEL;
 	return r;

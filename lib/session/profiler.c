@@ -13,32 +13,55 @@ struct agent_profiler {
 	struct agent_session_opts so;
 	struct agent_session s;
 	struct heap *heap;             /* CPROF_EVENTS_HEAP */
-	struct contention *contention; /* the others */
+	struct contention *contention[CPROF_KINDS]; /* by CPROF_KIND_*: the others */
 	struct channel_handlers h;
 	struct agent_window w;
 	bool started, stopped;
+	int start_result;              /* a second start, by another owner, says it */
+	unsigned refs;
 	char comm[64];		       /* the target's, for messages */
 	char agent_path[PATH_MAX];     /* a copy: the caller's may not last */
 };
 
+static unsigned kind_of(uint32_t events)
+{
+	return (unsigned)__builtin_ctz(events);
+}
+
+static bool one_kind(uint32_t events)
+{
+	return events && !(events & (events - 1));
+}
+
 static int on_alloc(const struct cprof_wire_alloc *r, void *arg)
 {
-	return heap_add_alloc(arg, r);
+	struct agent_profiler *p = arg;
+
+	return p->heap ? heap_add_alloc(p->heap, r) : 0;
 }
 
 static int on_free(const struct cprof_wire_free *r, void *arg)
 {
-	return heap_add_free(arg, r);
+	struct agent_profiler *p = arg;
+
+	return p->heap ? heap_add_free(p->heap, r) : 0;
 }
 
 static int on_live(const struct cprof_wire_live *e, size_t n, void *arg)
 {
-	return heap_add_live(arg, e, n);
+	struct agent_profiler *p = arg;
+
+	return p->heap ? heap_add_live(p->heap, e, n) : 0;
 }
 
+/* An event goes to its kind's profile; one of a kind not asked for (an
+ * older agent's) to none. */
 static int on_event(const struct cprof_wire_event *ev, void *arg)
 {
-	return contention_add(arg, ev);
+	struct agent_profiler *p = arg;
+	struct contention *c = agent_profiler_contention(p, cprof_wire_event_events(ev->kind));
+
+	return c ? contention_add(c, ev) : 0;
 }
 
 static int put_rule(void *channel, uint64_t key, uint64_t rule)
@@ -53,28 +76,28 @@ int agent_profiler_new(struct agent_profiler **ret, const struct agent_profiler_
 	int r;
 
 	*ret = NULL;
-	if (o->events != CPROF_EVENTS_HEAP && o->events != CPROF_EVENTS_BLOCK &&
-	    o->events != CPROF_EVENTS_MUTEX && o->events != CPROF_EVENTS_THREADCREATE) {
-		snprintf(err, errlen, "not one kind of the agent's: events %#x", o->events);
+	if (!o->events || (o->events & ~CPROF_EVENTS_ALL)) {
+		snprintf(err, errlen, "not kinds of the agent's: events %#x", o->events);
 		return -EINVAL;
 	}
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	p->o = *o;
+	p->refs = 1;
 	snprintf(p->comm, sizeof(p->comm), "%s", comm ? comm : "?");
 	snprintf(p->agent_path, sizeof(p->agent_path), "%s", o->agent_path ? o->agent_path : "");
 	p->o.agent_path = p->agent_path;
 	p->so = (struct agent_session_opts){
 		.agent_path = p->agent_path,
 		.events = o->events,
-		.rate = o->rate,
 		.ring_size = AGENT_SESSION_RING_SIZE,
 		.pick_timeout_ms = AGENT_SESSION_PICK_TIMEOUT_MS,
 		.call_timeout_ms = AGENT_SESSION_CALL_TIMEOUT_MS,
 		.cancelled = o->cancelled,
 		.looking = o->looking,
 	};
+	memcpy(p->so.rates, o->rates, sizeof(p->so.rates));
 	r = agent_session_prepare(&p->s, o->pid);
 	if (r < 0) {
 		agent_session_strerror(&p->s, &p->so, r, comm, err, errlen);
@@ -85,26 +108,35 @@ int agent_profiler_new(struct agent_profiler **ret, const struct agent_profiler_
 	return 0;
 }
 
-/* The records' taker, on the session's modules (the agent's among them). */
-static int new_builder(struct agent_profiler *p)
+/* The records' takers, one per kind, on the session's modules (the
+ * agent's among them). */
+static int new_builders(struct agent_profiler *p)
 {
 	struct channel *rules = p->o.copy_stacks ? NULL : p->s.ch;
-	int r;
+	int r = 0;
 
-	if (p->o.events == CPROF_EVENTS_HEAP) {
-		struct heap_opts ho = { .sym = p->s.sym, .unw = p->s.unw, .rate = p->o.rate,
-					.put_rule = rules ? put_rule : NULL, .put_rule_arg = rules };
+	p->h = (struct channel_handlers){ .alloc = on_alloc, .free = on_free, .live = on_live,
+					  .event = on_event, .arg = p };
+	for (unsigned k = 0; k < CPROF_KINDS && r == 0; k++) {
+		uint32_t events = 1u << k;
 
-		r = heap_new(&p->heap, &ho);
-		p->h = (struct channel_handlers){ .alloc = on_alloc, .free = on_free,
-						  .live = on_live, .arg = p->heap };
-	} else {
-		struct contention_opts co = { .events = p->o.events, .sym = p->s.sym,
-					      .unw = p->s.unw, .put_rule = rules ? put_rule : NULL,
-					      .put_rule_arg = rules };
+		if (!(p->o.events & events))
+			continue;
+		if (events == CPROF_EVENTS_HEAP) {
+			struct heap_opts ho = { .sym = p->s.sym, .unw = p->s.unw,
+						.rate = p->o.rates[k],
+						.put_rule = rules ? put_rule : NULL,
+						.put_rule_arg = rules };
 
-		r = contention_new(&p->contention, &co);
-		p->h = (struct channel_handlers){ .event = on_event, .arg = p->contention };
+			r = heap_new(&p->heap, &ho);
+		} else {
+			struct contention_opts co = { .events = events, .sym = p->s.sym,
+						      .unw = p->s.unw,
+						      .put_rule = rules ? put_rule : NULL,
+						      .put_rule_arg = rules };
+
+			r = contention_new(&p->contention[k], &co);
+		}
 	}
 	return r;
 }
@@ -116,19 +148,22 @@ int agent_profiler_start(struct agent_profiler *p, char *err, size_t errlen)
 				  .arg = p->o.progress_arg };
 	int r;
 
-	if (p->started)
-		return -EALREADY;
+	if (p->started) {
+		if (p->start_result < 0)
+			snprintf(err, errlen, "the agent's session did not start");
+		return p->start_result;
+	}
 	p->started = true;
 	r = agent_session_open(&p->s, &p->so);
 	if (r < 0 && r != -ECANCELED) {
 		agent_session_strerror(&p->s, &p->so, r, p->comm, err, errlen);
-		return r;
+		return p->start_result = r;
 	}
 	/* Cancelled: an empty window over at once, and an empty profile. */
-	if (new_builder(p) < 0)
-		return -ENOMEM;
+	if (new_builders(p) < 0)
+		return p->start_result = -ENOMEM;
 	agent_window_begin(&p->w, p->s.ch, p->o.pid, &wo, &p->h);
-	return r;
+	return p->start_result = r;
 }
 
 int agent_profiler_poll(struct agent_profiler *p, int timeout_ms)
@@ -149,21 +184,22 @@ int agent_profiler_stop(struct agent_profiler *p)
 	return r;
 }
 
-int agent_profiler_finish(struct agent_profiler *p, struct profile **ret)
+int agent_profiler_finish(struct agent_profiler *p, uint32_t events, struct profile **ret)
 {
 	const struct window_result *w = &p->w.res;
+	struct contention *c = agent_profiler_contention(p, events);
 	int r;
 
 	*ret = NULL;
-	if (!p->stopped)
+	if (!p->stopped || !one_kind(events) || !(p->o.events & events))
 		return -EINVAL;
-	if (p->heap)
+	if (events == CPROF_EVENTS_HEAP)
 		r = heap_build(p->heap, p->o.heap_index ? p->o.heap_index : "inuse_space",
 			       p->o.command_line, (int64_t)w->start_realtime_ns,
 			       (int64_t)w->window_ns, ret);
 	else
-		r = contention_build(p->contention, p->o.command_line,
-				     (int64_t)w->start_realtime_ns, (int64_t)w->window_ns, ret);
+		r = contention_build(c, p->o.command_line, (int64_t)w->start_realtime_ns,
+				     (int64_t)w->window_ns, ret);
 	if (r == 0)
 		r = agent_note_lost(&w->counters, *ret);
 	if (r < 0) {
@@ -173,12 +209,14 @@ int agent_profiler_finish(struct agent_profiler *p, struct profile **ret)
 	return r;
 }
 
-int agent_profiler_write_text(struct agent_profiler *p, FILE *f)
+int agent_profiler_write_text(struct agent_profiler *p, uint32_t events, FILE *f)
 {
-	if (!p->stopped)
+	struct contention *c = agent_profiler_contention(p, events);
+
+	if (!p->stopped || !one_kind(events) || !(p->o.events & events))
 		return -EINVAL;
-	return p->heap ? heap_write_text(p->heap, f)
-		       : contention_write_text(p->contention, p->o.rate, f);
+	return events == CPROF_EVENTS_HEAP ? heap_write_text(p->heap, f)
+					   : contention_write_text(c, p->o.rates[kind_of(events)], f);
 }
 
 const struct window_result *agent_profiler_window(const struct agent_profiler *p)
@@ -191,11 +229,13 @@ const struct agent_session *agent_profiler_session(const struct agent_profiler *
 	return &p->s;
 }
 
-uint64_t agent_profiler_count(const struct agent_profiler *p)
+uint64_t agent_profiler_count(const struct agent_profiler *p, uint32_t events)
 {
-	if (p->heap)
-		return heap_stats(p->heap)->allocs;
-	return p->contention ? contention_stats(p->contention)->records : 0;
+	const struct contention *c = agent_profiler_contention(p, events);
+
+	if (events == CPROF_EVENTS_HEAP)
+		return p->heap ? heap_stats(p->heap)->allocs : 0;
+	return c ? contention_stats(c)->records : 0;
 }
 
 struct heap *agent_profiler_heap(const struct agent_profiler *p)
@@ -203,9 +243,9 @@ struct heap *agent_profiler_heap(const struct agent_profiler *p)
 	return p->heap;
 }
 
-struct contention *agent_profiler_contention(const struct agent_profiler *p)
+struct contention *agent_profiler_contention(const struct agent_profiler *p, uint32_t events)
 {
-	return p->contention;
+	return one_kind(events) ? p->contention[kind_of(events)] : NULL;
 }
 
 struct channel *agent_profiler_channel(const struct agent_profiler *p)
@@ -218,9 +258,15 @@ const struct channel_handlers *agent_profiler_handlers(const struct agent_profil
 	return &p->h;
 }
 
+struct agent_profiler *agent_profiler_ref(struct agent_profiler *p)
+{
+	p->refs++;
+	return p;
+}
+
 void agent_profiler_free(struct agent_profiler *p)
 {
-	if (!p)
+	if (!p || --p->refs)
 		return;
 	/* A window begun and never ended: the hooks go now, not at the
 	 * agent's own timeout. */
@@ -228,6 +274,7 @@ void agent_profiler_free(struct agent_profiler *p)
 		agent_profiler_stop(p);
 	agent_session_release(&p->s);
 	heap_free(p->heap);
-	contention_free(p->contention);
+	for (unsigned k = 0; k < CPROF_KINDS; k++)
+		contention_free(p->contention[k]);
 	free(p);
 }

@@ -2,8 +2,9 @@
  * heap, block, mutex and threadcreate as profiler objects, with the verbs
  * of cpu_profiler and wall_profiler: new (the target's modules read), start
  * (the agent loaded, its session and window begun), poll with a deadline,
- * stop (the window ended, the hooks gone), finish (the profile), free. One
- * kind per object: the agent serves one session at a time.
+ * stop (the window ended, the hooks gone), finish (the profile), free.
+ * One object may record several kinds in one session (one injection, one
+ * heartbeat, one window), each with its own rate and its own profile.
  *
  * Records go to lib/heap (ALLOC, FREE, the live set's snapshots, inuse the
  * mean of those of the window's last second) or lib/contention (EVENT).
@@ -26,8 +27,8 @@
 
 struct agent_profiler_opts {
 	pid_t pid;
-	uint32_t events;           /* one of CPROF_EVENTS_* (agent/wire.h) */
-	uint64_t rate;             /* in the kind's unit (cprof_agent_attach_events()) */
+	uint32_t events;           /* CPROF_EVENTS_* (agent/wire.h), one or several */
+	uint64_t rates[CPROF_KINDS]; /* by CPROF_KIND_*, each in its kind's unit */
 	uint64_t duration_ns;      /* the window's */
 	const char *agent_path;    /* agent_find()'s */
 	const char *heap_index;    /* heap: the sample type shown first; NULL: inuse_space */
@@ -61,23 +62,25 @@ int agent_profiler_poll(struct agent_profiler *p, int timeout_ms);
 /* Ends the window (over, or cut short): the last snapshot, the detach. */
 int agent_profiler_stop(struct agent_profiler *p);
 
-/* The pprof profile of the window (owned by the caller), lost records noted. */
-int agent_profiler_finish(struct agent_profiler *p, struct profile **ret);
+/* The pprof profile of kind @events of the window (owned by the caller),
+ * lost records noted; -EINVAL for a kind not recorded. */
+int agent_profiler_finish(struct agent_profiler *p, uint32_t events, struct profile **ret);
 
-/* Go's debug=1 text of the window, to @f. */
-int agent_profiler_write_text(struct agent_profiler *p, FILE *f);
+/* Go's debug=1 text of kind @events of the window, to @f. */
+int agent_profiler_write_text(struct agent_profiler *p, uint32_t events, FILE *f);
 
 /* How the window went, and the session (its injection report, modules). */
 const struct window_result *agent_profiler_window(const struct agent_profiler *p);
 const struct agent_session *agent_profiler_session(const struct agent_profiler *p);
 
-/* Records taken: sampled allocations, or events. */
-uint64_t agent_profiler_count(const struct agent_profiler *p);
+/* Records taken of kind @events: sampled allocations, or events. */
+uint64_t agent_profiler_count(const struct agent_profiler *p, uint32_t events);
 
-/* What the records went to: the heap's (CPROF_EVENTS_HEAP) or the
- * contention's (the others); NULL for the other kind or before start. */
+/* What the records went to: the heap's (CPROF_EVENTS_HEAP), the
+ * contention of kind @events (the others); NULL for a kind not recorded,
+ * or before start. */
 struct heap *agent_profiler_heap(const struct agent_profiler *p);
-struct contention *agent_profiler_contention(const struct agent_profiler *p);
+struct contention *agent_profiler_contention(const struct agent_profiler *p, uint32_t events);
 
 /*
  * With @o->keep, after stop: the session goes on, and its channel and the
@@ -87,6 +90,9 @@ struct contention *agent_profiler_contention(const struct agent_profiler *p);
 struct channel *agent_profiler_channel(const struct agent_profiler *p);
 const struct channel_handlers *agent_profiler_handlers(const struct agent_profiler *p);
 
+/* One more owner of @p: each agent_profiler_free() drops one, the last
+ * frees it. Returns @p. */
+struct agent_profiler *agent_profiler_ref(struct agent_profiler *p);
 void agent_profiler_free(struct agent_profiler *p);
 
 #endif

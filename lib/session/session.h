@@ -59,8 +59,8 @@ enum agent_session_step {
 
 struct agent_session_opts {
 	const char *agent_path;    /* agent_find()'s */
-	uint32_t events;           /* CPROF_EVENTS_* (agent/wire.h) */
-	uint64_t rate;             /* in the events' unit */
+	uint32_t events;           /* CPROF_EVENTS_* (agent/wire.h), one or several */
+	uint64_t rates[CPROF_KINDS]; /* by CPROF_KIND_*, each in its kind's unit */
 	uint32_t ring_size;
 	unsigned pick_timeout_ms;  /* inject_opts' */
 	unsigned call_timeout_ms;
@@ -90,7 +90,7 @@ int agent_session_prepare(struct agent_session *s, pid_t pid);
 
 /*
  * Loads the agent into the target and starts a session recording @o's
- * events at its rate, its channel open in @s->ch. 0, or -errno with
+ * events at their rates, its channel open in @s->ch. 0, or -errno with
  * @s->failed saying at which step: -EBUSY at AGENT_SESSION_CLAIM is another
  * cprof's session (@s->holder); -ECANCELED means @o->cancelled said so
  * before a thread was stopped, the target as it was.

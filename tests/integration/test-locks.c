@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "profiler/profiler.h"
 #include "testhelp.h"
 
 TestSuite(locks, .init = th_init, .fini = th_cleanup, .timeout = 180);
@@ -356,5 +357,80 @@ Test(locks, debug1_headers)
 	cr_assert(!strncmp(r.out, "--- mutex:\ncycles/second=1000000000\nsampling period=2\n", 52),
 		  "%.100s", r.out);
 	th_run_release(&r);
+	th_kill(pid);
+}
+
+/*
+ * block, mutex, heap and threadcreate from one agent session (one
+ * injection, one heartbeat, one window), each kind at its own rate, on
+ * locks ab: block's sites hold the truth block_unbiased() holds them to;
+ * mutex charges the same waits to the holder (its total within
+ * MUTEX_LONG_MAX_ERR of the truth's, none at the waiter's sites); no event
+ * lands in another kind's profile (locks creates no thread in the window).
+ */
+Test(locks, four_kinds_in_one_session)
+{
+	static const char *const sites[] = { "site_a", "site_b" };
+	const char *report = th_tmp_path("locks-four.report");
+	struct agent_profiler_opts ao = {
+		.events = CPROF_EVENTS_HEAP | CPROF_EVENTS_BLOCK | CPROF_EVENTS_MUTEX |
+			  CPROF_EVENTS_THREADCREATE,
+		.rates = { [CPROF_KIND_HEAP] = 512 << 10, [CPROF_KIND_BLOCK] = 2000000,
+			   [CPROF_KIND_MUTEX] = 1 },
+		.duration_ns = 5000000000ULL,
+		.agent_path = CPROF_AGENT_PATH,
+		.command_line = "test-locks",
+	};
+	struct profilers_run_opts ro = { .duration_ns = ao.duration_ns };
+	struct profile *prof[CPROF_KINDS] = { NULL };
+	struct profiler *ps[CPROF_KINDS];
+	struct th_func_sum *sums;
+	struct truth t[8];
+	size_t n, nt, nsums;
+	int64_t mutex_total = 0, truth_total = 0;
+	bool exited;
+	char err[2048];
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("locks", "ab", "20", "500", report);
+	ao.pid = pid;
+	cr_assert_eq(profiler_new_agents(ps, &n, &ao, "locks", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(n, 4);
+	cr_assert_eq(profilers_run(ps, n, &ro, &exited, err, sizeof(err)), 0, "%s", err);
+	cr_assert(!exited, "the target is alive");
+	cr_assert(agent_profiler_window(profiler_impl(ps[0]))->detached,
+		  "the agent did not confirm its detach");
+	nt = read_truth(pid, report, t, 8);
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(profiler_finish(ps[i], &prof[i]), 0, "%s", profiler_kind(ps[i]));
+		cr_log_info("measured: four kinds in one session: %s, %llu records",
+			    profiler_kind(ps[i]), (unsigned long long)profiler_count(ps[i]));
+	}
+	cr_assert_str_eq(profiler_kind(ps[1]), "block");
+	cr_assert_str_eq(profiler_kind(ps[2]), "mutex");
+	cr_assert_str_eq(profiler_kind(ps[3]), "threadcreate");
+	cr_expect_eq(profiler_count(ps[3]), 0, "threadcreate took another kind's events");
+	cr_expect_geq(th_sample_type(prof[0], "inuse_space", "bytes"), 0, "heap's profile");
+	th_func_sums(prof[2], 1, &sums, &nsums);
+	for (size_t i = 0; i < nsums; i++)
+		mutex_total += sums[i].flat;
+	for (size_t i = 0; i < 2; i++) {
+		cr_expect_eq(th_func_get(sums, nsums, sites[i]).cum, 0,
+			     "mutex charged the waiter's %s", sites[i]);
+		truth_total += (int64_t)truth_of(t, nt, sites[i])->ns;
+	}
+	free(sums);
+	cr_log_info("measured: four kinds in one session: mutex %.1f ms, truth %.1f ms",
+		    mutex_total / 1e6, truth_total / 1e6);
+#ifndef __SANITIZE_ADDRESS__ /* accuracy: the plain build's */
+	check_sites(prof[1], t, nt, sites, 2, BLOCK_MAX_ERR);
+	cr_expect_leq(rel((double)mutex_total, (double)truth_total), MUTEX_LONG_MAX_ERR);
+#endif
+	for (size_t i = 0; i < n; i++) {
+		profile_free(prof[i]);
+		profiler_free(ps[i]);
+	}
+	th_assert_let_go(pid, false, "after four kinds in one session");
 	th_kill(pid);
 }

@@ -37,7 +37,7 @@ static struct agent_session_opts heap_opts(uint64_t rate)
 	return (struct agent_session_opts){
 		.agent_path = CPROF_AGENT_PATH,
 		.events = CPROF_EVENTS_HEAP,
-		.rate = rate,
+		.rates[CPROF_KIND_HEAP] = rate,
 		.ring_size = 16u << 20,
 		.pick_timeout_ms = 5000,
 		.call_timeout_ms = 10000,
@@ -281,19 +281,23 @@ static void expect_near(double got, double want, double tolerance, const char *w
 }
 
 /*
- * cpu, wall, heap and threads of one target in one window, driven by
- * profilers_run() in one process, as `record` will: each profile holds
- * against the truth its own suite uses. cpu's sampled time against the process's CPU clock, wall's
+ * cpu, wall, threads and the agent's four kinds (one session) of one
+ * target in one window, driven by profilers_run() in one process, as
+ * `record` will: each profile holds against the truth its own suite uses. cpu's sampled time against the process's CPU clock, wall's
  * accounted time against every thread's life in the window, heap's
  * alloc_objects and inuse_space against what the ring target counted
  * itself while malloc was hooked (test-heap-truth's 10%).
  */
-Test(session, cpu_wall_heap_and_threads_in_one_run, .timeout = 180)
+enum { P_HEAP, P_BLOCK, P_MUTEX, P_TCREATE, P_CPU, P_WALL, P_THREADS, P_N };
+
+Test(session, every_kind_in_one_run, .timeout = 180)
 {
 	const char *report = th_tmp_path("ring-session.report");
 	struct agent_profiler_opts ao = {
-		.events = CPROF_EVENTS_HEAP,
-		.rate = 128 << 10, /* ~500 live blocks sampled: inuse within 5% */
+		.events = CPROF_EVENTS_ALL,
+		/* ~500 live blocks sampled: inuse within 5% */
+		.rates = { [CPROF_KIND_HEAP] = 128 << 10, [CPROF_KIND_BLOCK] = 1,
+			   [CPROF_KIND_MUTEX] = 1 },
 		.duration_ns = 2000000000ULL,
 		.agent_path = CPROF_AGENT_PATH,
 		.command_line = "test-session",
@@ -304,8 +308,9 @@ Test(session, cpu_wall_heap_and_threads_in_one_run, .timeout = 180)
 	const struct cpu_profiler_stats *cs;
 	const struct wall_profiler_stats *ws;
 	const struct threads_snapshot *ts;
-	struct profile *prof[4] = { NULL };
-	struct profiler *ps[4];
+	struct profile *prof[P_N] = { NULL };
+	struct profiler *ps[P_N];
+	size_t nagent;
 	struct th_ring_report truth;
 	struct th_cpustat load0, load1;
 	double foreign;
@@ -320,33 +325,39 @@ Test(session, cpu_wall_heap_and_threads_in_one_run, .timeout = 180)
 	th_sleep_ms(300);
 	ao.pid = co.pid = wo.pid = pid;
 	/* The injection first: it is the step that may take a while. */
-	cr_assert_eq(profiler_new_agent(&ps[0], &ao, "ring", err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(profiler_new_cpu(&ps[1], &co, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(profiler_new_wall(&ps[2], &wo, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(profiler_new_threads(&ps[3], pid, "test-session"), 0);
+	cr_assert_eq(profiler_new_agents(ps, &nagent, &ao, "ring", err, sizeof(err)), 0, "%s",
+		     err);
+	cr_assert_eq(nagent, P_CPU);
+	cr_assert_eq(profiler_new_cpu(&ps[P_CPU], &co, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(profiler_new_wall(&ps[P_WALL], &wo, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(profiler_new_threads(&ps[P_THREADS], pid, "test-session"), 0);
 	t0 = th_now_ns();
 	th_cpustat_read(&load0);
-	cr_assert_eq(profilers_run(ps, 4, &ro, &exited, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(profilers_run(ps, P_N, &ro, &exited, err, sizeof(err)), 0, "%s", err);
 	th_cpustat_read(&load1);
 	cr_assert(!exited, "the target is alive");
-	cr_log_info("one run of %.2f s: %s, %s, %s and %s", (th_now_ns() - t0) / 1e9,
-		    profiler_kind(ps[0]), profiler_kind(ps[1]), profiler_kind(ps[2]),
-		    profiler_kind(ps[3]));
-	cr_assert(agent_profiler_window(profiler_impl(ps[0]))->detached,
+	cr_log_info("one run of %.2f s", (th_now_ns() - t0) / 1e9);
+	cr_assert(agent_profiler_window(profiler_impl(ps[P_HEAP]))->detached,
 		  "the agent did not confirm its detach");
 	th_ring_report(pid, report, &truth);
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < P_N; i++) {
 		cr_assert_eq(profiler_finish(ps[i], &prof[i]), 0, "%s", profiler_kind(ps[i]));
-		cr_assert_gt(prof[i]->nsamples, 0, "%s: no samples", profiler_kind(ps[i]));
+		cr_log_info("measured: in one run: %s, %llu taken", profiler_kind(ps[i]),
+			    (unsigned long long)profiler_count(ps[i]));
+		/* ring neither contends nor creates threads in the window. */
+		if (i < P_BLOCK || i > P_TCREATE)
+			cr_assert_gt(prof[i]->nsamples, 0, "%s: no samples",
+				     profiler_kind(ps[i]));
 	}
+	cr_expect_eq(profiler_count(ps[P_TCREATE]), 0, "threadcreate took another kind's events");
 
 	cr_assert_gt(truth.hooked_ops, 0, "the target never saw its malloc hooked");
-	expect_near(th_sample_sum(prof[0], "alloc_objects", "count"), (double)truth.hooked_ops,
-		    0.10, "heap alloc_objects");
-	expect_near(th_sample_sum(prof[0], "inuse_space", "bytes"), (double)truth.live_bytes,
+	expect_near(th_sample_sum(prof[P_HEAP], "alloc_objects", "count"),
+		    (double)truth.hooked_ops, 0.10, "heap alloc_objects");
+	expect_near(th_sample_sum(prof[P_HEAP], "inuse_space", "bytes"), (double)truth.live_bytes,
 		    0.10, "heap inuse_space");
 	/* Samples lag the clock when the machine is busy (test-cpu's premise). */
-	cs = cpu_profiler_stats(profiler_impl(ps[1]));
+	cs = cpu_profiler_stats(profiler_impl(ps[P_CPU]));
 	foreign = th_foreign_load(&load0, &load1, (int64_t)cs->process_cpu_ns);
 	if (foreign >= 0 && foreign <= 0.15)
 		expect_near((double)cs->sampled_ns, (double)cs->process_cpu_ns, 0.10,
@@ -356,19 +367,20 @@ Test(session, cpu_wall_heap_and_threads_in_one_run, .timeout = 180)
 			    foreign * 100);
 	/* Judged on a saturated machine too: a wait for a CPU begun before the
 	 * window, added whole when it ends, is taken back at its end. */
-	ws = wall_profiler_stats(profiler_impl(ps[2]));
+	ws = wall_profiler_stats(profiler_impl(ps[P_WALL]));
 	expect_near((double)ws->accounted_ns, (double)ws->threads * (double)ws->window_ns, 0.02,
 		    "wall accounted ns vs threads x window");
 	/* ring: its main thread and two allocating ones, each stopped once. */
-	ts = profiler_impl(ps[3]);
-	cr_assert_eq(profiler_count(ps[3]), 3, "threads: %llu", (unsigned long long)profiler_count(ps[3]));
+	ts = profiler_impl(ps[P_THREADS]);
+	cr_assert_eq(profiler_count(ps[P_THREADS]), 3, "threads: %llu",
+		     (unsigned long long)profiler_count(ps[P_THREADS]));
 	cr_assert_eq(ts->nstopped, 3, "threads stopped: %zu", ts->nstopped);
-	cr_assert_eq(profiler_write_text(ps[1], 1, stderr), -ENOTSUP);
-	for (int i = 0; i < 4; i++) {
+	cr_assert_eq(profiler_write_text(ps[P_CPU], 1, stderr), -ENOTSUP);
+	for (int i = 0; i < P_N; i++) {
 		profile_free(prof[i]);
 		profiler_free(ps[i]);
 	}
-	th_assert_let_go(pid, false, "after cpu, wall, heap and threads in one run");
+	th_assert_let_go(pid, false, "after cpu, wall, threads and four agent kinds in one run");
 	th_kill(pid);
 }
 
@@ -404,16 +416,20 @@ Test(session, a_target_gone_ends_the_run, .timeout = 60)
 	}
 }
 
-/* A profiler of another kind than the agent's four is refused up front. */
-Test(session, agent_profiler_takes_one_kind)
+/* Kinds the agent does not have are refused up front; so are several
+ * where one profiler object stands for one kind. */
+Test(session, agent_kinds_checked_up_front)
 {
-	struct agent_profiler_opts ao = { .pid = getpid(), .events = CPROF_EVENTS_HEAP |
-								     CPROF_EVENTS_BLOCK };
+	struct agent_profiler_opts ao = { .pid = getpid(), .events = 0x10 };
 	struct agent_profiler *ap;
+	struct profiler *p;
 	char err[256] = "";
 
 	cr_assert_eq(agent_profiler_new(&ap, &ao, "self", err, sizeof(err)), -EINVAL);
 	cr_assert_null(ap);
+	cr_assert(strstr(err, "not kinds of the agent's"), "%s", err);
+	ao.events = CPROF_EVENTS_HEAP | CPROF_EVENTS_BLOCK;
+	cr_assert_eq(profiler_new_agent(&p, &ao, "self", err, sizeof(err)), -EINVAL);
 	cr_assert(strstr(err, "one kind"), "%s", err);
 }
 
@@ -439,13 +455,14 @@ Test(session, contention_kinds, .timeout = 120)
 		pid_t pid = TH_SPAWN("locks", kinds[i].mode, "20", kinds[i].base_us,
 				     th_tmp_path("locks-session.report"));
 		struct agent_profiler_opts ao = {
-			.pid = pid, .events = kinds[i].events, .rate = 1,
+			.pid = pid, .events = kinds[i].events,
 			.duration_ns = 1000000000ULL, .agent_path = CPROF_AGENT_PATH,
 		};
 		struct agent_profiler *ap;
 		struct profile *p = NULL;
 		int r;
 
+		ao.rates[__builtin_ctz(kinds[i].events)] = 1;
 		cr_assert_eq(agent_profiler_new(&ap, &ao, "locks", err, sizeof(err)), 0, "%s", err);
 		r = agent_profiler_start(ap, err, sizeof(err));
 		cr_assert_eq(r, 0, "%s: %s", kinds[i].mode, err);
@@ -453,10 +470,11 @@ Test(session, contention_kinds, .timeout = 120)
 			;
 		cr_assert_eq(r, 1);
 		cr_assert_eq(agent_profiler_stop(ap), 0);
-		cr_assert_eq(agent_profiler_finish(ap, &p), 0);
+		cr_assert_eq(agent_profiler_finish(ap, kinds[i].events, &p), 0);
 		cr_log_info("measured: locks %s: %llu records in 1 s", kinds[i].mode,
-			    (unsigned long long)agent_profiler_count(ap));
-		cr_assert_gt(agent_profiler_count(ap), 0, "locks %s: no record", kinds[i].mode);
+			    (unsigned long long)agent_profiler_count(ap, kinds[i].events));
+		cr_assert_gt(agent_profiler_count(ap, kinds[i].events), 0, "locks %s: no record",
+			     kinds[i].mode);
 		cr_assert_gt(th_sample_sum(p, kinds[i].type, kinds[i].unit), 0);
 		profile_free(p);
 		agent_profiler_free(ap);
