@@ -167,6 +167,8 @@ static void take_rates(struct cprof_wire_header *h)
 {
 	uint32_t events = __atomic_load_n(&agent_events, __ATOMIC_RELAXED);
 
+	uint64_t *first = kind_rate(first_kind(events));
+
 	if (one_kind(events)) {
 		set_rate(first_kind(events), __atomic_load_n(&h->rate, __ATOMIC_RELAXED));
 	} else {
@@ -174,7 +176,7 @@ static void take_rates(struct cprof_wire_header *h)
 			if (events & (1u << k))
 				set_rate(k, __atomic_load_n(&h->kind_rate[k], __ATOMIC_RELAXED));
 	}
-	__atomic_store_n(&h->rate_in_use, agent_rate, __ATOMIC_RELAXED);
+	__atomic_store_n(&h->rate_in_use, first ? *first : 0, __ATOMIC_RELAXED);
 }
 
 void agent_poll_commands_locked(void)
@@ -426,7 +428,7 @@ CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint
 	__atomic_store_n(&agent_block_rate, CPROF_WIRE_BLOCK_RATE_DEFAULT, __ATOMIC_RELAXED);
 	__atomic_store_n(&agent_mutex_rate, CPROF_WIRE_MUTEX_RATE_DEFAULT, __ATOMIC_RELAXED);
 	set_rate(first_kind(events), rate);
-	h->rate_in_use = agent_rate;
+	h->rate_in_use = kind_rate(first_kind(events)) ? *kind_rate(first_kind(events)) : 0;
 	locks_reset();
 	__atomic_store_n(&agent_events, events, __ATOMIC_RELAXED);
 	__atomic_store_n(&agent_sampling, 1, __ATOMIC_RELAXED);

@@ -111,7 +111,7 @@ struct cprof_wire_header {
 	/* Written by the agent at any time. */
 	uint32_t state;         /* enum cprof_wire_state */
 	uint32_t detach_reason; /* enum cprof_wire_detach_reason */
-	uint64_t rate_in_use;   /* sampling rate (bytes) the hooks use now */
+	uint64_t rate_in_use;   /* the first kind's rate the hooks use now */
 
 	/* Written by cprof. */
 	uint64_t heartbeat; /* incremented by cprof; any change counts */
