@@ -7,27 +7,11 @@
 
 #include "agent-load.h"
 #include "agent-window.h"
+#include "json.h"
 #include "report.h"
 #include "view/view.h"
 
 #define JSON_TOP 5
-
-/* A JSON string: quotes, backslashes and control characters escaped. */
-static void json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
 
 static void json_top(FILE *f, const struct profile *p)
 {

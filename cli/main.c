@@ -19,6 +19,7 @@ static const struct command commands[] = {
 	{ "block", cmd_block, "where threads wait on locks, conditions, semaphores (agent)" },
 	{ "mutex", cmd_mutex, "which lock holders make others wait (agent)" },
 	{ "threadcreate", cmd_threadcreate, "the stacks that create threads (agent)" },
+	{ "record", cmd_record, "every kind above of one process in one window, into a directory" },
 	{ "view", cmd_view, "show a pprof file: top table, folded stacks, tree, flame graph" },
 };
 

@@ -1,0 +1,474 @@
+/*
+ * cprof record: every kind of profile of one process in one window, into
+ * one directory (cprof-record(1)). cpu and wall sample, the agent's four
+ * kinds share one session (one injection, one heartbeat), and the threads
+ * are snapshot at the window's start and at its end. A kind that is
+ * refused does not stop the others: it is said on stderr and in the
+ * manifest, and the exit code is EXIT_PARTIAL.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent-load.h"
+#include "agent/wire.h"
+#include "commands.h"
+#include "heap/allocator.h"
+#include "interrupt.h"
+#include "options.h"
+#include "perf/perf.h"
+#include "preflight.h"
+#include "record-dir.h"
+#include "record.h"
+#include "report.h"
+#include "util/parse.h"
+#include "util/util.h"
+
+#define CMD "record"
+#define HZ 100
+
+static const char *const kind_names[RK_N] = {
+	[RK_CPU] = "cpu", [RK_WALL] = "wall", [RK_THREADS] = "threads", [RK_HEAP] = "heap",
+	[RK_BLOCK] = "block", [RK_MUTEX] = "mutex", [RK_THREADCREATE] = "threadcreate",
+	[RK_THREADS_END] = "threads-end",
+};
+
+static const char *const kind_files[RK_N] = {
+	[RK_CPU] = "cpu.pb.gz", [RK_WALL] = "wall.pb.gz", [RK_THREADS] = "threads-start.pb.gz",
+	[RK_HEAP] = "heap.pb.gz", [RK_BLOCK] = "block.pb.gz", [RK_MUTEX] = "mutex.pb.gz",
+	[RK_THREADCREATE] = "threadcreate.pb.gz", [RK_THREADS_END] = "threads-end.pb.gz",
+};
+
+/* The agent's kinds, by their place in enum record_kind. */
+static const uint32_t kind_events[RK_N] = {
+	[RK_HEAP] = CPROF_EVENTS_HEAP, [RK_BLOCK] = CPROF_EVENTS_BLOCK,
+	[RK_MUTEX] = CPROF_EVENTS_MUTEX, [RK_THREADCREATE] = CPROF_EVENTS_THREADCREATE,
+};
+
+struct record_args {
+	struct common_opts common;
+	uint64_t duration_ns;
+	bool kinds[RK_N];
+};
+
+static void record_help(void)
+{
+	printf("usage: cprof record -p PID [-d DURATION] [-o DIR] [--kinds LIST] [--json] [-q]\n"
+	       "\n"
+	       "Record every kind of profile of process PID in one window: cpu, wall, threads\n"
+	       "(a snapshot at the window's start and one at its end), heap, block, mutex and\n"
+	       "threadcreate (one agent session for the four). Writes DIR/KIND.pb.gz, the\n"
+	       "thread dumps in Go's debug=2 text, summary.txt and manifest.json. A kind that\n"
+	       "is refused does not stop the others: stderr and the manifest say why, and\n"
+	       "the exit status is 5. Ctrl-C ends the window and still writes everything.\n"
+	       "\n"
+	       "  -p, --pid PID            process to profile\n"
+	       "  -d, --duration DURATION  the window, e.g. 500ms, 30s, 1m30s (default 30s)\n"
+	       "  -o, --output DIR         the directory to make (default\n"
+	       "                           ./cprof-PID-YYYYmmdd-HHMMSS); never an existing one\n"
+	       "  -k, --kinds LIST         comma-separated kinds (default: all of cpu, wall,\n"
+	       "                           threads, heap, block, mutex, threadcreate)\n"
+	       "      --json               at the end, print the manifest to stdout\n"
+	       "  -q, --quiet              no progress or summary on stderr\n"
+	       "  -h, --help               show this help\n");
+}
+
+static int parse_kinds(const char *arg, bool *kinds)
+{
+	char buf[256], *save = NULL, *k;
+
+	snprintf(buf, sizeof(buf), "%s", arg);
+	memset(kinds, 0, RK_N * sizeof(*kinds));
+	for (k = strtok_r(buf, ",", &save); k; k = strtok_r(NULL, ",", &save)) {
+		int i;
+
+		for (i = 0; i < RK_THREADS_END && strcmp(k, kind_names[i]); i++)
+			;
+		if (i == RK_THREADS_END)
+			return report_usage(CMD, "unknown kind '%s' in --kinds (cpu, wall, threads, "
+					    "heap, block, mutex, threadcreate)", k);
+		kinds[i] = true;
+	}
+	kinds[RK_THREADS_END] = kinds[RK_THREADS];
+	for (int i = 0; i < RK_N; i++)
+		if (kinds[i])
+			return 0;
+	return report_usage(CMD, "--kinds names no kind");
+}
+
+static int record_option(int c, const char *arg, void *ctx)
+{
+	struct record_args *a = ctx;
+
+	switch (c) {
+	case 'd':
+		return option_duration(CMD, "duration", arg, &a->duration_ns);
+	case 'k':
+		return parse_kinds(arg, a->kinds);
+	}
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct record_args *a)
+{
+	static const struct option longopts[] = {
+		{ "pid", required_argument, NULL, 'p' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "kinds", required_argument, NULL, 'k' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	int r;
+
+	*a = (struct record_args){ .duration_ns = 30ULL * 1000000000ULL };
+	for (int i = 0; i < RK_N; i++)
+		a->kinds[i] = true;
+	r = options_parse(CMD, argc, argv, ":p:d:o:k:qh", longopts, &a->common, record_option, a);
+	if (r)
+		return r;
+	if (a->common.help) {
+		record_help();
+		return -1;
+	}
+	if (a->common.format_given || a->common.top || a->common.debug)
+		return report_usage(CMD, "record writes a directory of pprof profiles: no --format, "
+				    "--top or --debug (cprof view reads its files)");
+	return 0;
+}
+
+static void refuse(struct record_entry *e, const char *fmt, const char *why)
+{
+	snprintf(e->refused, sizeof(e->refused), fmt, why);
+	profiler_free(e->p);
+	e->p = NULL;
+}
+
+/* An allocator the agent cannot hook (linked into the executable): why. */
+static bool heap_unhookable(pid_t pid, char *why, size_t size)
+{
+	struct heap_allocator a;
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	if (heap_allocator_inspect(path, &a) < 0 || a.hookable)
+		return false;
+	snprintf(why, size, "%s is linked into the executable (it defines %s): its calls go "
+		 "through no GOT slot the agent could patch", a.name, a.symbol);
+	return true;
+}
+
+/* The agent's kinds asked for, on one session: each entry its profiler. */
+static void open_agent(struct record *rec, const struct target *t)
+{
+	struct profiler *ps[CPROF_KINDS];
+	char agent[PATH_MAX], why[2048];
+	struct agent_profiler_opts ao = {
+		.pid = t->pid,
+		.rates = { [CPROF_KIND_HEAP] = 512u << 10,
+			   [CPROF_KIND_BLOCK] = CPROF_WIRE_BLOCK_RATE_DEFAULT,
+			   [CPROF_KIND_MUTEX] = CPROF_WIRE_MUTEX_RATE_DEFAULT },
+		.duration_ns = rec->duration_ns,
+		.agent_path = agent,
+		.cancelled = interrupt_requested,
+		.command_line = rec->command_line,
+	};
+	size_t n = 0;
+	int r;
+
+	if (rec->e[RK_HEAP].asked && heap_unhookable(t->pid, why, sizeof(why)))
+		refuse(&rec->e[RK_HEAP], "%s", why);
+	for (int i = 0; i < RK_N; i++)
+		if (kind_events[i] && rec->e[i].asked && !rec->e[i].refused[0])
+			ao.events |= kind_events[i];
+	if (!ao.events)
+		return;
+	r = agent_path(agent, sizeof(agent), why, sizeof(why));
+	if (r == 0 && t->state == 'T') {
+		snprintf(why, sizeof(why), "the process is stopped (SIGSTOP or a debugger): no "
+			 "thread can load the agent");
+		r = -EAGAIN;
+	} else if (r < 0 && !why[0]) {
+		snprintf(why, sizeof(why), "cannot find cprof-agent.so (set CPROF_AGENT)");
+	}
+	if (r == 0)
+		r = profiler_new_agents(ps, &n, &ao, t->comm, why, sizeof(why));
+	for (int i = 0, k = 0; i < RK_N; i++) {
+		if (!(ao.events & kind_events[i]))
+			continue;
+		if (r < 0)
+			refuse(&rec->e[i], "%s", why);
+		else
+			rec->e[i].p = ps[k++];
+	}
+}
+
+static void open_samplers(struct record *rec, const struct target *t)
+{
+	struct cpu_profiler_opts co = {
+		.pid = t->pid, .hz = HZ,
+		.scope = perf_system_scope_allowed() ? PERF_SCOPE_SYSTEM : PERF_SCOPE_THREAD,
+		.kernel = perf_kernel_samples_allowed(), .command_line = rec->command_line,
+	};
+	struct wall_profiler_opts wo = { .pid = t->pid, .hz = HZ,
+					 .command_line = rec->command_line };
+	char why[1024];
+
+	preflight_raise_nofile();
+	if (rec->e[RK_CPU].asked && profiler_new_cpu(&rec->e[RK_CPU].p, &co, why, sizeof(why)) < 0)
+		refuse(&rec->e[RK_CPU], "%s", why);
+	if (rec->e[RK_WALL].asked &&
+	    profiler_new_wall(&rec->e[RK_WALL].p, &wo, why, sizeof(why)) < 0)
+		refuse(&rec->e[RK_WALL], "%s", why);
+	if (rec->e[RK_THREADS].asked && profiler_new_threads(&rec->e[RK_THREADS].p, t->pid,
+							     rec->command_line) < 0)
+		refuse(&rec->e[RK_THREADS], "%s", "out of memory");
+}
+
+/* Each started in turn, the agent's first (its injection may take a
+ * while): one that fails is said and dropped, the others go on. */
+static void start_all(struct record *rec)
+{
+	static const int order[] = { RK_HEAP,	RK_BLOCK, RK_MUTEX, RK_THREADCREATE,
+				     RK_CPU,	RK_WALL,  RK_THREADS };
+	char why[2048];
+
+	for (size_t i = 0; i < ARRAY_SIZE(order); i++) {
+		struct record_entry *e = &rec->e[order[i]];
+		int r;
+
+		if (!e->p)
+			continue;
+		why[0] = '\0';
+		r = profiler_start(e->p, why, sizeof(why));
+		if (r == -ECANCELED)
+			refuse(e, "%s", "interrupted before the agent was loaded");
+		else if (r < 0)
+			refuse(e, "%s", why[0] ? why : strerror(-r));
+	}
+}
+
+struct progress {
+	const struct record *rec;
+	char total[32];
+};
+
+static void tick(void *arg, uint64_t elapsed_ns)
+{
+	struct progress *p = arg;
+	char done[32];
+	int kinds = 0;
+
+	for (int i = 0; i < RK_THREADS_END; i++)
+		kinds += p->rec->e[i].p != NULL;
+	format_duration(elapsed_ns / 1000000000ULL * 1000000000ULL, done, sizeof(done));
+	report_progress("recording pid %d (%s): %s / %s, %d %s", p->rec->pid, p->rec->comm, done,
+			p->total, kinds, plural((uint64_t)kinds, "kind", "kinds"));
+}
+
+/* The window for every profiler started; 0 or -errno (said here). */
+static int window(struct record *rec)
+{
+	struct progress pr = { .rec = rec };
+	struct profilers_run_opts o = { .duration_ns = rec->duration_ns,
+					.cancelled = interrupt_requested, .tick = tick,
+					.tick_arg = &pr };
+	struct profiler *ps[RK_N];
+	char err[1024] = "";
+	uint64_t t0 = now_monotonic_ns();
+	bool exited = false;
+	size_t n = 0;
+	int r;
+
+	for (int i = 0; i < RK_THREADS_END; i++)
+		if (rec->e[i].p)
+			ps[n++] = rec->e[i].p;
+	format_duration(rec->duration_ns, pr.total, sizeof(pr.total));
+	rec->start_realtime_ns = (int64_t)now_realtime_ns();
+	r = n ? profilers_window(ps, n, &o, &exited, err, sizeof(err)) : 0;
+	report_progress_done();
+	rec->window_ns = now_monotonic_ns() - t0;
+	rec->target_exited = exited;
+	rec->interrupted = interrupt_requested();
+	if (r < 0)
+		report_error("recording pid %d failed: %s", rec->pid, err[0] ? err : strerror(-r));
+	return r;
+}
+
+/* The threads' second snapshot, once the window is over. */
+static void threads_at_end(struct record *rec)
+{
+	struct record_entry *e = &rec->e[RK_THREADS_END];
+	char why[1024] = "";
+	int r;
+
+	if (!e->asked)
+		return;
+	if (rec->target_exited) {
+		snprintf(e->refused, sizeof(e->refused), "the process exited during the window");
+		return;
+	}
+	r = profiler_new_threads(&e->p, rec->pid, rec->command_line);
+	if (r == 0)
+		r = profiler_start(e->p, why, sizeof(why));
+	if (r == 0)
+		r = profiler_stop(e->p);
+	if (r < 0)
+		refuse(e, "%s", why[0] ? why : strerror(-r));
+}
+
+/* Go's debug=2 dump of a threads entry, beside its profile. */
+static int write_dump(const struct record_dir *d, struct record_entry *e, int k)
+{
+	FILE *f = record_dir_open(d, k == RK_THREADS ? "threads-start.txt" : "threads-end.txt");
+	int r;
+
+	if (!f)
+		return -errno;
+	r = profiler_write_text(e->p, 2, f);
+	if (fclose(f) != 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
+/* Every kind taken: built and written into @d. */
+static int write_all(struct record *rec, const struct record_dir *d)
+{
+	for (int k = 0; k < RK_N; k++) {
+		struct record_entry *e = &rec->e[k];
+		int r;
+
+		if (!e->p)
+			continue;
+		profiler_facts(e->p, &e->facts);
+		r = profiler_finish(e->p, &e->profile);
+		if (r < 0) {
+			refuse(e, "cannot build the profile: %s", strerror(-r));
+			continue;
+		}
+		r = record_dir_write_profile(d, e->file, e->profile);
+		if (r == 0 && (k == RK_THREADS || k == RK_THREADS_END))
+			r = write_dump(d, e, k);
+		if (r < 0)
+			return r;
+		e->written = true;
+	}
+	return 0;
+}
+
+static int write_text_file(const struct record_dir *d, const char *name,
+			   int (*fn)(const struct record *, FILE *), const struct record *rec)
+{
+	FILE *f = record_dir_open(d, name);
+	int r;
+
+	if (!f)
+		return -errno;
+	r = fn(rec, f);
+	if (fclose(f) != 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
+/* What the exit code says: every kind asked written, some, or none. */
+static int outcome(const struct record *rec)
+{
+	int asked = 0, written = 0;
+
+	for (int k = 0; k < RK_N; k++) {
+		const struct record_entry *e = &rec->e[k];
+
+		asked += e->asked;
+		written += e->written;
+		if (e->asked && !e->written)
+			report_warning("%s: not recorded: %s", e->name,
+				       e->refused[0] ? e->refused : "no profile was taken");
+	}
+	if (written == asked)
+		return EXIT_OK;
+	if (written == 0)
+		return rec->target_exited ? EXIT_TARGET : EXIT_FAIL;
+	return EXIT_PARTIAL;
+}
+
+static int record_run(struct record_args *a, const struct target *t, const char *command_line)
+{
+	struct record rec = { .pid = t->pid, .comm = t->comm, .exe = t->exe,
+			      .command_line = command_line, .duration_ns = a->duration_ns };
+	struct record_dir d;
+	char why[PATH_MAX + 128];
+	int r, code;
+
+	for (int k = 0; k < RK_N; k++)
+		rec.e[k] = (struct record_entry){ .name = kind_names[k], .file = kind_files[k],
+						  .asked = a->kinds[k] };
+	/* Decided writable before anything is touched. */
+	r = record_dir_make(&d, a->common.output, t->pid, why, sizeof(why));
+	if (r < 0) {
+		report_error("%s", why);
+		return EXIT_OUTPUT;
+	}
+	rec.dir = d.final;
+	interrupt_install();
+	open_agent(&rec, t);
+	open_samplers(&rec, t);
+	start_all(&rec);
+	r = window(&rec);
+	threads_at_end(&rec);
+	if (rec.target_exited)
+		report_warning("pid %d exited during the window; writing what was collected",
+			       rec.pid);
+	else if (rec.interrupted)
+		report_note("interrupted; writing what was collected");
+	if (r == 0)
+		r = write_all(&rec, &d);
+	code = outcome(&rec);
+	if (r == 0)
+		r = write_text_file(&d, "summary.txt", record_write_summary, &rec);
+	if (r == 0)
+		r = write_text_file(&d, "manifest.json", record_write_manifest, &rec);
+	if (r == 0)
+		r = record_dir_commit(&d);
+	if (r < 0) {
+		report_error("cannot write %s: %s", d.final, strerror(-r));
+		record_dir_abort(&d);
+		code = EXIT_OUTPUT;
+	} else {
+		report_note("wrote %s: read summary.txt first", d.final);
+		if (a->common.json && record_write_manifest(&rec, stdout) < 0)
+			code = EXIT_FAIL;
+	}
+	for (int k = 0; k < RK_N; k++) {
+		profile_free(rec.e[k].profile);
+		profiler_free(rec.e[k].p);
+	}
+	return code;
+}
+
+int cmd_record(int argc, char **argv)
+{
+	struct record_args a;
+	struct target t;
+	char command_line[1024];
+	int code = parse_args(argc, argv, &a);
+
+	if (code)
+		return code < 0 ? EXIT_OK : code;
+	report_set_quiet(a.common.quiet);
+	command_line_join(argc, argv, command_line, sizeof(command_line));
+	code = preflight_target(a.common.pid, &t);
+	if (code)
+		return code;
+	if (a.kinds[RK_THREADS] || a.kinds[RK_HEAP] || a.kinds[RK_BLOCK] || a.kinds[RK_MUTEX] ||
+	    a.kinds[RK_THREADCREATE]) {
+		code = preflight_not_traced(&t, "snapshot or load the agent into");
+		if (code)
+			return code;
+	}
+	return record_run(&a, &t, command_line);
+}

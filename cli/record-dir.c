@@ -1,0 +1,118 @@
+#include "record-dir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pprof/pprof.h"
+
+int record_dir_make(struct record_dir *d, const char *path, pid_t pid, char *why, size_t whylen)
+{
+	struct stat st;
+	int n;
+
+	memset(d, 0, sizeof(*d));
+	if (path) {
+		n = snprintf(d->final, sizeof(d->final), "%s", path);
+	} else {
+		time_t now = time(NULL);
+		struct tm tm;
+		char stamp[32];
+
+		localtime_r(&now, &tm);
+		strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+		n = snprintf(d->final, sizeof(d->final), "cprof-%d-%s", (int)pid, stamp);
+	}
+	/* Room for ".tmp-XXXXXX" and a file name inside. */
+	if (n <= 0 || (size_t)n + 64 >= sizeof(d->final)) {
+		snprintf(why, whylen, "the directory's name is too long");
+		return -ENAMETOOLONG;
+	}
+	while (n > 1 && d->final[n - 1] == '/')
+		d->final[--n] = '\0';
+	if (lstat(d->final, &st) == 0) {
+		snprintf(why, whylen, "%s exists: cprof record never writes into an earlier record",
+			 d->final);
+		return -EEXIST;
+	}
+	memcpy(d->tmp, d->final, (size_t)n);
+	memcpy(d->tmp + n, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
+	if (!mkdtemp(d->tmp)) {
+		int r = -errno;
+
+		snprintf(why, whylen, "cannot make a directory beside %s: %s", d->final,
+			 strerror(errno));
+		d->tmp[0] = '\0';
+		return r;
+	}
+	return 0;
+}
+
+FILE *record_dir_open(const struct record_dir *d, const char *name)
+{
+	char path[PATH_MAX + 64];
+
+	snprintf(path, sizeof(path), "%s/%s", d->tmp, name);
+	return fopen(path, "we");
+}
+
+int record_dir_write_profile(const struct record_dir *d, const char *name,
+			     const struct profile *p)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+	int r;
+
+	r = pprof_encode_gzip(p, &buf, &len);
+	if (r < 0)
+		return r;
+	f = record_dir_open(d, name);
+	if (!f) {
+		r = -errno;
+		goto out_free;
+	}
+	if (fwrite(buf, 1, len, f) != len)
+		r = -EIO;
+	if (fclose(f) != 0 && r == 0)
+		r = -errno;
+out_free:
+	free(buf);
+	return r;
+}
+
+int record_dir_commit(struct record_dir *d)
+{
+	/* RENAME_NOREPLACE: a directory made meanwhile under the final name
+	 * (another cprof's) is not replaced, even an empty one. */
+	if (renameat2(AT_FDCWD, d->tmp, AT_FDCWD, d->final, RENAME_NOREPLACE) < 0)
+		return -errno;
+	d->tmp[0] = '\0';
+	return 0;
+}
+
+void record_dir_abort(struct record_dir *d)
+{
+	char path[PATH_MAX + 300];
+	struct dirent *e;
+	DIR *dir;
+
+	if (!d->tmp[0])
+		return;
+	dir = opendir(d->tmp);
+	while (dir && (e = readdir(dir))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", d->tmp, e->d_name);
+		unlink(path);
+	}
+	if (dir)
+		closedir(dir);
+	rmdir(d->tmp);
+	d->tmp[0] = '\0';
+}

@@ -1,0 +1,190 @@
+/* cprof record's summary.txt and manifest.json (record.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "json.h"
+#include "record.h"
+#include "threads/threads.h"
+#include "util/util.h"
+#include "view/view.h"
+
+#ifndef CPROF_VERSION
+#define CPROF_VERSION "unknown"
+#endif
+
+#define SUMMARY_TOP 10
+
+static void utc_time(int64_t ns, char *buf, size_t size)
+{
+	time_t s = (time_t)(ns / 1000000000LL);
+	struct tm tm;
+
+	gmtime_r(&s, &tm);
+	strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static const char *state_word(char state)
+{
+	switch (state) {
+	case 'R':
+		return "running";
+	case 'S':
+		return "sleeping";
+	case 'D':
+		return "disk";
+	case 'T':
+	case 't':
+		return "stopped";
+	case 'Z':
+		return "zombie";
+	}
+	return "other";
+}
+
+/* "12 threads: 10 sleeping, 2 running", from a threads entry's snapshot. */
+static void threads_by_state(FILE *f, const struct record_entry *e)
+{
+	static const char states[] = "RSDTZ?";
+	const struct threads_snapshot *s = profiler_impl(e->p);
+	size_t count[sizeof(states)] = { 0 };
+	const char *sep = ": ";
+
+	for (size_t i = 0; i < s->nthreads; i++) {
+		const char *at = strchr(states, s->threads[i].state == 't' ? 'T'
+								    : s->threads[i].state);
+
+		count[at && *at ? (size_t)(at - states) : sizeof(states) - 2]++;
+	}
+	fprintf(f, "%zu %s", s->nthreads, s->nthreads == 1 ? "thread" : "threads");
+	for (size_t i = 0; i + 1 < sizeof(states); i++) {
+		if (!count[i])
+			continue;
+		fprintf(f, "%s%zu %s", sep, count[i], state_word(states[i]));
+		sep = ", ";
+	}
+	fputc('\n', f);
+}
+
+/* pprof -top's first SUMMARY_TOP rows of the entry's default sample type. */
+static int top_table(FILE *f, const struct record_entry *e)
+{
+	char *text = NULL;
+	size_t index, len = 0;
+	int r;
+
+	if (view_sample_index(e->profile, NULL, &index) < 0)
+		return 0;
+	r = view_render(e->profile, index, VIEW_TOP, SUMMARY_TOP, NULL, &text, &len);
+	if (r == 0 && fwrite(text, 1, len, f) != len)
+		r = -EIO;
+	free(text);
+	return r;
+}
+
+int record_write_summary(const struct record *r, FILE *f)
+{
+	char start[32];
+	int ret = 0;
+
+	utc_time(r->start_realtime_ns, start, sizeof(start));
+	fprintf(f, "cprof record of pid %d (%s), %s\n", r->pid, r->comm, r->exe);
+	fprintf(f, "window: %s, %.1f s%s%s\n", start, (double)r->window_ns / 1e9,
+		r->interrupted ? ", cut short by an interrupt" : "",
+		r->target_exited ? ", the process exited during it" : "");
+	fprintf(f, "written:");
+	for (int k = 0; k < RK_N; k++)
+		if (r->e[k].written)
+			fprintf(f, " %s", r->e[k].name);
+	fputc('\n', f);
+	for (int k = 0; k < RK_N; k++)
+		if (r->e[k].asked && !r->e[k].written)
+			fprintf(f, "not recorded: %s: %s\n", r->e[k].name,
+				r->e[k].refused[0] ? r->e[k].refused : "no profile was taken");
+	for (int k = 0; k < RK_N && ret == 0; k++) {
+		const struct record_entry *e = &r->e[k];
+
+		if (!e->written)
+			continue;
+		fprintf(f, "\n== %s (%s)", e->name, e->file);
+		if (e->facts.lost)
+			fprintf(f, ": %llu records lost, its figures are short of them",
+				(unsigned long long)e->facts.lost);
+		fputc('\n', f);
+		if (k == RK_THREADS || k == RK_THREADS_END)
+			threads_by_state(f, e);
+		ret = top_table(f, e);
+	}
+	if (ret == 0 && ferror(f))
+		ret = -EIO;
+	return ret;
+}
+
+/* The main executable's build id, from the first profile that maps it. */
+static const char *build_id(const struct record *r)
+{
+	for (int k = 0; k < RK_N; k++) {
+		const struct profile *p = r->e[k].profile;
+
+		for (size_t i = 0; p && i < p->nmappings; i++)
+			if (p->mappings[i].file && !strcmp(p->mappings[i].file, r->exe) &&
+			    p->mappings[i].build_id && p->mappings[i].build_id[0])
+				return p->mappings[i].build_id;
+	}
+	return "";
+}
+
+int record_write_manifest(const struct record *r, FILE *f)
+{
+	const char *sep = "";
+	char start[32];
+
+	utc_time(r->start_realtime_ns, start, sizeof(start));
+	fprintf(f, "{\"cprof_version\":");
+	json_string(f, CPROF_VERSION);
+	fprintf(f, ",\"pid\":%d,\"comm\":", r->pid);
+	json_string(f, r->comm);
+	fprintf(f, ",\"executable\":");
+	json_string(f, r->exe);
+	fprintf(f, ",\"build_id\":");
+	json_string(f, build_id(r));
+	fprintf(f, ",\"command_line\":");
+	json_string(f, r->command_line);
+	fprintf(f, ",\"directory\":");
+	json_string(f, r->dir);
+	fprintf(f, ",\"window\":{\"start\":\"%s\",\"start_unix_ns\":%lld,\"duration_ns\":%llu,"
+		   "\"interrupted\":%s,\"target_exited\":%s},\"files\":[",
+		start, (long long)r->start_realtime_ns, (unsigned long long)r->window_ns,
+		r->interrupted ? "true" : "false", r->target_exited ? "true" : "false");
+	for (int k = 0; k < RK_N; k++) {
+		const struct record_entry *e = &r->e[k];
+
+		if (!e->written)
+			continue;
+		fprintf(f, "%s{\"kind\":", sep);
+		json_string(f, e->name);
+		fprintf(f, ",\"file\":");
+		json_string(f, e->file);
+		fprintf(f, ",\"samples\":%llu,\"lost\":%llu,\"pause_ns\":%lld}",
+			(unsigned long long)e->facts.count, (unsigned long long)e->facts.lost,
+			(long long)e->facts.pause_ns);
+		sep = ",";
+	}
+	fprintf(f, "],\"refused\":[");
+	sep = "";
+	for (int k = 0; k < RK_N; k++) {
+		const struct record_entry *e = &r->e[k];
+
+		if (!e->asked || e->written)
+			continue;
+		fprintf(f, "%s{\"kind\":", sep);
+		json_string(f, e->name);
+		fprintf(f, ",\"why\":");
+		json_string(f, e->refused[0] ? e->refused : "no profile was taken");
+		fputc('}', f);
+		sep = ",";
+	}
+	fprintf(f, "]}\n");
+	return ferror(f) ? -EIO : 0;
+}
