@@ -236,7 +236,7 @@ static void start_all(struct record *rec)
 {
 	static const int order[] = { RK_HEAP,	RK_BLOCK, RK_MUTEX, RK_THREADCREATE,
 				     RK_CPU,	RK_WALL,  RK_THREADS };
-	char why[2048];
+	char why[2048], agent_why[2048] = "";
 
 	for (size_t i = 0; i < ARRAY_SIZE(order); i++) {
 		struct record_entry *e = &rec->e[order[i]];
@@ -246,10 +246,15 @@ static void start_all(struct record *rec)
 			continue;
 		why[0] = '\0';
 		r = profiler_start(e->p, why, sizeof(why));
-		if (r == -ECANCELED)
+		/* The agent's kinds share a session: the first says why. */
+		if (r < 0 && kind_events[order[i]] && agent_why[0])
+			refuse(e, "%s", agent_why);
+		else if (r == -ECANCELED)
 			refuse(e, "%s", "interrupted before the agent was loaded");
 		else if (r < 0)
 			refuse(e, "%s", why[0] ? why : strerror(-r));
+		if (r < 0 && kind_events[order[i]] && !agent_why[0])
+			snprintf(agent_why, sizeof(agent_why), "%s", e->refused);
 	}
 }
 

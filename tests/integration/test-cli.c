@@ -17,8 +17,8 @@
 #error "SOURCE_DIR must point at the source tree (for man/)"
 #endif
 
-static const char *commands[] = { "cpu",   "wall",         "threads", "heap", "block",
-				  "mutex", "threadcreate", "view" };
+static const char *commands[] = { "cpu",	 "wall",	 "threads", "heap",  "block",
+				  "mutex", "threadcreate", "record",  "view" };
 
 TestSuite(cli, .init = th_init, .fini = th_cleanup);
 

@@ -1,0 +1,227 @@
+/*
+ * `cprof record` end to end: every kind of one process in one window, in
+ * one directory.
+ *
+ *  - on tests/targets/locks (ab): every file, each profile readable, the
+ *    manifest naming each; block's sites against the waiter's own clock
+ *    (the truth test-locks holds `cprof block` to), the threads' dumps
+ *    naming its threads; nothing traced or hooked afterwards;
+ *  - a static binary: the agent's kinds refused with their reason in the
+ *    manifest and on stderr, the others written, exit 5;
+ *  - a directory that exists is refused before the target is touched;
+ *  - SIGINT ends the window and everything is still written.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/wire.h"
+#include "testhelp.h"
+
+TestSuite(record, .init = th_init, .fini = th_cleanup, .timeout = 180);
+
+/* The bound block's sites are held to (test-locks' BLOCK_MAX_ERR). */
+#define RECORD_BLOCK_MAX_ERR 0.15
+
+static const char *const pprof_files[] = {
+	"cpu.pb.gz", "wall.pb.gz", "threads-start.pb.gz", "heap.pb.gz", "block.pb.gz",
+	"mutex.pb.gz", "threadcreate.pb.gz", "threads-end.pb.gz",
+};
+
+static void skip_without_ptrace(void)
+{
+	if (geteuid() != 0)
+		TH_SKIP_MISSING("record loads the agent and stops threads: run as root");
+}
+
+static char *slurp(const char *dir, const char *name)
+{
+	char path[512];
+	uint8_t *buf;
+	size_t len;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	cr_assert_eq(th_read_file(path, &buf, &len), 0, "no %s", path);
+	buf = realloc(buf, len + 1);
+	cr_assert_not_null(buf);
+	buf[len] = '\0';
+	return (char *)buf;
+}
+
+static struct profile *load(const char *dir, const char *name)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return th_load_profile(path);
+}
+
+/* "SITE COUNT NS" lines of the locks target's report, for @site. */
+static double truth_ns(pid_t pid, const char *report, const char *site)
+{
+	char line[256], name[64];
+	unsigned long long c, ns;
+	double found = -1;
+	FILE *f = NULL;
+
+	unlink(report);
+	kill(pid, SIGUSR2);
+	for (int i = 0; i < 200 && !(f = fopen(report, "re")); i++)
+		th_sleep_ms(25);
+	cr_assert_not_null(f, "locks wrote no report");
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63s %llu %llu", name, &c, &ns) == 3 && !strcmp(name, site))
+			found = (double)ns;
+	fclose(f);
+	cr_assert_geq(found, 0, "no truth for %s", site);
+	return found;
+}
+
+Test(record, every_kind_in_one_directory)
+{
+	static const char *const sites[] = { "site_a", "site_b" };
+	const char *report = th_tmp_path("locks-record.report");
+	const char *dir = th_tmp_path("record-all");
+	char *manifest, *summary, *dump;
+	struct th_func_sum *sums;
+	struct cprof_wire_header *h;
+	struct profile *p;
+	struct th_run r;
+	size_t nsums;
+	pid_t pid;
+
+	skip_without_ptrace();
+	th_require_perf(false);
+	pid = TH_SPAWN("locks", "ab", "30", "500", report);
+	TH_CPROF(&r, 120000, "record", "-p", th_pid_str(pid), "-d", "3s", "-o", dir);
+	th_run_log(&r, "record");
+	cr_assert_eq(r.exit_code, 0, "record: exit %d\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+	for (size_t i = 0; i < sizeof(pprof_files) / sizeof(pprof_files[0]); i++) {
+		char kind[64];
+
+		p = load(dir, pprof_files[i]);
+		profile_free(p);
+		manifest = slurp(dir, "manifest.json");
+		snprintf(kind, sizeof(kind), "\"file\":\"%s\"", pprof_files[i]);
+		cr_expect(strstr(manifest, kind), "the manifest does not name %s", pprof_files[i]);
+		free(manifest);
+	}
+	manifest = slurp(dir, "manifest.json");
+	cr_expect(strstr(manifest, "\"refused\":[]"), "%s", manifest);
+	free(manifest);
+	summary = slurp(dir, "summary.txt");
+	cr_expect(strstr(summary, "written: cpu wall threads heap block mutex threadcreate "
+				  "threads-end"), "%s", summary);
+	free(summary);
+	dump = slurp(dir, "threads-start.txt");
+	cr_expect(strstr(dump, "waiter") || strstr(dump, "wait_"), "%s", dump);
+	free(dump);
+
+	/* block: every wait of 0.5 ms and more recorded at the default rate. */
+	p = load(dir, "block.pb.gz");
+	th_func_sums(p, 1, &sums, &nsums);
+	for (size_t i = 0; i < 2; i++) {
+		double got = (double)th_func_get(sums, nsums, sites[i]).flat;
+		double truth = truth_ns(pid, report, sites[i]);
+
+		cr_log_info("measured: record's block: %s %.1f ms, truth %.1f ms (%+.1f%%)",
+			    sites[i], got / 1e6, truth / 1e6, 100 * (got / truth - 1));
+#ifndef __SANITIZE_ADDRESS__ /* accuracy: the plain build's */
+		cr_expect_leq(got > truth ? got / truth - 1 : 1 - got / truth, RECORD_BLOCK_MAX_ERR,
+			      "%s: %.1f ms, truth %.1f ms", sites[i], got / 1e6, truth / 1e6);
+#endif
+	}
+	free(sums);
+	profile_free(p);
+	th_assert_let_go(pid, false, "after record");
+	h = th_agent_header(pid);
+	cr_assert_not_null(h, "no agent channel after record");
+	cr_expect_eq(h->hooked, 0, "%llu GOT entries still hooked", (unsigned long long)h->hooked);
+	munmap(h, CPROF_WIRE_HEADER_SIZE);
+	th_kill(pid);
+}
+
+Test(record, the_agents_kinds_refused_on_a_static_binary)
+{
+	const char *dir = th_tmp_path("record-static");
+	char *manifest;
+	struct profile *p;
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	th_require_perf(false);
+	pid = TH_SPAWN("statictarget", "30");
+	TH_CPROF(&r, 60000, "record", "-p", th_pid_str(pid), "-d", "1s", "-o", dir);
+	th_run_log(&r, "record");
+	cr_assert_eq(r.exit_code, 5, "static: exit %d\n%s", r.exit_code, r.err);
+	cr_expect(strstr(r.err, "heap: not recorded"), "%s", r.err);
+	th_run_release(&r);
+	manifest = slurp(dir, "manifest.json");
+	cr_expect(strstr(manifest, "{\"kind\":\"heap\",\"why\":"), "%s", manifest);
+	cr_expect(strstr(manifest, "\"file\":\"cpu.pb.gz\""), "%s", manifest);
+	free(manifest);
+	p = load(dir, "threads-start.pb.gz");
+	cr_expect_gt(p->nsamples, 0);
+	profile_free(p);
+	th_assert_let_go(pid, false, "after record on a static binary");
+	th_kill(pid);
+}
+
+Test(record, an_existing_directory_is_refused_before_the_target_is_touched)
+{
+	const char *dir = th_tmp_path("record-exists");
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("regcheck", "sleep", "30");
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	TH_CPROF(&r, 60000, "record", "-p", th_pid_str(pid), "-d", "1s", "-o", dir);
+	cr_expect_eq(r.exit_code, 4, "exit %d\n%s", r.exit_code, r.err);
+	cr_expect(strstr(r.err, "exists"), "%s", r.err);
+	th_run_release(&r);
+	cr_expect_null(th_agent_header(pid), "the agent was loaded before the output was decided");
+	th_kill(pid);
+}
+
+Test(record, sigint_ends_the_window_and_writes_everything)
+{
+	const char *dir = th_tmp_path("record-sigint");
+	char *manifest;
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	th_require_perf(false);
+	pid = TH_SPAWN("busy", "2", "60");
+	th_run_cprof_ex(&r, 60000, SIGINT, 2500,
+			(const char *const[]){ "record", "-p", th_pid_str(pid), "-d", "30s", "-o",
+					       dir, "-k", "cpu,wall,threads", NULL });
+	th_run_log(&r, "record");
+	cr_assert_eq(r.exit_code, 0, "exit %d\n%s", r.exit_code, r.err);
+	cr_expect_lt(r.end_ns - r.start_ns, 20000000000ULL, "the window went on after SIGINT");
+	th_run_release(&r);
+	manifest = slurp(dir, "manifest.json");
+	cr_expect(strstr(manifest, "\"interrupted\":true"), "%s", manifest);
+	cr_expect(strstr(manifest, "\"file\":\"wall.pb.gz\""), "%s", manifest);
+	cr_expect(!strstr(manifest, "heap"), "heap was not asked for:\n%s", manifest);
+	free(manifest);
+	th_kill(pid);
+}
+
+Test(record, unknown_kind_is_a_usage_error)
+{
+	struct th_run r;
+
+	TH_CPROF(&r, 10000, "record", "-p", "1", "-k", "cpu,disk");
+	cr_expect_eq(r.exit_code, 64, "exit %d", r.exit_code);
+	cr_expect(strstr(r.err, "unknown kind 'disk'"), "%s", r.err);
+	th_run_release(&r);
+}
