@@ -136,6 +136,8 @@ static int parse_args(int argc, char **argv, struct record_args *a)
 		record_help();
 		return -1;
 	}
+	if (a->common.output && !strcmp(a->common.output, "-"))
+		return report_usage(CMD, "record writes a directory: -o - is not one");
 	if (a->common.format_given || a->common.top || a->common.debug)
 		return report_usage(CMD, "record writes a directory of pprof profiles: no --format, "
 				    "--top or --debug (cprof view reads its files)");

@@ -58,8 +58,11 @@ static const struct cmd cmds[] = {
 	{ "block", true, true, "--rate" },
 	{ "mutex", true, true, "--rate" },
 	{ "wall", true, false, "-F" },
+	{ "record", true, true, NULL }, /* -o is a directory it makes */
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+/* Those that write a file (record, the last, makes a directory). */
+#define NFILE_CMDS (NCMDS - 1)
 
 /*
  * Runs `cprof CMD -p PID [-d 300ms] -o OUT EXTRA...` (-o only when @out is
@@ -134,10 +137,11 @@ static void refuse_row(const char *row, unsigned which, pid_t target, const char
 			th_assert_let_go(target, false, row);
 	}
 }
-#define ALL 0x3fu
-#define AGENT_CMDS 0x1cu	 /* heap, block, mutex */
-#define PTRACE_CMDS 0x1eu	 /* threads and the agent's */
-#define WINDOW_CMDS 0x3du	 /* all but threads */
+#define ALL 0x7fu
+#define RECORD 0x40u
+#define AGENT_CMDS 0x1cu	 /* heap, block, mutex (record: exit 5, test-record) */
+#define PTRACE_CMDS 0x5eu	 /* threads, the agent's, record */
+#define WINDOW_CMDS 0x7du	 /* all but threads */
 #define EXTRA(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 /* A profile of @c: exit 0, and the file decodes (or a non-empty text). */
@@ -518,7 +522,9 @@ Test(badinput, output_unwritable)
 	/* Under a regular file: ENOTDIR, whatever our privileges. */
 	snprintf(under, sizeof(under), "%s/profile", file);
 	refuse_output("-o under a file", ALL, under, "Not a directory");
-	refuse_output("-o an existing directory", ALL, dir, "is a directory");
+	/* record's -o is a directory to make: an existing one is refused with
+	 * its own words (test-record). */
+	refuse_output("-o an existing directory", ALL & ~RECORD, dir, "is a directory");
 	cr_expect_eq(th_dir_entries(dir), 0, "something was written into %s", dir);
 	refuse_output("-o /proc/version", 1u << 1, "/proc/version", "cannot write");
 }
@@ -530,7 +536,7 @@ Test(badinput, output_dev_full)
 	pid_t target = TH_SPAWN("busy", "1", "60");
 
 	cr_assert(stat("/dev/full", &before) == 0);
-	for (size_t i = 0; i < NCMDS; i++) {
+	for (size_t i = 0; i < NFILE_CMDS; i++) {
 		struct th_run r;
 
 		if (i == 0)
@@ -583,7 +589,7 @@ Test(badinput, output_fifo_written_in_place)
 	struct stat st;
 
 	cr_assert(mkfifo(fifo, 0600) == 0);
-	for (size_t i = 0; i < NCMDS; i++) {
+	for (size_t i = 0; i < NFILE_CMDS; i++) {
 		struct th_run r;
 		pid_t reader;
 		int status = -1;
@@ -623,7 +629,7 @@ Test(badinput, output_stdout)
 {
 	pid_t target = TH_SPAWN("busy", "1", "60");
 
-	for (size_t i = 0; i < NCMDS; i++) {
+	for (size_t i = 0; i < NFILE_CMDS; i++) {
 		struct th_run r;
 
 		if (i == 0)

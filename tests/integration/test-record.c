@@ -216,12 +216,16 @@ Test(record, sigint_ends_the_window_and_writes_everything)
 	th_kill(pid);
 }
 
-Test(record, unknown_kind_is_a_usage_error)
+Test(record, unknown_kind_and_stdout_are_usage_errors)
 {
 	struct th_run r;
 
 	TH_CPROF(&r, 10000, "record", "-p", "1", "-k", "cpu,disk");
 	cr_expect_eq(r.exit_code, 64, "exit %d", r.exit_code);
 	cr_expect(strstr(r.err, "unknown kind 'disk'"), "%s", r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 10000, "record", "-p", "1", "-o", "-");
+	cr_expect_eq(r.exit_code, 64, "exit %d", r.exit_code);
+	cr_expect(strstr(r.err, "-o - is not one"), "%s", r.err);
 	th_run_release(&r);
 }
