@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "target/target.h"
+#include "util/util.h"
 
 #define RECORD_MAX (sizeof(struct cprof_wire_alloc) + CPROF_WIRE_STACK_MAX)
 
@@ -348,6 +349,12 @@ static int take(struct channel *ch, uint32_t off, uint32_t size, const struct ch
 
 int channel_drain(struct channel *ch, const struct channel_handlers *h)
 {
+	return channel_drain_until(ch, h, UINT64_MAX);
+}
+
+int channel_drain_until(struct channel *ch, const struct channel_handlers *h,
+			uint64_t deadline_ns)
+{
 	uint64_t head = load(&ch->hdr->data_head);
 	int n = 0, r;
 
@@ -376,13 +383,16 @@ int channel_drain(struct channel *ch, const struct channel_handlers *h)
 			if (r < 0)
 				return r;
 			n += r;
-			/* A long drain (a slow unwind, a loaded machine) must not
-			 * look like cprof gone to the agent. */
-			if (n % 256 == 0)
-				channel_heartbeat(ch);
 		}
 		ch->tail += rec.size;
 		__atomic_store_n(&ch->hdr->data_tail, ch->tail, __ATOMIC_RELEASE);
+		/* A long drain (a slow unwind, a loaded machine) must not
+		 * look like cprof gone to the agent. */
+		if (rec.type != CPROF_REC_PAD && n % 256 == 0) {
+			channel_heartbeat(ch);
+			if (deadline_ns != UINT64_MAX && now_monotonic_ns() >= deadline_ns)
+				break;
+		}
 	}
 	return n;
 }

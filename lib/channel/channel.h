@@ -97,5 +97,10 @@ int channel_put_rule(struct channel *ch, uint64_t key, uint64_t rule);
  * unusable: the caller stops reading and says so), or a handler's error.
  */
 int channel_drain(struct channel *ch, const struct channel_handlers *h);
+/* The same, stopping between two records once @deadline_ns (CLOCK_MONOTONIC,
+ * looked at every 256 records) has passed: a long drain leaves the other
+ * profilers of a loop their turn. */
+int channel_drain_until(struct channel *ch, const struct channel_handlers *h,
+			uint64_t deadline_ns);
 
 #endif

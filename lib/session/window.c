@@ -19,13 +19,17 @@
 #define LIVE_SPAN_NS (1000ULL * 1000 * 1000)
 #define LIVE_EVERY_NS (100ULL * 1000 * 1000)
 
-static int drain(struct channel *ch, const struct channel_handlers *h, struct window_result *res)
+/* A poll's drain stops at its deadline, but takes this long at least. */
+#define DRAIN_MIN_NS (1ULL * 1000 * 1000)
+
+static int drain_until(struct channel *ch, const struct channel_handlers *h,
+		       struct window_result *res, uint64_t deadline_ns)
 {
 	int n;
 
 	if (res->malformed)
 		return 0;
-	n = channel_drain(ch, h);
+	n = channel_drain_until(ch, h, deadline_ns);
 	if (n == -EPROTO) {
 		res->malformed = true;
 		return 0;
@@ -34,6 +38,11 @@ static int drain(struct channel *ch, const struct channel_handlers *h, struct wi
 		return n;
 	res->records += (uint64_t)n;
 	return 0;
+}
+
+static int drain(struct channel *ch, const struct channel_handlers *h, struct window_result *res)
+{
+	return drain_until(ch, h, res, UINT64_MAX);
 }
 
 /* During the window's last LIVE_SPAN_NS, a snapshot each LIVE_EVERY_NS
@@ -101,16 +110,16 @@ void agent_window_begin(struct agent_window *w, struct channel *ch, pid_t pid,
 	}
 }
 
-/* One tick: 1 when the window is over, 0 while it goes on, or a handler's
- * -errno. */
-static int tick(struct agent_window *w, uint64_t now)
+/* One tick, its drain stopped at @until: 1 when the window is over, 0
+ * while it goes on, or a handler's -errno. */
+static int tick(struct agent_window *w, uint64_t now, uint64_t until)
 {
 	struct window_result *res = &w->res;
 	uint64_t elapsed = now - w->start;
 	int r;
 
 	channel_heartbeat(w->ch);
-	r = drain(w->ch, w->h, res);
+	r = drain_until(w->ch, w->h, res, MAX(until, now + DRAIN_MIN_NS));
 	if (r < 0)
 		return r;
 	if (w->o.cancelled && w->o.cancelled())
@@ -135,7 +144,7 @@ int agent_window_poll(struct agent_window *w, int timeout_ms)
 	while (!w->over) {
 		uint64_t now = now_monotonic_ns(), left = w->start + w->o.duration_ns - now;
 		struct timespec nap = { 0, 0 };
-		int r = tick(w, now);
+		int r = tick(w, now, until);
 
 		if (r < 0)
 			return r;
@@ -144,8 +153,10 @@ int agent_window_poll(struct agent_window *w, int timeout_ms)
 			w->res.window_ns = now_monotonic_ns() - w->start;
 			break;
 		}
+		now = now_monotonic_ns();
 		if (now >= until)
 			return 0;
+		left = w->start + w->o.duration_ns - MIN(now, w->start + w->o.duration_ns);
 		nap.tv_nsec = (long)MIN(MIN(TICK_NS, left), until - now);
 		nanosleep(&nap, NULL);
 	}

@@ -269,3 +269,32 @@ Test(channel, maps_only_a_memfd_sealed_against_shrinking)
 	close(open_fd);
 	close(sealed_fd);
 }
+
+/* A drain past its deadline stops at the next 256th record, the space of
+ * what it took given back; the next drain takes the rest. */
+Test(channel, drain_until_stops_at_its_deadline)
+{
+	struct channel_handlers h;
+	struct channel *ch;
+	struct counts c = { 0 };
+	uint32_t at = 0;
+
+	fresh();
+	while (at + sizeof(struct cprof_wire_free) <= RING && c.frees < 600) {
+		at += put_free(at);
+		c.frees++;
+	}
+	cr_assert_geq(c.frees, 600, "the test ring holds too few records");
+	hdr->data_tail = 0;
+	hdr->data_head = at;
+	memset(&c, 0, sizeof(c));
+	h = (struct channel_handlers){ .alloc = on_alloc, .free = on_free, .event = on_event,
+				       .arg = &c };
+	cr_assert_eq(channel_from_memory(&ch, mem, sizeof(mem)), 0);
+	cr_assert_eq(channel_drain_until(ch, &h, 0), 256);
+	cr_assert_eq(hdr->data_tail, 256 * sizeof(struct cprof_wire_free));
+	cr_assert_eq(channel_drain(ch, &h), 600 - 256);
+	cr_assert_eq(c.frees, 600);
+	cr_assert_eq(hdr->data_tail, hdr->data_head);
+	channel_close(ch);
+}
