@@ -824,9 +824,12 @@ static const char *const *memcached_argv(struct server *s)
 	static char *path;
 
 	path = path ? path : need("memcached", "memcached");
-	/* -u: memcached refuses to run as root without a user to run as. */
+	/* -u: memcached refuses to run as root without a user to run as. -m
+	 * above what memcslap writes (~350 MB): memcached mallocs only for a new
+	 * slab page, none once full (at 256 MB, ~9 s into the load), and heap's
+	 * window must see some whenever it starts. */
 	memcpy(argv, (const char *const[]){ path, "-l", "127.0.0.1", "-p", port_str(s->port), "-U",
-					    "0", "-t", "4", "-m", "256", "-u", "root", NULL },
+					    "0", "-t", "4", "-m", "1024", "-u", "root", NULL },
 	       14 * sizeof(*argv));
 	if (geteuid() != 0)
 		argv[11] = NULL;
