@@ -145,7 +145,8 @@ static void summary(const void *ctx, const struct run *run)
 {
 	const struct contention_run *a = ctx;
 	const struct agent_profiler *ap = profiler_impl(run->p);
-	const struct contention_stats *st = contention_stats(agent_profiler_contention(ap, a->cmd->events));
+	const struct contention_stats *st =
+		contention_stats(agent_profiler_contention(ap, a->cmd->events));
 	const struct window_result *w = agent_profiler_window(ap);
 	char window[32];
 
@@ -181,7 +182,7 @@ static int open_profiler(void *ctx, struct run *run)
 		.command_line = run->command_line,
 	};
 
-	ao.rates[__builtin_ctz(a->cmd->events)] = a->rate;
+	ao.rates[cprof_wire_first_kind(a->cmd->events)] = a->rate;
 	return agent_open(run, &ao);
 }
 

@@ -142,12 +142,6 @@ static uint64_t *kind_rate(unsigned k)
 	return NULL;
 }
 
-/* The lowest kind of @events: a one-kind session's. */
-static unsigned first_kind(uint32_t events)
-{
-	return (unsigned)__builtin_ctz(events);
-}
-
 static bool one_kind(uint32_t events)
 {
 	return (events & (events - 1)) == 0;
@@ -161,22 +155,28 @@ static void set_rate(unsigned k, uint64_t rate)
 		__atomic_store_n(at, clamp_rate(rate), __ATOMIC_RELAXED);
 }
 
+/* header.rate_in_use: the first kind's rate (0: a kind without one). */
+static void show_rate(struct cprof_wire_header *h, uint32_t events)
+{
+	const uint64_t *first = kind_rate(cprof_wire_first_kind(events));
+
+	__atomic_store_n(&h->rate_in_use, first ? *first : 0, __ATOMIC_RELAXED);
+}
+
 /* cprof's rates: header.rate is a one-kind session's, kind_rate[] each
  * kind's in a session of several. */
 static void take_rates(struct cprof_wire_header *h)
 {
 	uint32_t events = __atomic_load_n(&agent_events, __ATOMIC_RELAXED);
 
-	uint64_t *first = kind_rate(first_kind(events));
-
 	if (one_kind(events)) {
-		set_rate(first_kind(events), __atomic_load_n(&h->rate, __ATOMIC_RELAXED));
+		set_rate(cprof_wire_first_kind(events), __atomic_load_n(&h->rate, __ATOMIC_RELAXED));
 	} else {
 		for (unsigned k = 0; k < CPROF_KINDS; k++)
 			if (events & (1u << k))
 				set_rate(k, __atomic_load_n(&h->kind_rate[k], __ATOMIC_RELAXED));
 	}
-	__atomic_store_n(&h->rate_in_use, first ? *first : 0, __ATOMIC_RELAXED);
+	show_rate(h, events);
 }
 
 void agent_poll_commands_locked(void)
@@ -427,8 +427,8 @@ CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint
 	__atomic_store_n(&agent_rate, AGENT_DEFAULT_RATE, __ATOMIC_RELAXED);
 	__atomic_store_n(&agent_block_rate, CPROF_WIRE_BLOCK_RATE_DEFAULT, __ATOMIC_RELAXED);
 	__atomic_store_n(&agent_mutex_rate, CPROF_WIRE_MUTEX_RATE_DEFAULT, __ATOMIC_RELAXED);
-	set_rate(first_kind(events), rate);
-	h->rate_in_use = kind_rate(first_kind(events)) ? *kind_rate(first_kind(events)) : 0;
+	set_rate(cprof_wire_first_kind(events), rate);
+	show_rate(h, events);
 	locks_reset();
 	__atomic_store_n(&agent_events, events, __ATOMIC_RELAXED);
 	__atomic_store_n(&agent_sampling, 1, __ATOMIC_RELAXED);

@@ -194,6 +194,13 @@ enum cprof_wire_kind {
 #define CPROF_EVENTS_MUTEX (1u << CPROF_KIND_MUTEX)
 #define CPROF_EVENTS_THREADCREATE (1u << CPROF_KIND_THREADCREATE)
 #define CPROF_EVENTS_ALL ((1u << CPROF_KINDS) - 1)
+/* The kind (CPROF_KIND_*) of a one-kind @events, else its first; @events
+ * not 0. */
+static inline unsigned cprof_wire_first_kind(uint32_t events)
+{
+	return (unsigned)__builtin_ctz(events);
+}
+
 /* The rates of block and mutex until cprof says otherwise (Go's mutex
  * profile: every event; block: waits of 10 us and more always). */
 #define CPROF_WIRE_BLOCK_RATE_DEFAULT 10000u

@@ -34,7 +34,7 @@ static struct inject_opts inject_opts_for(const struct agent_session *s,
 		 * agent's watchdog to go by the heartbeat alone. */
 		.cprof_pid = target_other_pidns(s->pid) ? 0 : getpid(),
 		/* The first kind's rate at once; the others' by the channel. */
-		.rate = o->events ? o->rates[__builtin_ctz(o->events)] : 0,
+		.rate = o->events ? o->rates[cprof_wire_first_kind(o->events)] : 0,
 		.ring_size = o->ring_size,
 		.events = o->events,
 		.pick_timeout_ms = o->pick_timeout_ms,

@@ -23,11 +23,6 @@ struct agent_profiler {
 	char agent_path[PATH_MAX];     /* a copy: the caller's may not last */
 };
 
-static unsigned kind_of(uint32_t events)
-{
-	return (unsigned)__builtin_ctz(events);
-}
-
 static bool one_kind(uint32_t events)
 {
 	return events && !(events & (events - 1));
@@ -216,7 +211,7 @@ int agent_profiler_write_text(struct agent_profiler *p, uint32_t events, FILE *f
 	if (!p->stopped || !one_kind(events) || !(p->o.events & events))
 		return -EINVAL;
 	return events == CPROF_EVENTS_HEAP ? heap_write_text(p->heap, f)
-					   : contention_write_text(c, p->o.rates[kind_of(events)], f);
+					   : contention_write_text(c, p->o.rates[cprof_wire_first_kind(events)], f);
 }
 
 const struct window_result *agent_profiler_window(const struct agent_profiler *p)
@@ -245,7 +240,7 @@ struct heap *agent_profiler_heap(const struct agent_profiler *p)
 
 struct contention *agent_profiler_contention(const struct agent_profiler *p, uint32_t events)
 {
-	return one_kind(events) ? p->contention[kind_of(events)] : NULL;
+	return one_kind(events) ? p->contention[cprof_wire_first_kind(events)] : NULL;
 }
 
 struct channel *agent_profiler_channel(const struct agent_profiler *p)

@@ -54,7 +54,8 @@ struct wall_thread {
 	struct wall_clocks clk;
 	struct wall_waits waits;
 	uint64_t owed_ns;        /* counted twice so far: off the CPU, then waiting */
-	uint64_t waited_ns, taken_ns; /* take_back_owed()'s sums */
+	uint64_t waited_ns;      /* given to its samples as runnable */
+	uint64_t taken_ns;       /* of that, taken back (take_back_owed()) */
 	bool exited;             /* perf said it ended: accounted to its end */
 	uint64_t run_ns;         /* its clock's run time in the window */
 	struct wall_run_stacks runs; /* what its CPU samples caught */
@@ -486,11 +487,6 @@ static void take_back_owed(struct wall_profiler *p)
 	struct wall_thread *t;
 	uint64_t cut;
 
-	for (size_t i = 0; i < p->nthreads; i++)
-		p->threads[i].waited_ns = 0;
-	for (size_t i = 0; i < pr->nsamples; i++)
-		if ((t = waiter_of(p, &pr->samples[i])))
-			t->waited_ns += (uint64_t)pr->samples[i].values[1];
 	for (size_t i = 0; i < pr->nsamples; i++) {
 		int64_t *v = &pr->samples[i].values[1];
 
@@ -590,6 +586,8 @@ static int account(struct wall_profiler *p, struct wall_thread *t)
 	}
 	if (r == 0 && ddelay)
 		r = add_runnable(p, t, ddelay);
+	if (r == 0)
+		t->waited_ns += ddelay;
 	return r;
 }
 
