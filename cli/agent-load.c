@@ -147,6 +147,15 @@ static int loader(const struct target *t, char *agent, size_t size,
 	return code;
 }
 
+void agent_opts_fill(struct agent_profiler_opts *ao, const char *agent)
+{
+	ao->agent_path = agent;
+	/* Without rules every record carries its stack copy (cprof(1)). */
+	ao->copy_stacks = getenv("CPROF_COPY_STACKS") != NULL;
+	ao->cancelled = interrupt_requested;
+	ao->looking = looking;
+}
+
 int agent_open(struct run *run, struct agent_profiler_opts *ao)
 {
 	const struct target *t = &run->target;
@@ -160,11 +169,7 @@ int agent_open(struct run *run, struct agent_profiler_opts *ao)
 	r = loader(t, agent, sizeof(agent), &so);
 	if (r)
 		return r;
-	ao->agent_path = agent;
-	/* Without rules every record carries its stack copy (cprof(1)). */
-	ao->copy_stacks = getenv("CPROF_COPY_STACKS") != NULL;
-	ao->cancelled = interrupt_requested;
-	ao->looking = looking;
+	agent_opts_fill(ao, agent);
 	r = profiler_new_agent(&run->p, ao, t->comm, err, sizeof(err));
 	if (r < 0) {
 		report_error_text(NULL, err);

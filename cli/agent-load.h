@@ -34,6 +34,10 @@ int agent_open(struct run *run, struct agent_profiler_opts *ao);
  */
 int agent_open_jemalloc(struct run *run, const char *index);
 
+/* What every command sets of an agent profiler's options: @agent's path,
+ * CPROF_COPY_STACKS, Ctrl-C as the cancel, the note of a long look. */
+void agent_opts_fill(struct agent_profiler_opts *ao, const char *agent);
+
 /* agent_find() with where `cmake --install` puts the agent from cprof. */
 int agent_path(char *buf, size_t size, char *why, size_t whylen);
 

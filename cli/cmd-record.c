@@ -176,8 +176,6 @@ static void open_agent(struct record *rec, const struct target *t)
 			   [CPROF_KIND_BLOCK] = CPROF_WIRE_BLOCK_RATE_DEFAULT,
 			   [CPROF_KIND_MUTEX] = CPROF_WIRE_MUTEX_RATE_DEFAULT },
 		.duration_ns = rec->duration_ns,
-		.agent_path = agent,
-		.cancelled = interrupt_requested,
 		.command_line = rec->command_line,
 	};
 	size_t n = 0;
@@ -198,6 +196,7 @@ static void open_agent(struct record *rec, const struct target *t)
 	} else if (r < 0 && !why[0]) {
 		snprintf(why, sizeof(why), "cannot find cprof-agent.so (set CPROF_AGENT)");
 	}
+	agent_opts_fill(&ao, agent);
 	if (r == 0)
 		r = profiler_new_agents(ps, &n, &ao, t->comm, why, sizeof(why));
 	for (int i = 0, k = 0; i < RK_N; i++) {
