@@ -51,13 +51,18 @@ static const uint32_t kind_events[RK_N] = {
 
 struct record_args {
 	struct common_opts common;
-	uint64_t duration_ns;
+	uint64_t duration_ns, loop_ns;
+	bool duration_given;
+	int64_t keep_last;
 	bool kinds[RK_N];
 };
 
+enum { OPT_LOOP = 256, OPT_KEEP_LAST };
+
 static void record_help(void)
 {
-	printf("usage: cprof record -p PID [-d DURATION] [-o DIR] [--kinds LIST] [--json] [-q]\n"
+	printf("usage: cprof record -p PID [-d DURATION] [-o DIR] [--kinds LIST] "
+	       "[--loop INTERVAL [--keep-last N]] [--json] [-q]\n"
 	       "\n"
 	       "Record every kind of profile of process PID in one window: cpu, wall, threads\n"
 	       "(a snapshot at the window's start and one at its end), heap, block, mutex and\n"
@@ -65,6 +70,8 @@ static void record_help(void)
 	       "thread dumps in Go's debug=2 text, summary.txt and manifest.json. A kind that\n"
 	       "is refused does not stop the others: stderr and the manifest say why, and\n"
 	       "the exit status is 5. Ctrl-C ends the window and still writes everything.\n"
+	       "With --loop, window follows window, each in DIR/YYYYmmdd-HHMMSS/, and\n"
+	       "-d is the whole run's length (default: until stopped or the process exits).\n"
 	       "\n"
 	       "  -p, --pid PID            process to profile\n"
 	       "  -d, --duration DURATION  the window, e.g. 500ms, 30s, 1m30s (default 30s)\n"
@@ -72,7 +79,13 @@ static void record_help(void)
 	       "                           ./cprof-PID-YYYYmmdd-HHMMSS); never an existing one\n"
 	       "  -k, --kinds LIST         comma-separated kinds (default: all of cpu, wall,\n"
 	       "                           threads, heap, block, mutex, threadcreate)\n"
-	       "      --json               at the end, print the manifest to stdout\n"
+	       "      --loop INTERVAL      record window after window, each INTERVAL long, into\n"
+	       "                           DIR/YYYYmmdd-HHMMSS/, until Ctrl-C, SIGTERM, the\n"
+	       "                           process's exit or -d TOTAL (at least 1s)\n"
+	       "      --keep-last N        with --loop: remove the oldest of this run's windows\n"
+	       "                           beyond the last N\n"
+	       "      --json               at the end, print the manifest to stdout (with\n"
+	       "                           --loop: each window's, one line each)\n"
 	       "  -q, --quiet              no progress or summary on stderr\n"
 	       "  -h, --help               show this help\n");
 }
@@ -106,7 +119,12 @@ static int record_option(int c, const char *arg, void *ctx)
 
 	switch (c) {
 	case 'd':
+		a->duration_given = true;
 		return option_duration(CMD, "duration", arg, &a->duration_ns);
+	case OPT_LOOP:
+		return option_duration(CMD, "--loop interval", arg, &a->loop_ns);
+	case OPT_KEEP_LAST:
+		return option_int(CMD, "--keep-last", arg, 1, 1000000, &a->keep_last);
 	case 'k':
 		return parse_kinds(arg, a->kinds);
 	}
@@ -120,6 +138,8 @@ static int parse_args(int argc, char **argv, struct record_args *a)
 		{ "duration", required_argument, NULL, 'd' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "kinds", required_argument, NULL, 'k' },
+		{ "loop", required_argument, NULL, OPT_LOOP },
+		{ "keep-last", required_argument, NULL, OPT_KEEP_LAST },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -141,6 +161,11 @@ static int parse_args(int argc, char **argv, struct record_args *a)
 	if (a->common.format_given || a->common.top || a->common.debug)
 		return report_usage(CMD, "record writes a directory of pprof profiles: no --format, "
 				    "--top or --debug (cprof view reads its files)");
+	if (a->keep_last && !a->loop_ns)
+		return report_usage(CMD, "--keep-last counts --loop's windows: give --loop INTERVAL");
+	if (a->loop_ns && a->loop_ns < 1000000000ULL)
+		return report_usage(CMD, "--loop's interval must be at least 1s (each window's "
+				    "directory is named by the second it starts)");
 	return 0;
 }
 
@@ -273,8 +298,13 @@ static void tick(void *arg, uint64_t elapsed_ns)
 	for (int i = 0; i < RK_THREADS_END; i++)
 		kinds += p->rec->e[i].p != NULL;
 	format_duration(elapsed_ns / 1000000000ULL * 1000000000ULL, done, sizeof(done));
-	report_progress("recording pid %d (%s): %s / %s, %d %s", p->rec->pid, p->rec->comm, done,
-			p->total, kinds, plural((uint64_t)kinds, "kind", "kinds"));
+	if (p->rec->interval)
+		report_progress("recording pid %d (%s): window %u, %s / %s, %d %s", p->rec->pid,
+				p->rec->comm, p->rec->interval, done, p->total, kinds,
+				plural((uint64_t)kinds, "kind", "kinds"));
+	else
+		report_progress("recording pid %d (%s): %s / %s, %d %s", p->rec->pid, p->rec->comm,
+				done, p->total, kinds, plural((uint64_t)kinds, "kind", "kinds"));
 }
 
 /* The window for every profiler started; 0 or -errno (said here). */
@@ -402,25 +432,25 @@ static int outcome(const struct record *rec)
 	return EXIT_PARTIAL;
 }
 
-static int record_run(struct record_args *a, const struct target *t, const char *command_line)
+int record_once(const struct record_opts *o, const struct target *t)
 {
 	struct record rec = { .pid = t->pid, .comm = t->comm, .exe = t->exe,
-			      .command_line = command_line, .duration_ns = a->duration_ns };
+			      .command_line = o->command_line, .duration_ns = o->duration_ns,
+			      .interval = o->interval };
 	struct record_dir d;
 	char why[PATH_MAX + 128];
 	int r, code;
 
 	for (int k = 0; k < RK_N; k++)
 		rec.e[k] = (struct record_entry){ .name = kind_names[k], .file = kind_files[k],
-						  .asked = a->kinds[k] };
+						  .asked = o->kinds[k] };
 	/* Decided writable before anything is touched. */
-	r = record_dir_make(&d, a->common.output, t->pid, why, sizeof(why));
+	r = record_dir_make(&d, o->dir, t->pid, why, sizeof(why));
 	if (r < 0) {
 		report_error("%s", why);
 		return EXIT_OUTPUT;
 	}
 	rec.dir = d.final;
-	interrupt_install();
 	open_agent(&rec, t);
 	open_samplers(&rec, t);
 	start_all(&rec);
@@ -446,7 +476,7 @@ static int record_run(struct record_args *a, const struct target *t, const char 
 		code = EXIT_OUTPUT;
 	} else {
 		report_note("wrote %s: read summary.txt first", d.final);
-		if (a->common.json && record_write_manifest(&rec, stdout) < 0)
+		if (o->json && record_write_manifest(&rec, stdout) < 0)
 			code = EXIT_FAIL;
 	}
 	for (int k = 0; k < RK_N; k++) {
@@ -459,6 +489,7 @@ static int record_run(struct record_args *a, const struct target *t, const char 
 int cmd_record(int argc, char **argv)
 {
 	struct record_args a;
+	struct record_opts ro;
 	struct target t;
 	char command_line[1024];
 	int code = parse_args(argc, argv, &a);
@@ -476,5 +507,12 @@ int cmd_record(int argc, char **argv)
 		if (code)
 			return code;
 	}
-	return record_run(&a, &t, command_line);
+	interrupt_install();
+	ro = (struct record_opts){ .dir = a.common.output, .duration_ns = a.duration_ns,
+				   .kinds = a.kinds, .command_line = command_line,
+				   .json = a.common.json };
+	if (!a.loop_ns)
+		return record_once(&ro, &t);
+	return record_loop(&ro, a.loop_ns, a.duration_given ? a.duration_ns : 0,
+			   (unsigned)a.keep_last, &t);
 }

@@ -11,35 +11,68 @@
 
 #include "pprof/pprof.h"
 
-int record_dir_make(struct record_dir *d, const char *path, pid_t pid, char *why, size_t whylen)
+void record_dir_stamp(char *buf, size_t size)
+{
+	time_t now = time(NULL);
+	struct tm tm;
+
+	localtime_r(&now, &tm);
+	strftime(buf, size, "%Y%m%d-%H%M%S", &tm);
+}
+
+/* @path, or the default name, into @buf without its trailing slashes; one
+ * that does not exist yet. Its length, or -errno with @why. */
+static int new_name(char *buf, size_t size, const char *path, pid_t pid, char *why,
+		    size_t whylen)
 {
 	struct stat st;
+	char stamp[32];
 	int n;
 
-	memset(d, 0, sizeof(*d));
 	if (path) {
-		n = snprintf(d->final, sizeof(d->final), "%s", path);
+		n = snprintf(buf, size, "%s", path);
 	} else {
-		time_t now = time(NULL);
-		struct tm tm;
-		char stamp[32];
-
-		localtime_r(&now, &tm);
-		strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
-		n = snprintf(d->final, sizeof(d->final), "cprof-%d-%s", (int)pid, stamp);
+		record_dir_stamp(stamp, sizeof(stamp));
+		n = snprintf(buf, size, "cprof-%d-%s", (int)pid, stamp);
 	}
-	/* Room for ".tmp-XXXXXX" and a file name inside. */
-	if (n <= 0 || (size_t)n + 64 >= sizeof(d->final)) {
+	/* Room for ".tmp-XXXXXX", a window's name and a file name inside. */
+	if (n <= 0 || (size_t)n + 128 >= size) {
 		snprintf(why, whylen, "the directory's name is too long");
 		return -ENAMETOOLONG;
 	}
-	while (n > 1 && d->final[n - 1] == '/')
-		d->final[--n] = '\0';
-	if (lstat(d->final, &st) == 0) {
+	while (n > 1 && buf[n - 1] == '/')
+		buf[--n] = '\0';
+	if (lstat(buf, &st) == 0) {
 		snprintf(why, whylen, "%s exists: cprof record never writes into an earlier record",
-			 d->final);
+			 buf);
 		return -EEXIST;
 	}
+	return n;
+}
+
+int record_dir_make_parent(char *buf, size_t size, const char *path, pid_t pid, char *why,
+			   size_t whylen)
+{
+	int n = new_name(buf, size, path, pid, why, whylen);
+
+	if (n < 0)
+		return n;
+	if (mkdir(buf, 0777) < 0) {
+		n = -errno;
+		snprintf(why, whylen, "cannot make %s: %s", buf, strerror(errno));
+		return n;
+	}
+	return 0;
+}
+
+int record_dir_make(struct record_dir *d, const char *path, pid_t pid, char *why, size_t whylen)
+{
+	int n;
+
+	memset(d, 0, sizeof(*d));
+	n = new_name(d->final, sizeof(d->final), path, pid, why, whylen);
+	if (n < 0)
+		return n;
 	memcpy(d->tmp, d->final, (size_t)n);
 	memcpy(d->tmp + n, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
 	if (!mkdtemp(d->tmp)) {
@@ -96,23 +129,29 @@ int record_dir_commit(struct record_dir *d)
 	return 0;
 }
 
-void record_dir_abort(struct record_dir *d)
+int record_dir_remove(const char *path)
 {
-	char path[PATH_MAX + 300];
+	char file[PATH_MAX + 300];
 	struct dirent *e;
 	DIR *dir;
 
-	if (!d->tmp[0])
-		return;
-	dir = opendir(d->tmp);
-	while (dir && (e = readdir(dir))) {
+	dir = opendir(path);
+	if (!dir)
+		return -errno;
+	while ((e = readdir(dir))) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", d->tmp, e->d_name);
-		unlink(path);
+		snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+		unlink(file);
 	}
-	if (dir)
-		closedir(dir);
-	rmdir(d->tmp);
+	closedir(dir);
+	return rmdir(path) < 0 ? -errno : 0;
+}
+
+void record_dir_abort(struct record_dir *d)
+{
+	if (!d->tmp[0])
+		return;
+	record_dir_remove(d->tmp);
 	d->tmp[0] = '\0';
 }

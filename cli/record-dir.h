@@ -30,6 +30,20 @@ struct record_dir {
  */
 int record_dir_make(struct record_dir *d, const char *path, pid_t pid, char *why, size_t whylen);
 
+/*
+ * --loop's directory of windows: @path (NULL: the default name) made in
+ * @buf, a new one as record_dir_make()'s. 0 or -errno with @why.
+ */
+int record_dir_make_parent(char *buf, size_t size, const char *path, pid_t pid, char *why,
+			   size_t whylen);
+
+/* Now's local time as a window's name: YYYYmmdd-HHMMSS. */
+void record_dir_stamp(char *buf, size_t size);
+
+/* A record's directory and its files removed (it holds no subdirectory).
+ * 0 or -errno. */
+int record_dir_remove(const char *path);
+
 /* @name in the temporary directory, opened for writing ("we"). */
 FILE *record_dir_open(const struct record_dir *d, const char *name);
 

@@ -153,6 +153,8 @@ int record_write_manifest(const struct record *r, FILE *f)
 	json_string(f, r->command_line);
 	fprintf(f, ",\"directory\":");
 	json_string(f, r->dir);
+	if (r->interval)
+		fprintf(f, ",\"loop_window\":%u", r->interval);
 	fprintf(f, ",\"window\":{\"start\":\"%s\",\"start_unix_ns\":%lld,\"duration_ns\":%llu,"
 		   "\"interrupted\":%s,\"target_exited\":%s},\"files\":[",
 		start, (long long)r->start_realtime_ns, (unsigned long long)r->window_ns,

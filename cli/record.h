@@ -13,6 +13,7 @@
 
 #include "profile/profile.h"
 #include "profiler/profiler.h"
+#include "target/target.h"
 
 /* The kinds, in the order they are written; THREADS_END is the threads'
  * second snapshot, asked with THREADS. */
@@ -43,11 +44,36 @@ struct record {
 	pid_t pid;
 	const char *comm, *exe, *command_line, *dir;
 	uint64_t duration_ns;      /* asked */
+	unsigned interval;         /* its place in a --loop, from 1; 0 alone */
 	int64_t start_realtime_ns; /* the window's */
 	uint64_t window_ns;
 	bool interrupted, target_exited;
 	struct record_entry e[RK_N];
 };
+
+/* One window of every kind asked for, into a new directory. */
+struct record_opts {
+	const char *dir;           /* NULL: ./cprof-PID-YYYYmmdd-HHMMSS */
+	uint64_t duration_ns;
+	const bool *kinds;         /* RK_N of them */
+	const char *command_line;
+	bool json;                 /* the manifest to stdout as well */
+	unsigned interval;         /* as struct record's */
+};
+
+/* The exit code (report.h); what went wrong is said on stderr. */
+int record_once(const struct record_opts *o, const struct target *t);
+
+/*
+ * --loop: window after window of @interval_ns into @o->dir (made; NULL:
+ * the default name), each in a directory named by its start, until a
+ * cancel, the target's exit, a window that wrote nothing, or @total_ns
+ * (0: no end). Beyond @keep_last (0: none) windows, the oldest of this
+ * run's is removed. EXIT_OK when every window wrote every kind, else
+ * EXIT_PARTIAL when any wrote something, else the first window's code.
+ */
+int record_loop(const struct record_opts *o, uint64_t interval_ns, uint64_t total_ns,
+		unsigned keep_last, const struct target *t);
 
 /* summary.txt of @r: the window, each kind's top functions, the threads
  * by state, every kind refused and why. 0 or -errno. */

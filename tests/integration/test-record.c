@@ -9,9 +9,13 @@
  *  - a static binary: the agent's kinds refused with their reason in the
  *    manifest and on stderr, the others written, exit 5;
  *  - a directory that exists is refused before the target is touched;
- *  - SIGINT ends the window and everything is still written.
+ *  - SIGINT ends the window and everything is still written;
+ *  - --loop: windows one after another, the oldest beyond --keep-last
+ *    removed, the loop ended by -d, SIGTERM or the target's exit, and the
+ *    target let go after each.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,5 +231,125 @@ Test(record, unknown_kind_and_stdout_are_usage_errors)
 	TH_CPROF(&r, 10000, "record", "-p", "1", "-o", "-");
 	cr_expect_eq(r.exit_code, 64, "exit %d", r.exit_code);
 	cr_expect(strstr(r.err, "-o - is not one"), "%s", r.err);
+	th_run_release(&r);
+}
+
+/* The windows a loop left in @dir, in order (their names sort by time);
+ * none half-made. Each one's loop_window into @ret. */
+static size_t loop_windows(const char *dir, unsigned *ret, size_t max, char *last, size_t size)
+{
+	struct dirent **names;
+	size_t n = 0;
+	int k = scandir(dir, &names, NULL, alphasort);
+
+	cr_assert_geq(k, 0, "no %s", dir);
+	for (int i = 0; i < k; i++) {
+		char sub[512], *manifest, *at;
+
+		if (names[i]->d_name[0] == '.') {
+			free(names[i]);
+			continue;
+		}
+		cr_expect(!strstr(names[i]->d_name, ".tmp-"), "a window left half-made: %s",
+			  names[i]->d_name);
+		snprintf(sub, sizeof(sub), "%s/%s", dir, names[i]->d_name);
+		manifest = slurp(sub, "manifest.json");
+		at = strstr(manifest, "\"loop_window\":");
+		cr_assert_not_null(at, "%s", manifest);
+		if (n < max)
+			ret[n] = (unsigned)strtoul(at + strlen("\"loop_window\":"), NULL, 10);
+		n++;
+		snprintf(last, size, "%s", sub);
+		free(manifest);
+		free(names[i]);
+	}
+	free(names);
+	return n;
+}
+
+Test(record, loop_windows_follow_each_other_and_the_oldest_go)
+{
+	const char *dir = th_tmp_path("record-loop");
+	char last[512], *manifest;
+	unsigned windows[16];
+	struct th_run r;
+	size_t n;
+	pid_t pid;
+
+	skip_without_ptrace();
+	th_require_perf(false);
+	pid = TH_SPAWN("busy", "2", "60");
+	/* Room for three windows and the gaps between them (writing one,
+	 * opening the next) on a loaded host. */
+	TH_CPROF(&r, 120000, "record", "-p", th_pid_str(pid), "--loop", "1s", "--keep-last",
+		 "2", "-d", "10s", "-o", dir);
+	th_run_log(&r, "record --loop");
+	cr_assert_eq(r.exit_code, 0, "exit %d\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+	n = loop_windows(dir, windows, 16, last, sizeof(last));
+	cr_assert_eq(n, 2, "%zu windows kept with --keep-last 2", n);
+	cr_expect_eq(windows[1], windows[0] + 1, "windows %u and %u kept", windows[0], windows[1]);
+	cr_expect_geq(windows[1], 3, "only %u windows in 10 s of 1 s windows", windows[1]);
+	cr_log_info("measured: --loop 1s -d 10s: %u windows", windows[1]);
+	manifest = slurp(last, "manifest.json");
+	cr_expect(strstr(manifest, "\"refused\":[]"), "%s", manifest);
+	free(manifest);
+	th_assert_let_go(pid, false, "after record --loop");
+	th_kill(pid);
+}
+
+Test(record, loop_ends_at_sigterm_and_at_the_targets_exit)
+{
+	const char *dir = th_tmp_path("record-loop-term");
+	const char *dir2 = th_tmp_path("record-loop-exit");
+	char last[512];
+	unsigned windows[16];
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	th_require_perf(false);
+	pid = TH_SPAWN("busy", "1", "60");
+	th_run_cprof_ex(&r, 60000, SIGTERM, 3000,
+			(const char *const[]){ "record", "-p", th_pid_str(pid), "--loop", "1s",
+					       "-o", dir, "-k", "cpu,wall,threads,heap", NULL });
+	th_run_log(&r, "record --loop, SIGTERM");
+	cr_assert_eq(r.exit_code, 0, "exit %d\n%s", r.exit_code, r.err);
+	/* Within a window it is cut short and written; between two, none
+	 * more is begun. */
+	cr_expect_lt(r.end_ns - r.start_ns, 20000000000ULL, "the loop went on after SIGTERM");
+	th_run_release(&r);
+	cr_expect_geq(loop_windows(dir, windows, 16, last, sizeof(last)), 1);
+	th_assert_let_go(pid, false, "after record --loop and SIGTERM");
+	th_kill(pid);
+
+	/* No -d: the loop ends with the process (during a window or between
+	 * two). */
+	pid = TH_SPAWN("busy", "1", "3");
+	TH_CPROF(&r, 60000, "record", "-p", th_pid_str(pid), "--loop", "1s", "-o", dir2, "-k",
+		 "cpu,wall");
+	th_run_log(&r, "record --loop, the target exits");
+	cr_assert_eq(r.exit_code, 0, "exit %d\n%s", r.exit_code, r.err);
+	cr_expect(strstr(r.err, "is gone"), "%s", r.err);
+	/* It lived 3 s: the loop did not wait for it to come back. */
+	cr_expect_lt(r.end_ns - r.start_ns, 20000000000ULL, "the loop went on after the exit");
+	th_run_release(&r);
+	cr_expect_geq(loop_windows(dir2, windows, 16, last, sizeof(last)), 1);
+}
+
+Test(record, loop_options_are_checked)
+{
+	struct th_run r;
+
+	TH_CPROF(&r, 10000, "record", "-p", "1", "--keep-last", "3");
+	cr_expect_eq(r.exit_code, 64, "exit %d", r.exit_code);
+	cr_expect(strstr(r.err, "give --loop"), "%s", r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 10000, "record", "-p", "1", "--loop", "500ms");
+	cr_expect_eq(r.exit_code, 64, "exit %d", r.exit_code);
+	cr_expect(strstr(r.err, "at least 1s"), "%s", r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 10000, "record", "-p", "1", "--loop", "1s", "--keep-last", "0");
+	cr_expect_eq(r.exit_code, 64, "exit %d", r.exit_code);
 	th_run_release(&r);
 }
