@@ -271,6 +271,7 @@ Test(record, loop_windows_follow_each_other_and_the_oldest_go)
 {
 	const char *dir = th_tmp_path("record-loop");
 	char last[512], *manifest;
+	struct cprof_wire_header *h;
 	unsigned windows[16];
 	struct th_run r;
 	size_t n;
@@ -295,6 +296,10 @@ Test(record, loop_windows_follow_each_other_and_the_oldest_go)
 	cr_expect(strstr(manifest, "\"refused\":[]"), "%s", manifest);
 	free(manifest);
 	th_assert_let_go(pid, false, "after record --loop");
+	h = th_agent_header(pid);
+	cr_assert_not_null(h, "no agent channel after record --loop");
+	cr_expect_eq(h->hooked, 0, "%llu GOT entries still hooked", (unsigned long long)h->hooked);
+	munmap(h, CPROF_WIRE_HEADER_SIZE);
 	th_kill(pid);
 }
 
