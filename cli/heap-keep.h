@@ -1,15 +1,8 @@
 /*
- * cprof heap --keep: sampling that goes on after the profile is written,
- * Go's always-on heap profile. The cprof process that loaded the agent
- * stays, in the background, as the agent's peer (if it dies, the agent
- * unhooks by itself within a second): it keeps draining the records into
- * the same profile, and answers, on an abstract unix socket named after the
- * target (pid and start time), the requests of later runs:
- *
- *   "profile INDEX DEBUG\n" -> "ok LEN\n" + the profile since sampling began
- *   "stop\n"                -> the hooks go, "ok stopped\n", the session ends
- *
- * Only root and the daemon's own user are answered (SO_PEERCRED).
+ * cprof heap --keep, the command's side: sampling that goes on after the
+ * profile is written, in a child that stays as the agent's peer and serves
+ * the protocol of lib/session/keep.h; a later run asks it for the profile
+ * or to stop. Forking, the foreground's wait and every message are here.
  */
 #ifndef CPROF_HEAP_KEEP_H
 #define CPROF_HEAP_KEEP_H
@@ -17,50 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "channel/channel.h"
 #include "options.h"
-#include "target/target.h"
-
-/* Client: a connection to @t's background session, -ENOENT if none, or
- * -EACCES when a process of another user (not root) holds its name. */
-int keep_connect(const struct target *t);
-
-/* Client: sends @request and reads the reply's body (malloc'd) into *@ret.
- * 0, or -EPROTO with *@ret holding the daemon's error text (printable),
- * -EFBIG for a body over 256 MiB, -ETIMEDOUT when it went silent. */
-int keep_request(int fd, const char *request, char **ret, size_t *ret_len);
-
-/* Renders the profile since sampling began, for a "profile" request. */
-typedef int (*keep_render_fn)(void *ctx, const char *index, int debug, char **ret,
-			      size_t *ret_len);
-
-/* "@cprof-heap/PID/STARTTIME", @t's socket name as ss(8) shows it, for
- * messages. */
-void keep_socket_label(const struct target *t, char *buf, size_t size);
-
-/*
- * Daemon, first step, before the target is touched: a socket bound to @t's
- * name, not listening yet (a client's connect is refused, as when no
- * session runs, until keep_listen()). Holding the name early is what lets
- * a name already taken (-EADDRINUSE: another --keep starting, or another
- * program) be refused before any hook goes in. The socket, or -errno.
- */
-int keep_bind(const struct target *t);
-
-/* Daemon: @fd (keep_bind()) starts accepting. 0 or -errno. */
-int keep_listen(int fd);
-
-/* Ends the agent's session on @ch: the hooks go (the agent confirms within
- * 2 s). 0 or -errno. */
-int keep_end(struct channel *ch);
-
-/*
- * Daemon: serves @t's session on @ch (draining into @h) through @fd (a
- * keep_listen()ed socket, closed here) until "stop", the target's exit, or
- * SIGINT/SIGTERM; then ends the session (the hooks go).
- */
-void keep_serve(int fd, struct channel *ch, const struct target *t,
-		const struct channel_handlers *h, keep_render_fn render, void *ctx);
+#include "session/keep.h"
 
 /*
  * A later run's side, before anything is touched: with @stop, ends @t's

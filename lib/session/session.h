@@ -12,6 +12,7 @@
  *   profiler.c  the four kinds as profiler objects (profiler.h)
  *   jemalloc.c  jemalloc's own heap profile, dumped by the agent (jemalloc.h)
  *   window.c  the window: heartbeat, drains, snapshots, detach
+ *   keep.c    heap --keep's background session: its socket protocol (keep.h)
  *
  * Nothing here prints or reads cprof's signals: a cancel callback where a
  * step can wait, a progress callback in the window, -errno and reports.
