@@ -10,6 +10,11 @@ void agent_window_report(const struct window_result *w, const struct target *t)
 			       t->pid);
 	else if (w->interrupted)
 		report_note("interrupted; writing what was collected");
+	agent_window_report_agent(w, t);
+}
+
+void agent_window_report_agent(const struct window_result *w, const struct target *t)
+{
 	if (w->malformed)
 		report_warning("the agent's ring in pid %d held malformed records; reading "
 			       "stopped there", t->pid);

@@ -13,4 +13,8 @@
 /* Says how the window ended when it was not simply the duration. */
 void agent_window_report(const struct window_result *w, const struct target *t);
 
+/* Its part that is the agent's own: a malformed ring, a session the agent
+ * ended early, hooks not confirmed gone. */
+void agent_window_report_agent(const struct window_result *w, const struct target *t);
+
 #endif

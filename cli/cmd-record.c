@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "agent-load.h"
+#include "agent-window.h"
 #include "agent/wire.h"
 #include "commands.h"
 #include "heap/allocator.h"
@@ -358,6 +359,17 @@ static void threads_at_end(struct record *rec)
 		refuse(e, "%s", why[0] ? why : strerror(-r));
 }
 
+/* What the agent's session said of its window, once for its kinds. */
+static void agent_window_said(const struct record *rec, const struct target *t)
+{
+	for (int k = 0; k < RK_N; k++)
+		if (kind_events[k] && rec->e[k].p) {
+			agent_window_report_agent(agent_profiler_window(profiler_impl(rec->e[k].p)),
+						  t);
+			return;
+		}
+}
+
 /* Go's debug=2 dump of a threads entry, beside its profile. */
 static int write_dump(const struct record_dir *d, struct record_entry *e, int k)
 {
@@ -461,6 +473,7 @@ int record_once(const struct record_opts *o, const struct target *t)
 			       rec.pid);
 	else if (rec.interrupted)
 		report_note("interrupted; writing what was collected");
+	agent_window_said(&rec, t);
 	if (r == 0)
 		r = write_all(&rec, &d);
 	code = outcome(&rec);

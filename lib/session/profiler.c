@@ -196,7 +196,7 @@ int agent_profiler_finish(struct agent_profiler *p, uint32_t events, struct prof
 		r = contention_build(c, p->o.command_line, (int64_t)w->start_realtime_ns,
 				     (int64_t)w->window_ns, ret);
 	if (r == 0)
-		r = agent_note_lost(&w->counters, *ret);
+		r = agent_note_window(w, *ret);
 	if (r < 0) {
 		profile_free(*ret);
 		*ret = NULL;

@@ -197,4 +197,8 @@ int agent_window_live(struct channel *ch, const struct channel_handlers *h,
  * comments. */
 int agent_note_lost(const struct channel_counters *c, struct profile *p);
 
+/* Notes in @p's comments what makes @w's figures short: records lost, a
+ * malformed ring, a session the agent ended before the window. */
+int agent_note_window(const struct window_result *w, struct profile *p);
+
 #endif

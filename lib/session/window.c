@@ -227,3 +227,18 @@ int agent_note_lost(const struct channel_counters *c, struct profile *p)
 		 (unsigned long long)c->lost, plural(c->lost, "record", "records"));
 	return profile_add_comment(p, text);
 }
+
+int agent_note_window(const struct window_result *w, struct profile *p)
+{
+	int r = agent_note_lost(&w->counters, p);
+
+	if (r == 0 && w->malformed)
+		r = profile_add_comment(p, "the agent's ring held malformed records: reading "
+					   "stopped there, the figures are short of what followed");
+	/* An agent that took cprof for gone unhooked before the window's end. */
+	if (r == 0 && (w->counters.detach_reason == CPROF_DETACH_PEER_EXIT ||
+		       w->counters.detach_reason == CPROF_DETACH_HEARTBEAT))
+		r = profile_add_comment(p, "the agent ended its session before the window did: "
+					   "the figures cover only part of the window");
+	return r;
+}
