@@ -1,15 +1,12 @@
 #include "agent-window.h"
 
 #include "report.h"
+#include "run.h"
 #include "util/util.h"
 
 void agent_window_report(const struct window_result *w, const struct target *t)
 {
-	if (w->target_exited)
-		report_warning("pid %d exited during the profile; writing what was collected",
-			       t->pid);
-	else if (w->interrupted)
-		report_note("interrupted; writing what was collected");
+	run_say_ended(t->pid, w->target_exited);
 	agent_window_report_agent(w, t);
 }
 

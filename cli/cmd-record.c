@@ -26,6 +26,7 @@
 #include "record-dir.h"
 #include "record.h"
 #include "report.h"
+#include "run.h"
 #include "util/parse.h"
 #include "util/util.h"
 
@@ -285,36 +286,26 @@ static void start_all(struct record *rec)
 	}
 }
 
-struct progress {
-	const struct record *rec;
-	char total[32];
-};
-
-static void tick(void *arg, uint64_t elapsed_ns)
+/* "7 kinds", and the loop's window. */
+static void what(const void *arg, char *buf, size_t size)
 {
-	struct progress *p = arg;
-	char done[32];
+	const struct record *rec = arg;
 	int kinds = 0;
 
 	for (int i = 0; i < RK_THREADS_END; i++)
-		kinds += p->rec->e[i].p != NULL;
-	format_duration(elapsed_ns / 1000000000ULL * 1000000000ULL, done, sizeof(done));
-	if (p->rec->interval)
-		report_progress("recording pid %d (%s): window %u, %s / %s, %d %s", p->rec->pid,
-				p->rec->comm, p->rec->interval, done, p->total, kinds,
-				plural((uint64_t)kinds, "kind", "kinds"));
+		kinds += rec->e[i].p != NULL;
+	if (rec->interval)
+		snprintf(buf, size, "%d %s (window %u)", kinds,
+			 plural((uint64_t)kinds, "kind", "kinds"), rec->interval);
 	else
-		report_progress("recording pid %d (%s): %s / %s, %d %s", p->rec->pid, p->rec->comm,
-				done, p->total, kinds, plural((uint64_t)kinds, "kind", "kinds"));
+		snprintf(buf, size, "%d %s", kinds, plural((uint64_t)kinds, "kind", "kinds"));
 }
 
 /* The window for every profiler started; 0 or -errno (said here). */
-static int window(struct record *rec)
+static int window(struct record *rec, const struct target *t)
 {
-	struct progress pr = { .rec = rec };
-	struct profilers_run_opts o = { .duration_ns = rec->duration_ns,
-					.cancelled = interrupt_requested, .tick = tick,
-					.tick_arg = &pr };
+	struct run_window_opts o = { .target = t, .duration_ns = rec->duration_ns,
+				     .verb = "recording", .what = what, .arg = rec };
 	struct profiler *ps[RK_N];
 	char err[1024] = "";
 	uint64_t t0 = now_monotonic_ns();
@@ -325,10 +316,8 @@ static int window(struct record *rec)
 	for (int i = 0; i < RK_THREADS_END; i++)
 		if (rec->e[i].p)
 			ps[n++] = rec->e[i].p;
-	format_duration(rec->duration_ns, pr.total, sizeof(pr.total));
 	rec->start_realtime_ns = (int64_t)now_realtime_ns();
-	r = n ? profilers_window(ps, n, &o, &exited, err, sizeof(err)) : 0;
-	report_progress_done();
+	r = n ? run_window(ps, n, &o, &exited, err, sizeof(err)) : 0;
 	rec->window_ns = now_monotonic_ns() - t0;
 	rec->target_exited = exited;
 	rec->interrupted = interrupt_requested();
@@ -466,13 +455,9 @@ int record_once(const struct record_opts *o, const struct target *t)
 	open_agent(&rec, t);
 	open_samplers(&rec, t);
 	start_all(&rec);
-	r = window(&rec);
+	r = window(&rec, t);
 	threads_at_end(&rec);
-	if (rec.target_exited)
-		report_warning("pid %d exited during the window; writing what was collected",
-			       rec.pid);
-	else if (rec.interrupted)
-		report_note("interrupted; writing what was collected");
+	run_say_ended(rec.pid, rec.target_exited);
 	agent_window_said(&rec, t);
 	if (r == 0)
 		r = write_all(&rec, &d);

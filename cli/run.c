@@ -79,57 +79,85 @@ int run_prepare(const struct run_ops *ops, void *c, struct run *run, struct comm
 }
 
 struct progress {
-	const struct run_ops *ops;
-	const void *c;
-	const struct run *run;
+	const struct run_window_opts *o;
 	char total[32];
 };
 
 static void tick(void *arg, uint64_t elapsed_ns)
 {
 	struct progress *p = arg;
-	char done[32], what[64];
+	char done[32], what[96];
 
 	format_duration(elapsed_ns / 1000000000ULL * 1000000000ULL, done, sizeof(done));
-	if (p->ops->progress) {
-		p->ops->progress(p->c, p->run, what, sizeof(what));
-	} else {
-		unsigned long long n = profiler_count(p->run->p);
+	p->o->what(p->o->arg, what, sizeof(what));
+	report_progress("%s pid %d (%s): %s / %s, %s", p->o->verb, p->o->target->pid,
+			p->o->target->comm, done, p->total, what);
+}
 
-		snprintf(what, sizeof(what), "%llu %s", n,
-			 plural(n, p->ops->counts[0], p->ops->counts[1]));
+int run_window(struct profiler **ps, size_t n, const struct run_window_opts *o,
+	       bool *ret_exited, char *err, size_t errlen)
+{
+	struct progress pr = { .o = o };
+	struct profilers_run_opts ro = {
+		.duration_ns = o->duration_ns,
+		.cancelled = interrupt_requested,
+		.tick = o->verb ? tick : NULL,
+		.tick_arg = &pr,
+	};
+	int r;
+
+	format_duration(o->duration_ns, pr.total, sizeof(pr.total));
+	r = profilers_window(ps, n, &ro, ret_exited, err, errlen);
+	report_progress_done();
+	return r;
+}
+
+void run_say_ended(pid_t pid, bool exited)
+{
+	if (exited)
+		report_warning("pid %d exited during the profile; writing what was collected", pid);
+	else if (interrupt_requested())
+		report_note("interrupted; writing what was collected");
+}
+
+struct what {
+	const struct run_ops *ops;
+	const void *c;
+	const struct run *run;
+};
+
+/* The end of a command's progress line: its own, or its count. */
+static void what(const void *arg, char *buf, size_t size)
+{
+	const struct what *w = arg;
+	unsigned long long n;
+
+	if (w->ops->progress) {
+		w->ops->progress(w->c, w->run, buf, size);
+		return;
 	}
-	report_progress("%s pid %d (%s): %s / %s, %s", p->ops->verb, p->run->target.pid,
-			p->run->target.comm, done, p->total, what);
+	n = profiler_count(w->run->p);
+	snprintf(buf, size, "%llu %s", n, plural(n, w->ops->counts[0], w->ops->counts[1]));
 }
 
 /* The window, and how it ended said. 0 or -errno (said by the caller). */
 static int window(const struct run_ops *ops, const void *c, struct run *run)
 {
-	struct progress pr = { .ops = ops, .c = c, .run = run };
-	struct profilers_run_opts o = {
-		.duration_ns = run->duration_ns,
-		.cancelled = interrupt_requested,
-		.tick = ops->verb ? tick : NULL,
-		.tick_arg = &pr,
-	};
+	struct what w = { .ops = ops, .c = c, .run = run };
+	struct run_window_opts o = { .target = &run->target, .duration_ns = run->duration_ns,
+				     .verb = ops->verb, .what = what, .arg = &w };
 	char err[1024] = "";
 	bool exited;
 	int r;
 
-	format_duration(run->duration_ns, pr.total, sizeof(pr.total));
-	r = profilers_window(&run->p, 1, &o, &exited, err, sizeof(err));
-	report_progress_done();
+	r = run_window(&run->p, 1, &o, &exited, err, sizeof(err));
 	profiler_facts(run->p, &run->facts);
 	if (r < 0)
 		return r;
 	if (ops->ended)
 		ops->ended(c, run);
-	else if (run->facts.target_exited || exited)
-		report_warning("pid %d exited during the profile; writing what was collected",
-			       run->target.pid);
-	else if (interrupt_requested())
-		report_note("interrupted; writing what was collected");
+	else
+		run_say_ended(run->target.pid, run->facts.target_exited || exited);
 	return 0;
 }
 

@@ -82,6 +82,29 @@ int run_command(const struct run_ops *ops, void *c, struct common_opts *o,
  * saying why not. */
 int run_start_sampler(struct run *run, int r, const char *why);
 
+/* The end of a progress line, after "VERB pid N (comm): 3s / 30s, ". */
+typedef void (*run_progress_fn)(const void *arg, char *buf, size_t size);
+
+struct run_window_opts {
+	const struct target *target;
+	uint64_t duration_ns;
+	const char *verb;      /* "sampling", "recording"; NULL: no progress line */
+	run_progress_fn what;
+	const void *arg;
+};
+
+/*
+ * The window of @n started profilers as every command runs it: the
+ * progress line about once a second, SIGINT and SIGTERM ending it, the
+ * target's exit in *@ret_exited; then stopped. profilers_window()'s result.
+ */
+int run_window(struct profiler **ps, size_t n, const struct run_window_opts *o,
+	       bool *ret_exited, char *err, size_t errlen);
+
+/* Says that the window ended with the target's exit (@exited) or an
+ * interrupt, and that what was collected is written; nothing otherwise. */
+void run_say_ended(pid_t pid, bool exited);
+
 /* Go's text layout (--debug @debug) of @run's profiler, into memory: all
  * of the text or nothing. */
 int run_render_text(const struct run *run, int debug, char **ret, size_t *ret_len);
