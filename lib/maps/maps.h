@@ -1,6 +1,6 @@
 /*
  * /proc/PID/maps: the address space of the target, read before anything is
- * stopped (parsing it inside a pause costs ~0.5 ms). The text is untrusted:
+ * stopped (parsing it inside a pause would lengthen it). The text is untrusted:
  * maps_parse() takes any bytes and either accepts a line or skips it.
  */
 #ifndef CPROF_MAPS_H

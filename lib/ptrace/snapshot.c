@@ -277,7 +277,7 @@ static void classify_stop(struct ptrace_thread *th, int status)
  * called pthread_exit stays a zombie while others run) never reports a stop:
  * look at its state rather than wait for the deadline. Nor does a thread in
  * uninterruptible sleep until it wakes: waiting for it would keep every
- * other thread stopped (a whole second was measured), so after a short
+ * other thread stopped for as long as it sleeps, so after a short
  * grace it is given up; the kernel lets it go when the tracer thread ends.
  */
 static void check_unstoppable(struct tracer *t)
