@@ -41,6 +41,7 @@ static int resolve_in_module(struct symbolizer *s, struct sym_module *m, uint64_
 	int r;
 
 	sym_module_prepare(m);
+	address = sym_region_translate(s, m, address);
 	sym = symtab_find(&m->symtab, address);
 	r = lines_frames(s, m, address, &df);
 	if (r < 0)
@@ -85,11 +86,9 @@ static int resolve(struct symbolizer *s, uint64_t address, struct symbol_info *r
 	if (m) {
 		r = resolve_in_module(s, m, address, ret, &n);
 	} else {
-		char buf[32];
 		struct symbol_frame f = { 0 };
 
-		snprintf(buf, sizeof(buf), "0x%" PRIx64, address);
-		f.function = f.system_name = strpool_intern(&s->strings, buf);
+		f.function = f.system_name = sym_region_name(s, address);
 		r = f.function ? scratch_push(s, 0, &f) : -ENOMEM;
 		n = 1;
 	}

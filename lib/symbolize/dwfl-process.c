@@ -384,6 +384,11 @@ int symbolizer_new(struct symbolizer **ret, pid_t pid)
 	r = setup_new_modules(s);
 	if (r < 0)
 		goto out_free;
+	/* Without the maps, libdw's modules alone say what is whose. */
+	if (sym_regions_read(s) == -ENOMEM) {
+		r = -ENOMEM;
+		goto out_free;
+	}
 	*ret = s;
 	return 0;
 
@@ -409,6 +414,7 @@ void symbolizer_free(struct symbolizer *s)
 	if (s->dwfl)
 		dwfl_end(s->dwfl);
 	free(s->debuginfo_path);
+	maps_release(&s->maps);
 	strpool_release(&s->strings);
 	free(s);
 }
@@ -454,6 +460,8 @@ int symbolizer_refresh(struct symbolizer *s)
 	r = setup_new_modules(s);
 	if (r < 0)
 		return r;
+	if (sym_regions_read(s) == -ENOMEM)
+		return -ENOMEM;
 	if (s->nmodules != before)
 		return drop_moduleless_cache(s);
 	return 0;
@@ -469,7 +477,7 @@ struct sym_module *symbolizer_module_of(struct symbolizer *s, uint64_t address)
 	Dwfl_Module *mod = dwfl_addrmodule(s->dwfl, address);
 	void **userdata;
 
-	if (!mod)
+	if (!mod || sym_region_outside_files(s, address))
 		return NULL;
 	dwfl_module_info(mod, &userdata, NULL, NULL, NULL, NULL, NULL, NULL);
 	return *userdata;

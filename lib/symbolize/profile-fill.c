@@ -10,38 +10,44 @@
 #include "symbolize/symbolize-private.h"
 
 /* A mapping added by an earlier fill of the same profile is reused. */
-static uint64_t existing_mapping(const struct profile *p, const struct symbol_module *sm)
+static uint64_t existing_mapping(const struct profile *p, const char *path, uint64_t start,
+				 uint64_t end)
 {
 	for (size_t i = 0; i < p->nmappings; i++) {
 		const struct profile_mapping *pm = &p->mappings[i];
 
-		if (pm->start == sm->start && pm->limit == sm->end && pm->file &&
-		    !strcmp(pm->file, sm->path))
+		if (pm->start == start && pm->limit == end && pm->file && !strcmp(pm->file, path))
 			return pm->id;
 	}
 	return 0;
 }
 
-static int mapping_id(struct profile *p, struct u64map *ids, struct sym_module *m,
-		      uint64_t *ret_id)
+/*
+ * The mapping of module @m that holds @address: the run of the file's
+ * mappings around it, one view of the file (never addresses it does not
+ * map); the module's span when the maps do not say.
+ */
+static int mapping_id(struct symbolizer *s, struct profile *p, struct u64map *ids,
+		      struct sym_module *m, uint64_t address, uint64_t *ret_id)
 {
 	struct profile_mapping pm;
-	uint64_t key = (uint64_t)(uintptr_t)m, id;
+	uint64_t start = m->pub.start, end = m->pub.end, offset = m->pub.offset, id;
 	int r;
 
-	if (u64map_get(ids, key, &id)) {
+	sym_region_run(s, address, &start, &end, &offset);
+	if (u64map_get(ids, start, &id)) {
 		*ret_id = id;
 		return 0;
 	}
 	sym_module_prepare(m);
-	id = existing_mapping(p, &m->pub);
+	id = existing_mapping(p, m->pub.path, start, end);
 	if (!id) {
 		/* Say only what the module really gives: pprof then knows
 		 * whether symbolizing it again could do better. */
 		pm = (struct profile_mapping){
-			.start = m->pub.start,
-			.limit = m->pub.end,
-			.offset = m->pub.offset,
+			.start = start,
+			.limit = end,
+			.offset = offset,
 			.file = m->pub.path,
 			.build_id = m->pub.build_id,
 			.has_functions = m->pub.has_symbols || m->pub.has_lines,
@@ -53,7 +59,7 @@ static int mapping_id(struct profile *p, struct u64map *ids, struct sym_module *
 		if (r < 0)
 			return r;
 	}
-	r = u64map_put(ids, key, id);
+	r = u64map_put(ids, start, id);
 	if (r < 0)
 		return r;
 	*ret_id = id;
@@ -71,7 +77,8 @@ static int fill_location(struct symbolizer *s, struct profile *p, struct u64map 
 	if (r < 0)
 		return r;
 	if (info.module) {
-		r = mapping_id(p, ids, symbolizer_module_of(s, p->locations[i].address), &mid);
+		r = mapping_id(s, p, ids, symbolizer_module_of(s, p->locations[i].address),
+			       p->locations[i].address, &mid);
 		if (r < 0)
 			return r;
 	}
@@ -102,8 +109,11 @@ int symbolizer_fill_profile(struct symbolizer *s, struct profile *p)
 	if (!s || !p)
 		return -EINVAL;
 	u64map_init(&ids);
+	/* The window's end: JIT regions and libraries mapped meanwhile. */
+	if (sym_regions_read(s) == -ENOMEM)
+		return -ENOMEM;
 	if (s->main_module) {
-		r = mapping_id(p, &ids, s->main_module, &id);
+		r = mapping_id(s, p, &ids, s->main_module, s->main_module->pub.start, &id);
 		if (r < 0)
 			goto out_release;
 	}

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "maps/maps.h"
 #include "symbolize/symbolize.h"
 #include "util/util.h"
 
@@ -63,12 +64,33 @@ struct symbolizer {
 	/* Scratch for building one address's frames. */
 	struct symbol_frame *scratch;
 	size_t scratch_alloc;
+
+	/* regions.c: the target's mappings, read again before each fill. */
+	struct maps maps;
 };
 
 /* dwfl-process.c */
 struct sym_module *symbolizer_module_of(struct symbolizer *s, uint64_t address);
 /* Builds the symbol table and looks for DWARF, once. */
 void sym_module_prepare(struct sym_module *m);
+
+/* regions.c: the mappings beyond libdw's modules. Reads them into
+ * s->maps (kept as they were on failure). 0 or -errno. */
+int sym_regions_read(struct symbolizer *s);
+/* @address is in a mapping of no file (anonymous, [heap], [stack]...):
+ * no module's, whatever libdw's span says. */
+bool sym_region_outside_files(const struct symbolizer *s, uint64_t address);
+/* @address of module @m as the address of its first mapping's view of
+ * the file (itself unless its mapping is another view). */
+uint64_t sym_region_translate(const struct symbolizer *s, const struct sym_module *m,
+			      uint64_t address);
+/* The run of mappings of one file, one view, that holds @address: its
+ * start, end and file offset. False when no file's mapping holds it. */
+bool sym_region_run(const struct symbolizer *s, uint64_t address, uint64_t *ret_start,
+		    uint64_t *ret_end, uint64_t *ret_offset);
+/* A name for an address no module holds: "[JIT] 0x..." in executable
+ * anonymous memory, "[heap] 0x...", "[anon] 0x...", else "0x...". Pooled. */
+const char *sym_region_name(struct symbolizer *s, uint64_t address);
 
 /* lines.c: what DWARF says about one address. */
 struct dwarf_frames {

@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <gelf.h>
 #include <inttypes.h>
 #include <libgen.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -532,4 +534,79 @@ Test(symbolize, fill_profile)
 	cr_assert_eq(p->nmappings, nmappings);
 	cr_assert_eq(location(p, id_q2)->mapping_id, location(p, id_q)->mapping_id);
 	profile_free(p);
+}
+
+static __attribute__((noinline, noclone)) unsigned long remap_me(unsigned long x)
+{
+	return x * 2654435761u + 1;
+}
+
+/*
+ * The shape node gives its address space: part of the executable's text
+ * mapped a second time far above the first, and anonymous executable
+ * memory (JIT code) between the two. libdw's module then spans both
+ * views: the JIT code must not take its names, the far view must.
+ */
+Test(symbolize, a_file_mapped_again_far_away)
+{
+	const struct profile_value_type types[] = { { "samples", "count" } };
+	uint64_t fn = (uint64_t)(uintptr_t)remap_me, page = fn & ~4095ULL, id_view, id_jit;
+	uint8_t *view, *jit;
+	const struct map_entry *e;
+	const struct profile_location *l;
+	struct symbol_info si;
+	struct maps maps = { 0 };
+	struct profile *p;
+	uint64_t file_off;
+	int fd;
+
+	cr_assert_eq(maps_read(getpid(), &maps), 0);
+	e = maps_find(&maps, fn);
+	cr_assert_not_null(e);
+	file_off = page - e->start + e->offset;
+	maps_release(&maps);
+	fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	cr_assert_geq(fd, 0);
+	view = mmap((void *)0x7e0000000000ULL, 8192, PROT_READ | PROT_EXEC,
+		    MAP_PRIVATE | MAP_FIXED_NOREPLACE, fd, (off_t)file_off);
+	close(fd);
+	cr_assert_neq(view, MAP_FAILED, "mmap of the second view: %s", strerror(errno));
+	jit = mmap((void *)0x600000000000ULL, 4096, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	cr_assert_neq(jit, MAP_FAILED, "mmap of the JIT page: %s", strerror(errno));
+	jit[0] = 0xeb; /* jmp . */
+	jit[1] = 0xfe;
+	cr_assert_eq(mprotect(jit, 4096, PROT_READ | PROT_EXEC), 0);
+	/* The second view is called: it is code, not a copy of bytes. */
+	cr_assert_eq(((unsigned long (*)(unsigned long))(view + (fn - page)))(3), remap_me(3));
+
+	symbolizer_free(sym);
+	cr_assert_eq(symbolizer_new(&sym, getpid()), 0);
+	cr_assert_eq(symbolizer_lookup(sym, (uint64_t)(uintptr_t)view + (fn - page) + 1, &si), 0);
+	cr_expect_str_eq(si.frames[si.nframes - 1].function, "remap_me");
+	cr_assert_eq(symbolizer_lookup(sym, (uint64_t)(uintptr_t)jit + 1, &si), 0);
+	cr_expect_null(si.module, "the JIT page was taken for %s's",
+		       si.module ? si.module->path : "");
+	cr_expect(!strncmp(si.frames[0].function, "[JIT] 0x", 8), "%s", si.frames[0].function);
+
+	/* No mapping of the profile claims the JIT page; the far view is one. */
+	cr_assert_eq(profile_new(&p, types, 1), 0);
+	cr_assert_eq(profile_location_for_address(p, (uint64_t)(uintptr_t)view + (fn - page),
+						  &id_view), 0);
+	cr_assert_eq(profile_location_for_address(p, (uint64_t)(uintptr_t)jit, &id_jit), 0);
+	cr_assert_eq(symbolizer_fill_profile(sym, p), 0);
+	for (size_t i = 0; i < p->nmappings; i++)
+		cr_expect(!(p->mappings[i].start <= (uint64_t)(uintptr_t)jit &&
+			    (uint64_t)(uintptr_t)jit < p->mappings[i].limit),
+			  "mapping %s [%#" PRIx64 ", %#" PRIx64 ") claims the JIT page",
+			  p->mappings[i].file, p->mappings[i].start, p->mappings[i].limit);
+	l = location(p, id_jit);
+	cr_expect_eq(l->mapping_id, 0);
+	l = location(p, id_view);
+	cr_assert_gt(l->mapping_id, 0);
+	cr_expect_eq(p->mappings[l->mapping_id - 1].start, (uint64_t)(uintptr_t)view);
+	cr_expect_eq(p->mappings[l->mapping_id - 1].offset, file_off);
+	profile_free(p);
+	munmap(view, 8192);
+	munmap(jit, 4096);
 }

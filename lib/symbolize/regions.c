@@ -1,0 +1,91 @@
+/*
+ * What the target's mappings say beyond libdw's modules. libdw makes one
+ * module of a file from its first mapping to its last, so a file mapped
+ * again far from the rest (node maps part of its text a second time, high
+ * in the address space) makes a module that spans whatever lies between:
+ * JIT code, the heap. So an address is a module's only where a mapping of
+ * a file holds it; and a mapping whose start and file offset disagree with
+ * the module's first mapping is another view of the file, whose addresses
+ * are the ELF's at that offset.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "symbolize/symbolize-private.h"
+
+static bool is_file(const struct map_entry *e)
+{
+	return e->inode != 0 || !strcmp(e->path, "[vdso]");
+}
+
+int sym_regions_read(struct symbolizer *s)
+{
+	struct maps m = { 0 };
+	int r = maps_read(s->pid, &m);
+
+	if (r < 0)
+		return r;
+	maps_release(&s->maps);
+	s->maps = m;
+	return 0;
+}
+
+bool sym_region_outside_files(const struct symbolizer *s, uint64_t address)
+{
+	const struct map_entry *e = maps_find(&s->maps, address);
+
+	/* Unknown (mapped since the maps were read): libdw's answer stands. */
+	return e && !is_file(e);
+}
+
+uint64_t sym_region_translate(const struct symbolizer *s, const struct sym_module *m,
+			      uint64_t address)
+{
+	const struct map_entry *e = maps_find(&s->maps, address);
+	const struct map_entry *first = maps_find(&s->maps, m->pub.start);
+
+	if (!e || !first || !is_file(e) || e->inode != first->inode ||
+	    e->start - e->offset == first->start - first->offset)
+		return address;
+	return address - e->start + e->offset + (first->start - first->offset);
+}
+
+bool sym_region_run(const struct symbolizer *s, uint64_t address, uint64_t *ret_start,
+		    uint64_t *ret_end, uint64_t *ret_offset)
+{
+	const struct map_entry *e = maps_find(&s->maps, address), *lo, *hi;
+	const struct map_entry *v = s->maps.entries, *last = v + s->maps.n - 1;
+
+	if (!e || !is_file(e))
+		return false;
+	/* Adjacent mappings of the file that keep one start - offset. */
+	for (lo = e; lo > v && lo[-1].end == lo->start && lo[-1].inode == e->inode &&
+		     lo[-1].start - lo[-1].offset == e->start - e->offset;
+	     lo--)
+		;
+	for (hi = e; hi < last && hi[1].start == hi->end && hi[1].inode == e->inode &&
+		     hi[1].start - hi[1].offset == e->start - e->offset;
+	     hi++)
+		;
+	*ret_start = lo->start;
+	*ret_end = hi->end;
+	*ret_offset = lo->offset;
+	return true;
+}
+
+const char *sym_region_name(struct symbolizer *s, uint64_t address)
+{
+	const struct map_entry *e = maps_find(&s->maps, address);
+	char buf[128];
+
+	if (!e || is_file(e))
+		snprintf(buf, sizeof(buf), "0x%" PRIx64, address);
+	else if (e->prot & MAPS_EXEC)
+		snprintf(buf, sizeof(buf), "[JIT] 0x%" PRIx64, address);
+	else
+		snprintf(buf, sizeof(buf), "%.64s 0x%" PRIx64, e->path[0] ? e->path : "[anon]",
+			 address);
+	return strpool_intern(&s->strings, buf);
+}
