@@ -41,7 +41,6 @@ static int resolve_in_module(struct symbolizer *s, struct sym_module *m, uint64_
 	int r;
 
 	sym_module_prepare(m);
-	address = sym_region_translate(s, m, address);
 	sym = symtab_find(&m->symtab, address);
 	r = lines_frames(s, m, address, &df);
 	if (r < 0)
@@ -77,14 +76,15 @@ static int resolve_in_module(struct symbolizer *s, struct sym_module *m, uint64_
 
 static int resolve(struct symbolizer *s, uint64_t address, struct symbol_info *ret)
 {
-	struct sym_module *m = symbolizer_module_of(s, address);
+	uint64_t at = sym_region_translate(s, address);
+	struct sym_module *m = symbolizer_module_of(s, at);
 	struct symbol_frame *frames;
 	size_t n = 0;
 	int r;
 
 	*ret = (struct symbol_info){ 0 };
 	if (m) {
-		r = resolve_in_module(s, m, address, ret, &n);
+		r = resolve_in_module(s, m, at, ret, &n);
 	} else {
 		struct symbol_frame f = { 0 };
 
@@ -126,5 +126,25 @@ int symbolizer_lookup(struct symbolizer *s, uint64_t address, struct symbol_info
 	}
 	s->infos[s->ninfos++] = info;
 	*ret = info;
+	return 0;
+}
+
+int sym_cache_forget_moduleless(struct symbolizer *s)
+{
+	struct u64map m;
+	int r;
+
+	u64map_init(&m);
+	for (size_t i = 0; i < s->cache.size; i++) {
+		if (!s->cache.used[i] || !s->infos[s->cache.values[i]].module)
+			continue;
+		r = u64map_put(&m, s->cache.keys[i], s->cache.values[i]);
+		if (r < 0) {
+			u64map_release(&m);
+			return r;
+		}
+	}
+	u64map_release(&s->cache);
+	s->cache = m;
 	return 0;
 }

@@ -415,6 +415,7 @@ void symbolizer_free(struct symbolizer *s)
 		dwfl_end(s->dwfl);
 	free(s->debuginfo_path);
 	maps_release(&s->maps);
+	free(s->perfmap.v);
 	strpool_release(&s->strings);
 	free(s);
 }
@@ -422,27 +423,6 @@ void symbolizer_free(struct symbolizer *s)
 Dwfl *symbolizer_dwfl(struct symbolizer *s)
 {
 	return s->dwfl;
-}
-
-/* Cached "no module here" answers may now have one: forget them. */
-static int drop_moduleless_cache(struct symbolizer *s)
-{
-	struct u64map m;
-	int r;
-
-	u64map_init(&m);
-	for (size_t i = 0; i < s->cache.size; i++) {
-		if (!s->cache.used[i] || !s->infos[s->cache.values[i]].module)
-			continue;
-		r = u64map_put(&m, s->cache.keys[i], s->cache.values[i]);
-		if (r < 0) {
-			u64map_release(&m);
-			return r;
-		}
-	}
-	u64map_release(&s->cache);
-	s->cache = m;
-	return 0;
 }
 
 int symbolizer_refresh(struct symbolizer *s)
@@ -463,7 +443,7 @@ int symbolizer_refresh(struct symbolizer *s)
 	if (sym_regions_read(s) == -ENOMEM)
 		return -ENOMEM;
 	if (s->nmodules != before)
-		return drop_moduleless_cache(s);
+		return sym_cache_forget_moduleless(s);
 	return 0;
 }
 

@@ -4,6 +4,7 @@
  * ("File: ..."), so the main executable's mapping goes in first.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,7 +68,8 @@ static int mapping_id(struct symbolizer *s, struct profile *p, struct u64map *id
 }
 
 static int fill_location(struct symbolizer *s, struct profile *p, struct u64map *ids,
-			 size_t i, struct profile_line **lines, size_t *lines_alloc)
+			 size_t i, struct profile_line **lines, size_t *lines_alloc,
+			 size_t *ret_unnamed_jit)
 {
 	struct symbol_info info;
 	uint64_t mid = 0;
@@ -77,10 +79,17 @@ static int fill_location(struct symbolizer *s, struct profile *p, struct u64map 
 	if (r < 0)
 		return r;
 	if (info.module) {
-		r = mapping_id(s, p, ids, symbolizer_module_of(s, p->locations[i].address),
-			       p->locations[i].address, &mid);
+		uint64_t a = p->locations[i].address;
+		struct sym_module *m = symbolizer_module_of(s, a);
+
+		/* A view of a file that no module of libdw's spans. */
+		if (!m)
+			m = symbolizer_module_of(s, sym_region_translate(s, a));
+		r = m ? mapping_id(s, p, ids, m, a, &mid) : 0;
 		if (r < 0)
 			return r;
+	} else if (!s->perfmap.found && sym_region_is_jit(s, p->locations[i].address)) {
+		(*ret_unnamed_jit)++;
 	}
 	r = GROW(*lines, info.nframes, *lines_alloc);
 	if (r < 0)
@@ -98,11 +107,24 @@ static int fill_location(struct symbolizer *s, struct profile *p, struct u64map 
 	return profile_location_set(p, p->locations[i].id, mid, *lines, info.nframes);
 }
 
+/* Generated code seen, and no map of its names: say how to get one. */
+static int note_unnamed_jit(struct symbolizer *s, struct profile *p, size_t n)
+{
+	char text[512];
+
+	snprintf(text, sizeof(text), "%zu %s in generated code (JIT) stay addresses: pid %d wrote "
+		 "no /tmp/perf-PID.map; have the program write one (node --perf-basic-prof, "
+		 "java with perf-map-agent, python3.12 -X perf, DOTNET_PerfMapEnabled=1)",
+		 n, n == 1 ? "location" : "locations", (int)s->pid);
+	return profile_add_comment(p, text);
+}
+
 int symbolizer_fill_profile(struct symbolizer *s, struct profile *p)
 {
 	struct profile_line *lines = NULL;
 	size_t lines_alloc = 0;
 	struct u64map ids;
+	size_t unnamed_jit = 0;
 	uint64_t id;
 	int r = 0;
 
@@ -120,10 +142,12 @@ int symbolizer_fill_profile(struct symbolizer *s, struct profile *p)
 	for (size_t i = 0; i < p->nlocations; i++) {
 		if (p->locations[i].nlines)
 			continue;
-		r = fill_location(s, p, &ids, i, &lines, &lines_alloc);
+		r = fill_location(s, p, &ids, i, &lines, &lines_alloc, &unnamed_jit);
 		if (r < 0)
 			goto out_release;
 	}
+	if (unnamed_jit)
+		r = note_unnamed_jit(s, p, unnamed_jit);
 
 out_release:
 	free(lines);

@@ -29,7 +29,8 @@ int sym_regions_read(struct symbolizer *s)
 		return r;
 	maps_release(&s->maps);
 	s->maps = m;
-	return 0;
+	r = perfmap_read(s);
+	return r < 0 ? r : sym_cache_forget_moduleless(s);
 }
 
 bool sym_region_outside_files(const struct symbolizer *s, uint64_t address)
@@ -40,16 +41,54 @@ bool sym_region_outside_files(const struct symbolizer *s, uint64_t address)
 	return e && !is_file(e);
 }
 
-uint64_t sym_region_translate(const struct symbolizer *s, const struct sym_module *m,
-			      uint64_t address)
+bool sym_region_is_jit(const struct symbolizer *s, uint64_t address)
 {
 	const struct map_entry *e = maps_find(&s->maps, address);
-	const struct map_entry *first = maps_find(&s->maps, m->pub.start);
 
-	if (!e || !first || !is_file(e) || e->inode != first->inode ||
-	    e->start - e->offset == first->start - first->offset)
+	return e && !is_file(e) && (e->prot & MAPS_EXEC);
+}
+
+static bool same_file(const struct map_entry *a, const struct map_entry *b)
+{
+	return a->inode == b->inode && !strcmp(a->path, b->path);
+}
+
+/* A mapping of @e's file holds its ELF header (offset 0) at @at. */
+static bool header_at(const struct symbolizer *s, const struct map_entry *e, uint64_t at)
+{
+	const struct map_entry *f = maps_find(&s->maps, at);
+
+	return f && f->start == at && f->offset == 0 && same_file(f, e);
+}
+
+/* libdw reported a module from the mapping at @at (its first). */
+static bool module_from(const struct symbolizer *s, uint64_t at)
+{
+	Dwfl_Module *mod = dwfl_addrmodule(s->dwfl, at);
+	Dwarf_Addr lo;
+
+	return mod && dwfl_module_info(mod, NULL, &lo, NULL, NULL, NULL, NULL, NULL) && lo == at;
+}
+
+uint64_t sym_region_translate(const struct symbolizer *s, uint64_t address)
+{
+	const struct map_entry *e = maps_find(&s->maps, address);
+	uint64_t base;
+
+	if (!e || !is_file(e))
 		return address;
-	return address - e->start + e->offset + (first->start - first->offset);
+	base = e->start - e->offset;
+	if (header_at(s, e, base))
+		return address; /* one view of the file, whole */
+	/* Another view: the one libdw's module was reported from. (A process
+	 * may map the same file for reading too: not that one.) */
+	for (size_t i = 0; i < s->maps.n; i++) {
+		const struct map_entry *f = &s->maps.entries[i];
+
+		if (f->offset == 0 && same_file(f, e) && module_from(s, f->start))
+			return address - base + f->start;
+	}
+	return address;
 }
 
 bool sym_region_run(const struct symbolizer *s, uint64_t address, uint64_t *ret_start,
@@ -78,8 +117,11 @@ bool sym_region_run(const struct symbolizer *s, uint64_t address, uint64_t *ret_
 const char *sym_region_name(struct symbolizer *s, uint64_t address)
 {
 	const struct map_entry *e = maps_find(&s->maps, address);
+	const char *jit = perfmap_name(s, address);
 	char buf[128];
 
+	if (jit)
+		return jit;
 	if (!e || is_file(e))
 		snprintf(buf, sizeof(buf), "0x%" PRIx64, address);
 	else if (e->prot & MAPS_EXEC)

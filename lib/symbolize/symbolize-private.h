@@ -42,6 +42,19 @@ struct sym_module {
 	struct symtab symtab;
 };
 
+/* perfmap.c: /tmp/perf-PID.map, sorted by start. */
+struct perfmap_entry {
+	uint64_t start, end;
+	const char *name; /* pooled */
+	size_t seq;       /* its line: a later one wins */
+};
+
+struct perfmap {
+	struct perfmap_entry *v;
+	size_t n, alloc;
+	bool found; /* the file was there when last read */
+};
+
 struct symbolizer {
 	pid_t pid;
 	Dwfl_Callbacks callbacks; /* libdw keeps a pointer to these */
@@ -67,6 +80,8 @@ struct symbolizer {
 
 	/* regions.c: the target's mappings, read again before each fill. */
 	struct maps maps;
+	/* perfmap.c: the JIT's names, read with the maps. */
+	struct perfmap perfmap;
 };
 
 /* dwfl-process.c */
@@ -74,23 +89,36 @@ struct sym_module *symbolizer_module_of(struct symbolizer *s, uint64_t address);
 /* Builds the symbol table and looks for DWARF, once. */
 void sym_module_prepare(struct sym_module *m);
 
+/* cache.c: cached "no module here" answers may now have one (a module
+ * reported, a perf map read): forget them. 0 or -ENOMEM. */
+int sym_cache_forget_moduleless(struct symbolizer *s);
+
 /* regions.c: the mappings beyond libdw's modules. Reads them into
  * s->maps (kept as they were on failure). 0 or -errno. */
 int sym_regions_read(struct symbolizer *s);
 /* @address is in a mapping of no file (anonymous, [heap], [stack]...):
  * no module's, whatever libdw's span says. */
 bool sym_region_outside_files(const struct symbolizer *s, uint64_t address);
-/* @address of module @m as the address of its first mapping's view of
- * the file (itself unless its mapping is another view). */
-uint64_t sym_region_translate(const struct symbolizer *s, const struct sym_module *m,
-			      uint64_t address);
+/* @address is in anonymous executable memory: generated code. */
+bool sym_region_is_jit(const struct symbolizer *s, uint64_t address);
+/* @address as the address of its file's first view (the mapping of its
+ * ELF header, which libdw's module is reported from): itself unless its
+ * mapping is another view of the file, mapped elsewhere. */
+uint64_t sym_region_translate(const struct symbolizer *s, uint64_t address);
 /* The run of mappings of one file, one view, that holds @address: its
  * start, end and file offset. False when no file's mapping holds it. */
 bool sym_region_run(const struct symbolizer *s, uint64_t address, uint64_t *ret_start,
 		    uint64_t *ret_end, uint64_t *ret_offset);
-/* A name for an address no module holds: "[JIT] 0x..." in executable
- * anonymous memory, "[heap] 0x...", "[anon] 0x...", else "0x...". Pooled. */
+/* A name for an address no module holds: the perf map's, else "[JIT]
+ * 0x..." in executable anonymous memory, "[heap] 0x...", "[anon] 0x...",
+ * else "0x...". Pooled. */
 const char *sym_region_name(struct symbolizer *s, uint64_t address);
+
+/* perfmap.c: reads the target's perf map into s->perfmap (none: empty).
+ * 0 or -ENOMEM. */
+int perfmap_read(struct symbolizer *s);
+/* The map's name for @address, or NULL. */
+const char *perfmap_name(const struct symbolizer *s, uint64_t address);
 
 /* lines.c: what DWARF says about one address. */
 struct dwarf_frames {

@@ -4,7 +4,8 @@
  * part of its own text a second time high in the address space, so that
  * libdw's module for node spans the JIT code. cpu must name a JIT address
  * as one ("[JIT] 0x..."), never by one of node's symbols, and no mapping of
- * the profile may claim it.
+ * the profile may claim it; with node's perf map (--perf-basic-prof), by
+ * the map's name; without, a note says how to have one written.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -22,15 +23,15 @@ static const char fib_js[] =
 	"const end = Date.now() + 30000;\n"
 	"while (Date.now() < end) fib(25);\n";
 
-Test(jit, node_code_is_named_as_jit_not_as_node)
+/* node running fib.js hot (@perf_map: --perf-basic-prof), its cpu profile
+ * over 2 s once fib is compiled. */
+static struct profile *profile_node(bool perf_map, pid_t *ret_pid)
 {
 	const char *script = th_tmp_path("fib.js"), *out = th_tmp_path("node-cpu.pb.gz");
 	char *node = th_find_in_path("node");
-	double total = 0, jit = 0, named_by_node = 0;
 	struct profile *p;
 	struct th_run r;
 	FILE *f;
-	pid_t pid;
 
 	if (!node)
 		TH_SKIP_MISSING("node is not installed: apt-get install nodejs (scripts/setup)");
@@ -39,12 +40,34 @@ Test(jit, node_code_is_named_as_jit_not_as_node)
 	cr_assert_not_null(f);
 	fputs(fib_js, f);
 	fclose(f);
-	pid = th_spawn_cmd((const char *const[]){ node, script, NULL }, "node");
+	*ret_pid = th_spawn_cmd(perf_map ? (const char *const[]){ node, "--perf-basic-prof", script,
+								 NULL }
+					 : (const char *const[]){ node, script, NULL },
+				"node");
+	free(node);
 	th_sleep_ms(500); /* fib is compiled by then */
-	TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(pid), "-d", "2s", "-o", out);
+	TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(*ret_pid), "-d", "2s", "-o", out);
 	cr_assert_eq(r.exit_code, 0, "cpu: exit %d\n%s", r.exit_code, r.err);
 	th_run_release(&r);
 	p = th_load_profile(out);
+	return p;
+}
+
+static bool has_comment(const struct profile *p, const char *what)
+{
+	for (size_t i = 0; i < p->ncomments; i++)
+		if (strstr(p->comments[i], what))
+			return true;
+	return false;
+}
+
+Test(jit, node_code_is_named_as_jit_not_as_node)
+{
+	double total = 0, jit = 0, named_by_node = 0;
+	struct profile *p;
+	pid_t pid;
+
+	p = profile_node(false, &pid);
 	for (size_t i = 0; i < p->nsamples; i++) {
 		const struct profile_sample *s = &p->samples[i];
 		const struct profile_location *l = th_location(p, s->location_ids[0]);
@@ -67,7 +90,33 @@ Test(jit, node_code_is_named_as_jit_not_as_node)
 	cr_expect_geq(jit / total, 0.5, "only %.1f%% of the leaves named as JIT code",
 		      100 * jit / total);
 	cr_expect_eq(named_by_node, 0, "a mapping of node claims JIT code");
+	cr_expect(has_comment(p, "--perf-basic-prof"), "no note of the missing perf map");
 	profile_free(p);
-	free(node);
 	th_kill(pid);
+}
+
+Test(jit, node_code_is_named_by_its_perf_map)
+{
+	double total = 0, fib = 0;
+	char map[64];
+	struct profile *p;
+	pid_t pid;
+
+	p = profile_node(true, &pid);
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const char *leaf = th_leaf_name(p, &p->samples[i]);
+
+		total += (double)p->samples[i].values[0];
+		if (strstr(leaf, "fib") && strstr(leaf, "fib.js"))
+			fib += (double)p->samples[i].values[0];
+	}
+	cr_log_info("measured: node --perf-basic-prof fib: %.1f%% of the leaves named by the map",
+		    100 * fib / total);
+	cr_assert_gt(total, 0);
+	cr_expect_geq(fib / total, 0.5, "only %.1f%% of the leaves are fib", 100 * fib / total);
+	cr_expect(!has_comment(p, "--perf-basic-prof"), "the perf map was there");
+	profile_free(p);
+	th_kill(pid);
+	snprintf(map, sizeof(map), "/tmp/perf-%d.map", (int)pid);
+	unlink(map);
 }

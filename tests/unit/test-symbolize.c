@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -571,7 +572,7 @@ Test(symbolize, a_file_mapped_again_far_away)
 		    MAP_PRIVATE | MAP_FIXED_NOREPLACE, fd, (off_t)file_off);
 	close(fd);
 	cr_assert_neq(view, MAP_FAILED, "mmap of the second view: %s", strerror(errno));
-	jit = mmap((void *)0x600000000000ULL, 4096, PROT_READ | PROT_WRITE,
+	jit = mmap((void *)0x680000000000ULL, 4096, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 	cr_assert_neq(jit, MAP_FAILED, "mmap of the JIT page: %s", strerror(errno));
 	jit[0] = 0xeb; /* jmp . */
@@ -608,5 +609,51 @@ Test(symbolize, a_file_mapped_again_far_away)
 	cr_expect_eq(p->mappings[l->mapping_id - 1].offset, file_off);
 	profile_free(p);
 	munmap(view, 8192);
+	munmap(jit, 4096);
+}
+
+/*
+ * The perf map of generated code, /tmp/perf-PID.map: the last line for an
+ * address holds, malformed lines are skipped, and a map that is no
+ * regular file (a FIFO no JIT writes) is not waited on.
+ */
+Test(symbolize, perf_map_names_generated_code)
+{
+	char path[64];
+	uint8_t *jit;
+	uint64_t a;
+	struct symbol_info si;
+	FILE *f;
+
+	jit = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		   0);
+	cr_assert_neq(jit, MAP_FAILED);
+	a = (uint64_t)(uintptr_t)jit;
+	snprintf(path, sizeof(path), "/tmp/perf-%d.map", (int)getpid());
+	f = fopen(path, "we");
+	cr_assert_not_null(f);
+	fprintf(f, "%" PRIx64 " 100 old_code\n", a);
+	fprintf(f, "not a line\n%" PRIx64 " zz broken\n%" PRIx64 " 0 empty\n", a, a);
+	fprintf(f, "%" PRIx64 " 40 LazyCompile:*work /app/work.js:3\n", a);
+	fprintf(f, "%" PRIx64 " 10 stub with spaces\n", a + 0x80);
+	fclose(f);
+	symbolizer_free(sym);
+	cr_assert_eq(symbolizer_new(&sym, getpid()), 0);
+	cr_assert_eq(symbolizer_lookup(sym, a + 0x10, &si), 0);
+	cr_expect_str_eq(si.frames[0].function, "LazyCompile:*work /app/work.js:3");
+	cr_assert_eq(symbolizer_lookup(sym, a + 0x50, &si), 0);
+	cr_expect_str_eq(si.frames[0].function, "old_code");
+	cr_assert_eq(symbolizer_lookup(sym, a + 0x84, &si), 0);
+	cr_expect_str_eq(si.frames[0].function, "stub with spaces");
+	cr_assert_eq(symbolizer_lookup(sym, a + 0x200, &si), 0);
+	cr_expect(!strncmp(si.frames[0].function, "[JIT] 0x", 8), "%s", si.frames[0].function);
+	unlink(path);
+
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	symbolizer_free(sym);
+	cr_assert_eq(symbolizer_new(&sym, getpid()), 0, "a FIFO for a map held the symbolizer");
+	cr_assert_eq(symbolizer_lookup(sym, a + 0x10, &si), 0);
+	cr_expect(!strncmp(si.frames[0].function, "[JIT] 0x", 8), "%s", si.frames[0].function);
+	unlink(path);
 	munmap(jit, 4096);
 }
