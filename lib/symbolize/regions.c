@@ -20,6 +20,11 @@ static bool is_file(const struct map_entry *e)
 	return e->inode != 0 || !strcmp(e->path, "[vdso]");
 }
 
+static bool same_file(const struct map_entry *a, const struct map_entry *b)
+{
+	return a->inode == b->inode && !strcmp(a->path, b->path);
+}
+
 int sym_regions_read(struct symbolizer *s)
 {
 	struct maps m = { 0 };
@@ -48,19 +53,6 @@ bool sym_region_is_jit(const struct symbolizer *s, uint64_t address)
 	return e && !is_file(e) && (e->prot & MAPS_EXEC);
 }
 
-static bool same_file(const struct map_entry *a, const struct map_entry *b)
-{
-	return a->inode == b->inode && !strcmp(a->path, b->path);
-}
-
-/* A mapping of @e's file holds its ELF header (offset 0) at @at. */
-static bool header_at(const struct symbolizer *s, const struct map_entry *e, uint64_t at)
-{
-	const struct map_entry *f = maps_find(&s->maps, at);
-
-	return f && f->start == at && f->offset == 0 && same_file(f, e);
-}
-
 /* libdw reported a module from the mapping at @at (its first). */
 static bool module_from(const struct symbolizer *s, uint64_t at)
 {
@@ -70,24 +62,44 @@ static bool module_from(const struct symbolizer *s, uint64_t at)
 	return mod && dwfl_module_info(mod, NULL, &lo, NULL, NULL, NULL, NULL, NULL) && lo == at;
 }
 
+/*
+ * The image of @e's file that libdw's module describes: from the mapping
+ * of its ELF header that a module starts at, the mappings of the file that
+ * follow it unbroken by another's; [*@lo, *@hi) in s->maps. (A process may
+ * map the same file for reading too: not that one.)
+ */
+static bool first_image(const struct symbolizer *s, const struct map_entry *e, size_t *lo,
+			size_t *hi)
+{
+	const struct map_entry *v = s->maps.entries;
+
+	for (size_t i = 0; i < s->maps.n; i++) {
+		if (v[i].offset != 0 || !same_file(&v[i], e) || !module_from(s, v[i].start))
+			continue;
+		*lo = i;
+		for (*hi = i + 1; *hi < s->maps.n && same_file(&v[*hi], e); (*hi)++)
+			;
+		return true;
+	}
+	return false;
+}
+
 uint64_t sym_region_translate(const struct symbolizer *s, uint64_t address)
 {
-	const struct map_entry *e = maps_find(&s->maps, address);
-	uint64_t base;
+	const struct map_entry *e = maps_find(&s->maps, address), *v = s->maps.entries;
+	size_t lo, hi, at;
+	uint64_t off;
 
-	if (!e || !is_file(e))
+	if (!e || !is_file(e) || !first_image(s, e, &lo, &hi))
 		return address;
-	base = e->start - e->offset;
-	if (header_at(s, e, base))
-		return address; /* one view of the file, whole */
-	/* Another view: the one libdw's module was reported from. (A process
-	 * may map the same file for reading too: not that one.) */
-	for (size_t i = 0; i < s->maps.n; i++) {
-		const struct map_entry *f = &s->maps.entries[i];
-
-		if (f->offset == 0 && same_file(f, e) && module_from(s, f->start))
-			return address - base + f->start;
-	}
+	at = (size_t)(e - v);
+	if (at >= lo && at < hi)
+		return address; /* in the image itself */
+	/* Another view: where the image maps the same file offset. */
+	off = e->offset + (address - e->start);
+	for (size_t i = lo; i < hi; i++)
+		if (v[i].offset <= off && off - v[i].offset < v[i].end - v[i].start)
+			return v[i].start + (off - v[i].offset);
 	return address;
 }
 
@@ -96,15 +108,23 @@ bool sym_region_run(const struct symbolizer *s, uint64_t address, uint64_t *ret_
 {
 	const struct map_entry *e = maps_find(&s->maps, address), *lo, *hi;
 	const struct map_entry *v = s->maps.entries, *last = v + s->maps.n - 1;
+	size_t ilo, ihi;
 
 	if (!e || !is_file(e))
 		return false;
-	/* Adjacent mappings of the file that keep one start - offset. */
-	for (lo = e; lo > v && lo[-1].end == lo->start && lo[-1].inode == e->inode &&
+	/* The image libdw's module describes is one mapping, as before... */
+	if (first_image(s, e, &ilo, &ihi) && (size_t)(e - v) >= ilo && (size_t)(e - v) < ihi) {
+		*ret_start = v[ilo].start;
+		*ret_end = v[ihi - 1].end;
+		*ret_offset = 0;
+		return true;
+	}
+	/* ... another view is its adjacent mappings that keep one start - offset. */
+	for (lo = e; lo > v && lo[-1].end == lo->start && same_file(&lo[-1], e) &&
 		     lo[-1].start - lo[-1].offset == e->start - e->offset;
 	     lo--)
 		;
-	for (hi = e; hi < last && hi[1].start == hi->end && hi[1].inode == e->inode &&
+	for (hi = e; hi < last && hi[1].start == hi->end && same_file(&hi[1], e) &&
 		     hi[1].start - hi[1].offset == e->start - e->offset;
 	     hi++)
 		;

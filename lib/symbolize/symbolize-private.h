@@ -105,8 +105,9 @@ bool sym_region_is_jit(const struct symbolizer *s, uint64_t address);
  * ELF header, which libdw's module is reported from): itself unless its
  * mapping is another view of the file, mapped elsewhere. */
 uint64_t sym_region_translate(const struct symbolizer *s, uint64_t address);
-/* The run of mappings of one file, one view, that holds @address: its
- * start, end and file offset. False when no file's mapping holds it. */
+/* The mapping a profile gives @address: its file's image that libdw's
+ * module describes, or the other view of the file that holds it; start,
+ * end and file offset. False when no file's mapping holds it. */
 bool sym_region_run(const struct symbolizer *s, uint64_t address, uint64_t *ret_start,
 		    uint64_t *ret_end, uint64_t *ret_offset);
 /* A name for an address no module holds: the perf map's, else "[JIT]
