@@ -14,6 +14,12 @@
 #include "util/util.h"
 #include "testhelp.h"
 
+/* Samples against the periods of the child's CPU time, and the least CPU
+ * time (in periods) that makes a count worth judging. */
+#define PERF_SAMPLES_MIN 0.9
+#define PERF_SAMPLES_MAX 1.02
+#define PERF_PERIODS_MIN 50
+
 static pid_t child;
 
 static void spin_for(double seconds)
@@ -142,14 +148,14 @@ static void run_scope(enum perf_scope scope)
 		    (double)(cpu1.tv_nsec - cpu0.tv_nsec)) / (double)o.period_ns;
 	cr_log_info("%llu samples, %.0f periods of CPU time",
 		    (unsigned long long)seen.samples, expected);
-	if (expected < 50) {
+	if (expected < PERF_PERIODS_MIN) {
 		perf_session_free(s);
 		stop_child();
 		cr_skip_test("the host left the child %.0f ms of CPU in 1.5 s", expected);
 	}
-	cr_assert_geq(seen.samples, 0.9 * expected - 2, "%llu samples for %.0f periods of CPU",
+	cr_assert_geq(seen.samples, PERF_SAMPLES_MIN * expected - 2, "%llu samples for %.0f periods of CPU",
 		      (unsigned long long)seen.samples, expected);
-	cr_assert_leq(seen.samples, 1.02 * expected + 2, "%llu samples for %.0f periods of CPU",
+	cr_assert_leq(seen.samples, PERF_SAMPLES_MAX * expected + 2, "%llu samples for %.0f periods of CPU",
 		      (unsigned long long)seen.samples, expected);
 	cr_assert_eq(seen.with_user, seen.samples);
 	cr_assert(seen.rip_ok);

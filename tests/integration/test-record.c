@@ -30,6 +30,10 @@
 
 TestSuite(record, .init = th_init, .fini = th_cleanup, .timeout = 180);
 
+/* --loop's test: windows of 1 s over 10 s, the last kept. */
+#define LOOP_WINDOWS_MIN 3
+#define LOOP_KEEP_LAST 2
+
 /* The bound block's sites are held to (test-locks' BLOCK_MAX_ERR). */
 #define RECORD_BLOCK_MAX_ERR 0.15
 
@@ -293,7 +297,7 @@ static size_t loop_windows(const char *dir, unsigned *ret, size_t max, char *las
 Test(record, loop_windows_follow_each_other_and_the_oldest_go)
 {
 	const char *dir = th_tmp_path("record-loop");
-	char last[512], *manifest;
+	char last[512], *manifest, keep[16];
 	struct cprof_wire_header *h;
 	unsigned windows[16];
 	struct th_run r;
@@ -305,15 +309,17 @@ Test(record, loop_windows_follow_each_other_and_the_oldest_go)
 	pid = TH_SPAWN("busy", "2", "60");
 	/* Room for three windows and the gaps between them (writing one,
 	 * opening the next) on a loaded host. */
-	TH_CPROF(&r, 120000, "record", "-p", th_pid_str(pid), "--loop", "1s", "--keep-last",
-		 "2", "-d", "10s", "-o", dir);
+	snprintf(keep, sizeof(keep), "%d", LOOP_KEEP_LAST);
+	TH_CPROF(&r, 120000, "record", "-p", th_pid_str(pid), "--loop", "1s", "--keep-last", keep,
+		 "-d", "10s", "-o", dir);
 	th_run_log(&r, "record --loop");
 	cr_assert_eq(r.exit_code, 0, "exit %d\n%s", r.exit_code, r.err);
 	th_run_release(&r);
 	n = loop_windows(dir, windows, 16, last, sizeof(last));
-	cr_assert_eq(n, 2, "%zu windows kept with --keep-last 2", n);
+	cr_assert_eq(n, LOOP_KEEP_LAST, "%zu windows kept with --keep-last %d", n, LOOP_KEEP_LAST);
 	cr_expect_eq(windows[1], windows[0] + 1, "windows %u and %u kept", windows[0], windows[1]);
-	cr_expect_geq(windows[1], 3, "only %u windows in 10 s of 1 s windows", windows[1]);
+	cr_expect_geq(windows[1], LOOP_WINDOWS_MIN, "only %u windows in 10 s of 1 s windows",
+		      windows[1]);
 	cr_log_info("measured: --loop 1s -d 10s: %u windows", windows[1]);
 	manifest = slurp(last, "manifest.json");
 	cr_expect(strstr(manifest, "\"refused\":[]"), "%s", manifest);
