@@ -31,7 +31,7 @@ static const char fib_js[] =
 static struct profile *profile_node(bool perf_map, pid_t *ret_pid)
 {
 	const char *script = th_tmp_path("fib.js"), *out = th_tmp_path("node-cpu.pb.gz");
-	char *node = th_find_in_path("node");
+	char *node = th_find_in_path("node"), logfile[600];
 	struct profile *p;
 	struct th_run r;
 	FILE *f;
@@ -43,8 +43,11 @@ static struct profile *profile_node(bool perf_map, pid_t *ret_pid)
 	cr_assert_not_null(f);
 	fputs(fib_js, f);
 	fclose(f);
-	*ret_pid = th_spawn_cmd(perf_map ? (const char *const[]){ node, "--perf-basic-prof", script,
-								 NULL }
+	/* --perf-basic-prof also logs code events: into the test's own files. */
+	snprintf(logfile, sizeof(logfile), "--logfile=%s", th_tmp_path("v8.log"));
+	*ret_pid = th_spawn_cmd(perf_map ? (const char *const[]){ node, "--perf-basic-prof", logfile,
+								 "--no-logfile-per-isolate",
+								 script, NULL }
 					 : (const char *const[]){ node, script, NULL },
 				"node");
 	free(node);
