@@ -717,6 +717,63 @@ static pid_t spawn_piped(const char *const *argv, char *const *envp, int *ret_ou
 	return pid;
 }
 
+/* Each thread of @pid: its state, wait channel and system call, logged. */
+static void log_threads(pid_t pid, const char *who)
+{
+	char path[400], stat[512], wchan[128], sc[128];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	while (d && (e = readdir(d))) {
+		const char *st;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
+		stat[0] = wchan[0] = sc[0] = '\0';
+		if (proc_read(path, stat, sizeof(stat), NULL) < 0)
+			continue;
+		st = strrchr(stat, ')');
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/wchan", (int)pid, e->d_name);
+		proc_read(path, wchan, sizeof(wchan), NULL);
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/syscall", (int)pid, e->d_name);
+		proc_read(path, sc, sizeof(sc), NULL);
+		sc[strcspn(sc, "\n")] = '\0';
+		cr_log_warn("%s %d thread %s: state %c, wchan %s, syscall %s", who, (int)pid,
+			    e->d_name, st && st[1] ? st[2] : '?', wchan, sc);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* A child that timed out, and its own children (heap --keep's daemon),
+ * as they were: where each thread waited. */
+static void log_hung(pid_t pid)
+{
+	struct dirent *e;
+	DIR *d = opendir("/proc");
+
+	log_threads(pid, "timed out: pid");
+	while (d && (e = readdir(d))) {
+		char path[300], stat[512];
+		const char *st;
+		int ppid = 0;
+
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		if (proc_read(path, stat, sizeof(stat), NULL) < 0)
+			continue;
+		st = strrchr(stat, ')');
+		if (st && sscanf(st + 2, "%*c %d", &ppid) == 1 && ppid == pid)
+			log_threads((pid_t)atoi(e->d_name), "timed out: its child");
+	}
+	if (d)
+		closedir(d);
+}
+
 /*
  * Collects the output of a child started by spawn_piped() until it exits,
  * sending @sig after @sig_after_ms, killing it after @timeout_ms.
@@ -785,6 +842,7 @@ static void collect(struct th_run *r, int timeout_ms, int sig, int sig_after_ms)
 		}
 	}
 	if (r->timed_out) {
+		log_hung(r->pid);
 		th_kill(r->pid);
 		r->end_ns = th_now_ns();
 		r->end_rt = realtime_ns();
