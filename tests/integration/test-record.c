@@ -348,7 +348,11 @@ Test(record, loop_ends_at_sigterm_and_at_the_targets_exit)
 			(const char *const[]){ "record", "-p", th_pid_str(pid), "--loop", "1s",
 					       "-o", dir, "-k", "cpu,wall,threads,heap", NULL });
 	th_run_log(&r, "record --loop, SIGTERM");
-	cr_assert_eq(r.exit_code, 0, "exit %d\n%s", r.exit_code, r.err);
+	/* A SIGTERM while a window's agent is being loaded leaves that window
+	 * without heap: partial, said. */
+	cr_assert(r.exit_code == 0 ||
+			  (r.exit_code == 5 && strstr(r.err, "interrupted before the agent")),
+		  "exit %d\n%s", r.exit_code, r.err);
 	/* Within a window it is cut short and written; between two, none
 	 * more is begun. */
 	cr_expect_lt(r.end_ns - r.start_ns, 20000000000ULL, "the loop went on after SIGTERM");
