@@ -1068,6 +1068,14 @@ bool th_location_has(const struct profile *p, uint64_t id, const char *func)
 	return false;
 }
 
+bool th_has_comment(const struct profile *p, const char *text)
+{
+	for (size_t i = 0; i < p->ncomments; i++)
+		if (strstr(p->comments[i], text))
+			return true;
+	return false;
+}
+
 const char *th_leaf_name(const struct profile *p, const struct profile_sample *s)
 {
 	const struct profile_location *loc;

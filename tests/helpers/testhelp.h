@@ -227,6 +227,8 @@ size_t th_stacks_agree(const struct th_stack *a, size_t na, const char *a_name,
 
 /* True if some line of the location @id names @func. */
 bool th_location_has(const struct profile *p, uint64_t id, const char *func);
+/* A comment of @p holds @text. */
+bool th_has_comment(const struct profile *p, const char *text);
 
 /* Name of the innermost / outermost function of a sample ("" if unknown). */
 const char *th_leaf_name(const struct profile *p, const struct profile_sample *s);

@@ -170,14 +170,6 @@ static void check_profile(const struct profile *p, const char *report)
 		free(sums[i]);
 }
 
-static bool has_comment(const struct profile *p, const char *text)
-{
-	for (size_t i = 0; i < p->ncomments; i++)
-		if (strstr(p->comments[i], text))
-			return true;
-	return false;
-}
-
 /* ---- the parser, on what a real jemalloc wrote ---------------------------- */
 
 Test(heap_jemalloc, parser_on_real_dump)
@@ -230,7 +222,7 @@ Test(heap_jemalloc, parser_on_real_dump)
 	o.sym = sym;
 	cr_assert_eq(jeprof_build(j, &o, &p), 0);
 	check_profile(p, report);
-	cr_expect(has_comment(p, "jemalloc's own heap profiler"));
+	cr_expect(th_has_comment(p, "jemalloc's own heap profiler"));
 	cr_expect_str_eq(p->default_sample_type, "inuse_space");
 	profile_free(p);
 	symbolizer_free(sym);
@@ -286,7 +278,7 @@ static void run_source(const char *what, const char *say, const char *const *arg
 	cr_expect(strstr(r.err, say), "%s: stderr does not say '%s'", what, say);
 	p = th_load_profile(out);
 	check_profile(p, report);
-	cr_expect(has_comment(p, "source: jemalloc's own heap profiler"), "%s: no comment", what);
+	cr_expect(th_has_comment(p, "source: jemalloc's own heap profiler"), "%s: no comment", what);
 	cr_expect_str_eq(p->default_sample_type, "alloc_space");
 	th_assert_pprof_ok(out);
 	/* Nothing hooked: no session's memfd, no thread stopped or traced. */

@@ -59,14 +59,6 @@ static struct profile *profile_node(bool perf_map, pid_t *ret_pid)
 	return p;
 }
 
-static bool has_comment(const struct profile *p, const char *what)
-{
-	for (size_t i = 0; i < p->ncomments; i++)
-		if (strstr(p->comments[i], what))
-			return true;
-	return false;
-}
-
 Test(jit, node_code_is_named_as_jit_not_as_node)
 {
 	double total = 0, jit = 0, named_by_node = 0;
@@ -96,7 +88,7 @@ Test(jit, node_code_is_named_as_jit_not_as_node)
 	cr_expect_geq(jit / total, JIT_LEAF_MIN, "only %.1f%% of the leaves named as JIT code",
 		      100 * jit / total);
 	cr_expect_eq(named_by_node, 0, "a mapping of node claims JIT code");
-	cr_expect(has_comment(p, "--perf-basic-prof"), "no note of the missing perf map");
+	cr_expect(th_has_comment(p, "--perf-basic-prof"), "no note of the missing perf map");
 	profile_free(p);
 	th_kill(pid);
 }
@@ -121,7 +113,7 @@ Test(jit, node_code_is_named_by_its_perf_map)
 	cr_assert_gt(total, 0);
 	cr_expect_geq(fib / total, JIT_LEAF_MIN, "only %.1f%% of the leaves are fib",
 		      100 * fib / total);
-	cr_expect(!has_comment(p, "--perf-basic-prof"), "the perf map was there");
+	cr_expect(!th_has_comment(p, "--perf-basic-prof"), "the perf map was there");
 	profile_free(p);
 	th_kill(pid);
 	snprintf(map, sizeof(map), "/tmp/perf-%d.map", (int)pid);

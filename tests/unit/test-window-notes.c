@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "session/session.h"
+#include "testhelp.h"
 
 static struct profile *empty(void)
 {
@@ -15,14 +16,6 @@ static struct profile *empty(void)
 
 	cr_assert_eq(profile_new(&p, t, 1), 0);
 	return p;
-}
-
-static bool said(const struct profile *p, const char *what)
-{
-	for (size_t i = 0; i < p->ncomments; i++)
-		if (strstr(p->comments[i], what))
-			return true;
-	return false;
 }
 
 Test(window_notes, a_whole_window_says_nothing)
@@ -44,14 +37,14 @@ Test(window_notes, each_shortfall_is_said)
 	struct profile *p = empty();
 
 	cr_assert_eq(agent_note_window(&w, p), 0);
-	cr_expect(said(p, "lost 3 records"));
-	cr_expect(said(p, "malformed"));
-	cr_expect(said(p, "only part of the window"));
+	cr_expect(th_has_comment(p, "lost 3 records"));
+	cr_expect(th_has_comment(p, "malformed"));
+	cr_expect(th_has_comment(p, "only part of the window"));
 	profile_free(p);
 	w = (struct window_result){ .counters = { .detach_reason = CPROF_DETACH_PEER_EXIT } };
 	p = empty();
 	cr_assert_eq(agent_note_window(&w, p), 0);
 	cr_expect_eq(p->ncomments, 1);
-	cr_expect(said(p, "only part of the window"));
+	cr_expect(th_has_comment(p, "only part of the window"));
 	profile_free(p);
 }
