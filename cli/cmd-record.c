@@ -27,6 +27,7 @@
 #include "record.h"
 #include "report.h"
 #include "run.h"
+#include "symbolize/symbolize.h"
 #include "util/parse.h"
 #include "util/util.h"
 
@@ -204,6 +205,7 @@ static void open_agent(struct record *rec, const struct target *t)
 			   [CPROF_KIND_MUTEX] = CPROF_WIRE_MUTEX_RATE_DEFAULT },
 		.duration_ns = rec->duration_ns,
 		.command_line = rec->command_line,
+		.sym = rec->sym,
 	};
 	size_t n = 0;
 	int r;
@@ -242,9 +244,10 @@ static void open_samplers(struct record *rec, const struct target *t)
 		.pid = t->pid, .hz = HZ,
 		.scope = perf_system_scope_allowed() ? PERF_SCOPE_SYSTEM : PERF_SCOPE_THREAD,
 		.kernel = perf_kernel_samples_allowed(), .command_line = rec->command_line,
+		.sym = rec->sym,
 	};
 	struct wall_profiler_opts wo = { .pid = t->pid, .hz = HZ,
-					 .command_line = rec->command_line };
+					 .command_line = rec->command_line, .sym = rec->sym };
 	char why[1024];
 
 	preflight_raise_nofile();
@@ -254,7 +257,7 @@ static void open_samplers(struct record *rec, const struct target *t)
 	    profiler_new_wall(&rec->e[RK_WALL].p, &wo, why, sizeof(why)) < 0)
 		refuse(&rec->e[RK_WALL], "%s", why);
 	if (rec->e[RK_THREADS].asked && profiler_new_threads(&rec->e[RK_THREADS].p, t->pid,
-							     rec->command_line) < 0)
+							     rec->sym, rec->command_line) < 0)
 		refuse(&rec->e[RK_THREADS], "%s", "out of memory");
 }
 
@@ -339,7 +342,7 @@ static void threads_at_end(struct record *rec)
 		snprintf(e->refused, sizeof(e->refused), "the process exited during the window");
 		return;
 	}
-	r = profiler_new_threads(&e->p, rec->pid, rec->command_line);
+	r = profiler_new_threads(&e->p, rec->pid, rec->sym, rec->command_line);
 	if (r == 0)
 		r = profiler_start(e->p, why, sizeof(why));
 	if (r == 0)
@@ -452,6 +455,11 @@ int record_once(const struct record_opts *o, const struct target *t)
 		return EXIT_OUTPUT;
 	}
 	rec.dir = d.final;
+	/* One symbolizer for all: each file opened and each address looked
+	 * up once, not once a kind, after the window. On failure each kind
+	 * tries its own and says why. */
+	if (symbolizer_new(&rec.sym, t->pid) < 0)
+		rec.sym = NULL;
 	open_agent(&rec, t);
 	open_samplers(&rec, t);
 	start_all(&rec);
@@ -481,6 +489,7 @@ int record_once(const struct record_opts *o, const struct target *t)
 		profile_free(rec.e[k].profile);
 		profiler_free(rec.e[k].p);
 	}
+	symbolizer_unref(rec.sym);
 	return code;
 }
 

@@ -94,7 +94,7 @@ static int open_profiler(void *ctx, struct run *run)
 	int r;
 
 	(void)ctx;
-	r = profiler_new_threads(&run->p, run->target.pid, run->command_line);
+	r = profiler_new_threads(&run->p, run->target.pid, NULL, run->command_line);
 	if (r < 0) {
 		report_error("cannot look at pid %d: %s", run->target.pid, strerror(-r));
 		return EXIT_FAIL;

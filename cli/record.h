@@ -48,6 +48,7 @@ struct record {
 	int64_t start_realtime_ns; /* the window's */
 	uint64_t window_ns;
 	bool interrupted, target_exited;
+	struct symbolizer *sym;    /* every kind's modules, read once; NULL: each its own */
 	struct record_entry e[RK_N];
 };
 

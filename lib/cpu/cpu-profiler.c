@@ -33,7 +33,7 @@ struct cpu_profiler {
 	struct cpu_profiler_opts opts;
 	struct perf_opts popts;
 	struct symbolizer *sym;
-	struct unwinder *unw;
+	struct unwinder *unw;       /* sym's */
 	struct perf_session *perf;
 	struct profile *profile;
 	struct u64map thread_names; /* tid -> const char * interned in profile */
@@ -214,12 +214,12 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 		}
 	}
 	/* Modules first, while the target surely lives: maps, ELF files, vDSO. */
-	r = symbolizer_new(&p->sym, o->pid);
+	r = symbolizer_share(&p->sym, o->sym, o->pid);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot read the modules of pid %d: %s", o->pid, strerror(-r));
 		goto out_free;
 	}
-	r = unwinder_new(&p->unw, symbolizer_dwfl(p->sym), o->pid);
+	r = symbolizer_unwinder(p->sym, &p->unw);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot set up unwinding: %s", strerror(-r));
 		goto out_free;
@@ -413,8 +413,7 @@ void cpu_profiler_free(struct cpu_profiler *p)
 		return;
 	/* Events first: closing them is what stops sampling the target. */
 	perf_session_free(p->perf);
-	unwinder_free(p->unw);
-	symbolizer_free(p->sym);
+	symbolizer_unref(p->sym);
 	profile_free(p->profile);
 	u64map_release(&p->thread_names);
 	kallsyms_release(&p->ksyms);

@@ -25,6 +25,7 @@ struct cpu_profiler_opts {
 	bool kernel; /* count time spent in the kernel (needs privilege) */
 	bool kernel_stacks; /* kernel frames on top of the user stacks (needs @kernel) */
 	const char *command_line; /* for the profile's comments */
+	struct symbolizer *sym;   /* shared with other profilers; NULL: its own */
 };
 
 struct cpu_profiler_stats {

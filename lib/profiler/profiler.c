@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "agent/wire.h"
+#include "symbolize/symbolize.h"
 #include "util/util.h"
 
 struct profiler_ops {
@@ -29,6 +30,7 @@ struct profiler {
 	/* threads: what start takes */
 	pid_t pid;
 	const char *command_line;
+	struct symbolizer *sym; /* a reference, or NULL: the snapshot's own */
 };
 
 static int new_profiler(struct profiler **ret, const struct profiler_ops *ops, const char *kind,
@@ -174,7 +176,7 @@ static int threads_start(struct profiler *p, char *err, size_t errlen)
 
 	if (p->impl)
 		return -EALREADY;
-	r = threads_snapshot_take(&s, p->pid, err, errlen);
+	r = threads_snapshot_take(&s, p->pid, p->sym, err, errlen);
 	if (r == 0)
 		p->impl = s;
 	return r;
@@ -233,7 +235,8 @@ static const struct profiler_ops threads_ops = {
 	.symbolizer = threads_sym, .free = threads_free,
 };
 
-int profiler_new_threads(struct profiler **ret, pid_t pid, const char *command_line)
+int profiler_new_threads(struct profiler **ret, pid_t pid, struct symbolizer *sym,
+			 const char *command_line)
 {
 	int r;
 
@@ -242,6 +245,7 @@ int profiler_new_threads(struct profiler **ret, pid_t pid, const char *command_l
 	if (r == 0) {
 		(*ret)->pid = pid;
 		(*ret)->command_line = command_line;
+		(*ret)->sym = sym ? symbolizer_ref(sym) : NULL;
 	}
 	return r;
 }
@@ -545,5 +549,6 @@ void profiler_free(struct profiler *p)
 		return;
 	if (p->impl)
 		p->ops->free(p->impl);
+	symbolizer_unref(p->sym);
 	free(p);
 }

@@ -35,8 +35,10 @@ int profiler_new_cpu(struct profiler **ret, const struct cpu_profiler_opts *o, c
 		     size_t errlen);
 int profiler_new_wall(struct profiler **ret, const struct wall_profiler_opts *o, char *err,
 		      size_t errlen);
-/* The threads' snapshot of @pid, taken at start. */
-int profiler_new_threads(struct profiler **ret, pid_t pid, const char *command_line);
+/* The threads' snapshot of @pid, taken at start, with @sym's modules
+ * (shared with other profilers; NULL: its own). */
+int profiler_new_threads(struct profiler **ret, pid_t pid, struct symbolizer *sym,
+			 const char *command_line);
 /* heap, block, mutex or threadcreate, as @o->events says. */
 int profiler_new_agent(struct profiler **ret, const struct agent_profiler_opts *o,
 		       const char *comm, char *err, size_t errlen);

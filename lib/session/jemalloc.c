@@ -193,7 +193,7 @@ int jemalloc_dump_take(struct jemalloc_dump *d, pid_t pid, const struct agent_se
 	size_t len = 0;
 	int r, res = 0;
 
-	r = agent_session_prepare(&d->s, pid);
+	r = agent_session_prepare(&d->s, pid, NULL);
 	d->prof = NULL;
 	d->inactive = false;
 	d->failed = 0;

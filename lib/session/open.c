@@ -7,7 +7,7 @@
 
 #include "target/target.h"
 
-int agent_session_prepare(struct agent_session *s, pid_t pid)
+int agent_session_prepare(struct agent_session *s, pid_t pid, struct symbolizer *sym)
 {
 	int r;
 
@@ -17,9 +17,9 @@ int agent_session_prepare(struct agent_session *s, pid_t pid)
 	s->claim.fd = -1;
 	r = maps_read(pid, &s->maps);
 	if (r == 0)
-		r = symbolizer_new(&s->sym, pid);
+		r = symbolizer_share(&s->sym, sym, pid);
 	if (r == 0)
-		r = unwinder_new(&s->unw, symbolizer_dwfl(s->sym), pid);
+		r = symbolizer_unwinder(s->sym, &s->unw);
 	if (r < 0)
 		s->failed = AGENT_SESSION_MODULES;
 	return r;
@@ -116,8 +116,7 @@ void agent_session_release(struct agent_session *s)
 	s->ch = NULL;
 	if (s->pid) /* prepared: a zeroed session holds no claim */
 		target_claim_drop(&s->claim);
-	unwinder_free(s->unw);
-	symbolizer_free(s->sym);
+	symbolizer_unref(s->sym);
 	maps_release(&s->maps);
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;

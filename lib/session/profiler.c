@@ -93,7 +93,7 @@ int agent_profiler_new(struct agent_profiler **ret, const struct agent_profiler_
 		.looking = o->looking,
 	};
 	memcpy(p->so.rates, o->rates, sizeof(p->so.rates));
-	r = agent_session_prepare(&p->s, o->pid);
+	r = agent_session_prepare(&p->s, o->pid, o->sym);
 	if (r < 0) {
 		agent_session_strerror(&p->s, &p->so, r, comm, err, errlen);
 		agent_profiler_free(p);

@@ -40,6 +40,7 @@ struct agent_profiler_opts {
 	void (*progress)(void *arg, uint64_t elapsed_ns, uint64_t records);
 	void *progress_arg;
 	const char *command_line;  /* for the profile's comments */
+	struct symbolizer *sym;    /* shared with other profilers; NULL: its own */
 };
 
 struct agent_profiler;

@@ -73,7 +73,7 @@ struct agent_session {
 	pid_t pid;
 	struct maps maps;
 	struct symbolizer *sym;  /* the target's modules, the agent included */
-	struct unwinder *unw;    /* on sym's Dwfl: the only one it may have */
+	struct unwinder *unw;    /* sym's (symbolizer_unwinder()) */
 	int fd;                  /* the agent's memfd, as numbered in the target */
 	struct channel *ch;      /* ... opened */
 	struct inject_report rep;
@@ -84,10 +84,11 @@ struct agent_session {
 };
 
 /*
- * Reads @pid's modules into @s (zeroed first): 0 or -errno. Every other
- * call of @s comes after; agent_session_release() in any case.
+ * Reads @pid's modules into @s (zeroed first), or shares @sym's
+ * (symbolizer_share(); NULL: its own): 0 or -errno. Every other call of
+ * @s comes after; agent_session_release() in any case.
  */
-int agent_session_prepare(struct agent_session *s, pid_t pid);
+int agent_session_prepare(struct agent_session *s, pid_t pid, struct symbolizer *sym);
 
 /*
  * Loads the agent into the target and starts a session recording @o's

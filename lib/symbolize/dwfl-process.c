@@ -24,6 +24,7 @@
 
 #include "symbolize/symbolize-private.h"
 #include "target/target.h"
+#include "unwind/unwind.h"
 
 /* libdw's default, ":.debug:/usr/lib/debug", and then the container's. */
 #define DEBUGINFO_PATH ":.debug:/usr/lib/debug"
@@ -362,6 +363,7 @@ int symbolizer_new(struct symbolizer **ret, pid_t pid)
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	s->refs = 1;
 	s->pid = pid;
 	strpool_init(&s->strings);
 	u64map_init(&s->cache);
@@ -393,13 +395,31 @@ int symbolizer_new(struct symbolizer **ret, pid_t pid)
 	return 0;
 
 out_free:
-	symbolizer_free(s);
+	symbolizer_unref(s);
 	return r;
 }
 
-void symbolizer_free(struct symbolizer *s)
+struct symbolizer *symbolizer_ref(struct symbolizer *s)
 {
-	if (!s)
+	s->refs++;
+	return s;
+}
+
+int symbolizer_share(struct symbolizer **ret, struct symbolizer *shared, pid_t pid)
+{
+	if (!shared)
+		return symbolizer_new(ret, pid);
+	if (shared->pid != pid)
+		return -EINVAL;
+	/* -ESRCH keeps what it has: the caller finds the target gone itself. */
+	symbolizer_refresh(shared);
+	*ret = symbolizer_ref(shared);
+	return 0;
+}
+
+void symbolizer_unref(struct symbolizer *s)
+{
+	if (!s || --s->refs > 0)
 		return;
 	for (size_t i = 0; i < s->ninfos; i++)
 		free((void *)s->infos[i].frames);
@@ -413,6 +433,8 @@ void symbolizer_free(struct symbolizer *s)
 	free(s->modules);
 	if (s->dwfl)
 		dwfl_end(s->dwfl);
+	/* After dwfl_end(), which never calls back into it. */
+	unwinder_free(s->unw);
 	free(s->debuginfo_path);
 	maps_release(&s->maps);
 	free(s->perfmap.v);
@@ -423,6 +445,19 @@ void symbolizer_free(struct symbolizer *s)
 Dwfl *symbolizer_dwfl(struct symbolizer *s)
 {
 	return s->dwfl;
+}
+
+int symbolizer_unwinder(struct symbolizer *s, struct unwinder **ret)
+{
+	int r;
+
+	if (!s->unw) {
+		r = unwinder_new(&s->unw, s->dwfl, s->pid);
+		if (r < 0)
+			return r;
+	}
+	*ret = s->unw;
+	return 0;
 }
 
 int symbolizer_refresh(struct symbolizer *s)

@@ -56,11 +56,13 @@ struct perfmap {
 };
 
 struct symbolizer {
+	unsigned refs;            /* symbolizer_ref()'s, the creator's included */
 	pid_t pid;
 	Dwfl_Callbacks callbacks; /* libdw keeps a pointer to these */
 	char *debuginfo_path;     /* NULL: libdw's default */
 	bool other_root;          /* target_other_root() */
 	Dwfl *dwfl;
+	struct unwinder *unw; /* symbolizer_unwinder()'s, once asked */
 	const char *exe; /* /proc/PID/exe as it was at symbolizer_new(); pooled */
 	const char *program; /* the main module's path as started, or NULL; pooled */
 	struct sym_module *main_module;

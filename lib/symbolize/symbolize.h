@@ -42,12 +42,27 @@ struct symbol_info {
 	uint64_t offset_in_function; /* address - start of the outermost function */
 };
 
-/* Reports the modules of live process @pid and opens their ELF files. */
+/*
+ * Reports the modules of live process @pid and opens their ELF files.
+ * Several profilers of one target may share one (symbolizer_ref()): its
+ * files are opened and its DWARF read once, and each address symbolized
+ * once for all their profiles. The last symbolizer_unref() frees it.
+ */
 int symbolizer_new(struct symbolizer **ret, pid_t pid);
-void symbolizer_free(struct symbolizer *s);
+struct symbolizer *symbolizer_ref(struct symbolizer *s);
+void symbolizer_unref(struct symbolizer *s);
+/* @shared with a reference taken and its modules refreshed (a library
+ * loaded since is named too), or, when NULL, symbolizer_new(). */
+int symbolizer_share(struct symbolizer **ret, struct symbolizer *shared, pid_t pid);
 
 /* The Dwfl with the target's modules, for lib/unwind. Owned by @s. */
 Dwfl *symbolizer_dwfl(struct symbolizer *s);
+
+/* The unwinder on that Dwfl, made at the first call: a Dwfl takes one
+ * (unwinder_new()), so every sharer of @s unwinds with this one, from
+ * one thread at a time. Owned by @s. 0 or -errno. */
+struct unwinder;
+int symbolizer_unwinder(struct symbolizer *s, struct unwinder **ret);
 
 /*
  * Re-reads /proc/PID/maps and reports modules that appeared since (dlopen).
@@ -60,7 +75,7 @@ int symbolizer_refresh_arg(void *symbolizer);
 /*
  * Symbolizes @address (a leaf PC or a return address - 1). An address with no
  * symbol still gets one frame, named "module+0xoff" or "0xaddr". The result
- * is cached and stays valid until symbolizer_free().
+ * is cached and stays valid until symbolizer_unref().
  */
 int symbolizer_lookup(struct symbolizer *s, uint64_t address, struct symbol_info *ret);
 

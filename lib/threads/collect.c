@@ -159,7 +159,8 @@ static int read_before(pid_t pid, struct thread_record **ret, size_t *ret_n)
 	return 0;
 }
 
-int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, size_t errlen)
+int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbolizer *sym,
+			  char *err, size_t errlen)
 {
 	struct ptrace_snapshot_opts po = { .max_stack = MAX_STACK,
 					   .stop_timeout_ms = STOP_TIMEOUT_MS };
@@ -180,12 +181,12 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, s
 	s->other_pidns = target_other_pidns(pid);
 	target_process_name(pid, s->comm, sizeof(s->comm));
 	/* Before anything stops: the modules (and vDSO), the maps, names. */
-	r = symbolizer_new(&s->sym, pid);
+	r = symbolizer_share(&s->sym, sym, pid);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot read the modules of pid %d: %s", pid, strerror(-r));
 		goto out_free;
 	}
-	r = unwinder_new(&unw, symbolizer_dwfl(s->sym), pid);
+	r = symbolizer_unwinder(s->sym, &unw);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot set up unwinding: %s", strerror(-r));
 		goto out_free;
@@ -236,7 +237,6 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, s
 	}
 	ptrace_snapshot_release(&ps);
 	maps_release(&maps);
-	unwinder_free(unw);
 	free(before);
 	*ret = s;
 	return 0;
@@ -244,7 +244,6 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, s
 out_free:
 	ptrace_snapshot_release(&ps);
 	maps_release(&maps);
-	unwinder_free(unw);
 	free(before);
 	threads_snapshot_free(s);
 	return r;
@@ -257,6 +256,6 @@ void threads_snapshot_free(struct threads_snapshot *s)
 	for (size_t i = 0; i < s->nthreads; i++)
 		free(s->threads[i].pcs);
 	free(s->threads);
-	symbolizer_free(s->sym);
+	symbolizer_unref(s->sym);
 	free(s);
 }

@@ -47,11 +47,12 @@ struct threads_snapshot {
 };
 
 /*
- * Reads the target's modules and threads, takes the snapshot, unwinds.
- * Returns -ESRCH (gone), -EPERM (cannot be traced), or other -errno with a
- * message in @err.
+ * Reads the target's modules (or shares @sym's, symbolizer_share()) and
+ * threads, takes the snapshot, unwinds. Returns -ESRCH (gone), -EPERM
+ * (cannot be traced), or other -errno with a message in @err.
  */
-int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, char *err, size_t errlen);
+int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbolizer *sym,
+			  char *err, size_t errlen);
 void threads_snapshot_free(struct threads_snapshot *s);
 
 /* "running", "sleeping in futex_wait", "disk sleep in read", "stopped", ... */

@@ -70,7 +70,7 @@ struct wall_profiler {
 	struct wall_profiler_opts opts;
 	struct perf_opts popts;
 	struct symbolizer *sym;
-	struct unwinder *unw;
+	struct unwinder *unw;       /* sym's */
 	struct perf_session *perf; /* NULL: refused, no CPU stacks */
 	struct perf_session *switches; /* NULL: none, or closed (too many) */
 	bool switches_decided;
@@ -727,12 +727,12 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 					  (int64_t)p->tick_ns, o->command_line, &p->process_name);
 	if (r < 0)
 		goto out_free;
-	r = symbolizer_new(&p->sym, o->pid);
+	r = symbolizer_share(&p->sym, o->sym, o->pid);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot read the modules of pid %d: %s", o->pid, strerror(-r));
 		goto out_free;
 	}
-	r = unwinder_new(&p->unw, symbolizer_dwfl(p->sym), o->pid);
+	r = symbolizer_unwinder(p->sym, &p->unw);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot set up unwinding: %s", strerror(-r));
 		goto out_free;
@@ -946,8 +946,7 @@ void wall_profiler_free(struct wall_profiler *p)
 	u64map_release(&p->by_tid);
 	u64map_release(&p->births);
 	maps_release(&p->maps);
-	unwinder_free(p->unw);
-	symbolizer_free(p->sym);
+	symbolizer_unref(p->sym);
 	profile_free(p->profile);
 	free(p);
 }

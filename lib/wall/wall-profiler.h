@@ -34,6 +34,7 @@ struct wall_profiler_opts {
 	pid_t pid;
 	unsigned hz;              /* ticks a second, and CPU samples a CPU second */
 	const char *command_line; /* for the profile's comments */
+	struct symbolizer *sym;   /* shared with other profilers; NULL: its own */
 };
 
 /* How the waits for a CPU are split between the stack a thread ran on and

@@ -42,6 +42,6 @@ int main(void)
 	       "cached lookup %.0f ns\n",
 	       mod / 1e6, si.module && si.module->has_lines ? " + DWARF" : "",
 	       cold / 1e3 / N, (double)warm / ROUNDS / N);
-	symbolizer_free(sym);
+	symbolizer_unref(sym);
 	return 0;
 }

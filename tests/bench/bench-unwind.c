@@ -138,6 +138,6 @@ int main(void)
 	if (r == 0)
 		r = measure(unw, true, "through qsort");
 	unwinder_free(unw);
-	symbolizer_free(sym);
+	symbolizer_unref(sym);
 	return r < 0 ? 1 : 0;
 }

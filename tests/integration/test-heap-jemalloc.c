@@ -225,7 +225,7 @@ Test(heap_jemalloc, parser_on_real_dump)
 	cr_expect(th_has_comment(p, "jemalloc's own heap profiler"));
 	cr_expect_str_eq(p->default_sample_type, "inuse_space");
 	profile_free(p);
-	symbolizer_free(sym);
+	symbolizer_unref(sym);
 	jeprof_free(j);
 	free(text);
 	th_kill(pid);

@@ -58,7 +58,7 @@ static int inject(pid_t pid, const char *agent, struct session *s)
 	o.unw = s->unw;
 	r = inject_agent(pid, &o, &s->rep);
 	unwinder_free(s->unw);
-	symbolizer_free(s->sym);
+	symbolizer_unref(s->sym);
 	maps_release(&s->maps);
 	return r;
 }

@@ -218,7 +218,7 @@ static int oracle_rounds(pid_t pid, int rounds, int min_frames)
 		cr_log_info("%d walks through the vDSO compared up to its first frame only: "
 			    "libunwind-ptrace has no CFI for it", cut_walks);
 	unwinder_free(unw);
-	symbolizer_free(sym);
+	symbolizer_unref(sym);
 	unw_destroy_addr_space(as);
 	return compared;
 }

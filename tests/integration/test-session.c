@@ -87,7 +87,7 @@ Test(session, window_collects_and_detaches)
 
 	skip_without_ptrace();
 	pid = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
-	cr_assert_eq(agent_session_prepare(&s, pid), 0);
+	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
 	r = agent_session_open(&s, &o);
 	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s.failed, s.rep.why);
 	cr_assert_not_null(s.ch);
@@ -129,7 +129,7 @@ Test(session, window_in_steps_ends_when_the_caller_says)
 
 	skip_without_ptrace();
 	pid = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
-	cr_assert_eq(agent_session_prepare(&s, pid), 0);
+	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
 	r = agent_session_open(&s, &o);
 	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s.failed, s.rep.why);
 	agent_window_begin(&w, s.ch, pid, &wo, &h);
@@ -171,7 +171,7 @@ Test(session, cancelled_before_a_thread_is_stopped)
 	skip_without_ptrace();
 	pid = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
 	o.cancelled = cancel_at_once;
-	cr_assert_eq(agent_session_prepare(&s, pid), 0);
+	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
 	r = agent_session_open(&s, &o);
 	cr_assert_eq(r, -ECANCELED, "open: %d", r);
 	cr_assert_eq(s.failed, AGENT_SESSION_INJECT);
@@ -209,7 +209,7 @@ Test(session, second_session_is_refused_with_its_holder)
 		close(ready[0]);
 		close(hold[1]);
 		alarm(60);
-		if (agent_session_prepare(&hs, pid) < 0 || agent_session_open(&hs, &o) < 0)
+		if (agent_session_prepare(&hs, pid, NULL) < 0 || agent_session_open(&hs, &o) < 0)
 			_exit(1);
 		if (write(ready[1], "o", 1) != 1)
 			_exit(1);
@@ -224,7 +224,7 @@ Test(session, second_session_is_refused_with_its_holder)
 	close(hold[0]);
 	cr_assert_eq(read(ready[0], &b, 1), 1, "the holder could not open its session");
 
-	cr_assert_eq(agent_session_prepare(&s, pid), 0);
+	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
 	r = agent_session_open(&s, &o);
 	cr_assert_eq(r, -EBUSY, "open beside another session: %d", r);
 	cr_assert_eq(s.failed, AGENT_SESSION_CLAIM);
@@ -330,7 +330,7 @@ Test(session, every_kind_in_one_run, .timeout = 180)
 	cr_assert_eq(nagent, P_CPU);
 	cr_assert_eq(profiler_new_cpu(&ps[P_CPU], &co, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(profiler_new_wall(&ps[P_WALL], &wo, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(profiler_new_threads(&ps[P_THREADS], pid, "test-session"), 0);
+	cr_assert_eq(profiler_new_threads(&ps[P_THREADS], pid, NULL, "test-session"), 0);
 	t0 = th_now_ns();
 	th_cpustat_read(&load0);
 	cr_assert_eq(profilers_run(ps, P_N, &ro, &exited, err, sizeof(err)), 0, "%s", err);

@@ -24,6 +24,7 @@
 #include "profile/profile.h"
 #include "symbolize/symbolize-private.h"
 #include "symbolize/symbolize.h"
+#include "unwind/unwind.h"
 #include "util/util.h"
 #include "testhelp.h"
 
@@ -65,7 +66,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	symbolizer_free(sym);
+	symbolizer_unref(sym);
 	sym = NULL;
 }
 
@@ -323,7 +324,7 @@ Test(symbolize, cxx_names_are_demangled)
 	cr_assert_eq(symbolizer_lookup(s, (uint64_t)(uintptr_t)f, &si), 0);
 	cr_assert_str_eq(si.frames[si.nframes - 1].function, "std::exception::~exception()");
 	cr_assert_eq(strncmp(si.frames[si.nframes - 1].system_name, "_ZNSt9exception", 15), 0);
-	symbolizer_free(s);
+	symbolizer_unref(s);
 }
 
 /* Whether the text writers add "+0xOFF" after a name. */
@@ -406,6 +407,46 @@ Test(symbolize, refresh_finds_dlopened_modules)
 	dlclose(h);
 }
 
+/*
+ * A symbolizer shared by several profilers (cprof record): the sharer sees
+ * a library loaded since it was made, the object lives until the last
+ * reference is dropped, and every sharer unwinds with its one unwinder.
+ */
+Test(symbolize, shared_until_the_last_reference)
+{
+	struct symbolizer *shared = NULL, *wrong = NULL;
+	struct unwinder *u1 = NULL, *u2 = NULL, *other = NULL;
+	struct symbol_info si;
+	uint64_t addr;
+	void *h;
+
+	if (dlopen("libthread_db.so.1", RTLD_LAZY | RTLD_NOLOAD))
+		cr_skip_test("libthread_db.so.1 is loaded already");
+	h = dlopen("libthread_db.so.1", RTLD_LAZY);
+	if (!h)
+		TH_SKIP_MISSING("no libthread_db.so.1");
+	addr = (uint64_t)(uintptr_t)dlsym(h, "td_init");
+	cr_assert_neq(addr, 0);
+
+	cr_assert_eq(symbolizer_share(&wrong, sym, getppid()), -EINVAL);
+	cr_assert_null(wrong);
+	cr_assert_eq(symbolizer_share(&shared, sym, getpid()), 0);
+	cr_assert_eq(shared, sym, "a sharer gets the same object");
+	cr_assert_eq(symbolizer_unwinder(shared, &u1), 0);
+	cr_assert_eq(symbolizer_unwinder(sym, &u2), 0);
+	cr_assert_eq(u1, u2, "one unwinder for every sharer");
+	cr_assert_eq(unwinder_new(&other, symbolizer_dwfl(sym), getpid()), -EBUSY);
+
+	/* The creator lets go first: the sharer's object lives on. */
+	symbolizer_unref(sym);
+	sym = NULL;
+	cr_assert_eq(symbolizer_lookup(shared, addr, &si), 0);
+	cr_assert_not_null(si.module, "the share refreshed the modules");
+	cr_assert_not_null(strstr(si.frames[si.nframes - 1].function, "td_init"));
+	symbolizer_unref(shared);
+	dlclose(h);
+}
+
 /* A forked copy has our address space: the truth is known in here. */
 Test(symbolize, works_after_the_target_exits)
 {
@@ -441,7 +482,7 @@ Test(symbolize, works_after_the_target_exits)
 	cr_assert_str_eq(si.frames[si.nframes - 1].function, "qsort");
 	cr_assert_eq(symbolizer_refresh(s), -ESRCH);
 	cr_assert_eq(symbolizer_lookup(s, pc, &si), 0);
-	symbolizer_free(s);
+	symbolizer_unref(s);
 }
 
 Test(symbolize, no_such_process)
@@ -581,7 +622,7 @@ Test(symbolize, a_file_mapped_again_far_away)
 	/* The second view is called: it is code, not a copy of bytes. */
 	cr_assert_eq(((unsigned long (*)(unsigned long))(view + (fn - page)))(3), remap_me(3));
 
-	symbolizer_free(sym);
+	symbolizer_unref(sym);
 	cr_assert_eq(symbolizer_new(&sym, getpid()), 0);
 	cr_assert_eq(symbolizer_lookup(sym, (uint64_t)(uintptr_t)view + (fn - page) + 1, &si), 0);
 	cr_expect_str_eq(si.frames[si.nframes - 1].function, "remap_me");
@@ -637,7 +678,7 @@ Test(symbolize, perf_map_names_generated_code)
 	fprintf(f, "%" PRIx64 " 40 LazyCompile:*work /app/work.js:3\n", a);
 	fprintf(f, "%" PRIx64 " 10 stub with spaces\n", a + 0x80);
 	fclose(f);
-	symbolizer_free(sym);
+	symbolizer_unref(sym);
 	cr_assert_eq(symbolizer_new(&sym, getpid()), 0);
 	cr_assert_eq(symbolizer_lookup(sym, a + 0x10, &si), 0);
 	cr_expect_str_eq(si.frames[0].function, "LazyCompile:*work /app/work.js:3");
@@ -650,7 +691,7 @@ Test(symbolize, perf_map_names_generated_code)
 	unlink(path);
 
 	cr_assert_eq(mkfifo(path, 0600), 0);
-	symbolizer_free(sym);
+	symbolizer_unref(sym);
 	cr_assert_eq(symbolizer_new(&sym, getpid()), 0, "a FIFO for a map held the symbolizer");
 	cr_assert_eq(symbolizer_lookup(sym, a + 0x10, &si), 0);
 	cr_expect(!strncmp(si.frames[0].function, "[JIT] 0x", 8), "%s", si.frames[0].function);

@@ -192,7 +192,7 @@ static void setup(void)
 static void teardown(void)
 {
 	unwinder_free(unw);
-	symbolizer_free(sym);
+	symbolizer_unref(sym);
 	free(cap.stack);
 	cap.stack = NULL;
 }
