@@ -12,6 +12,8 @@
 #include "util/util.h"
 
 #define TICK_MS 10
+/* The most one turn of the serve loop drains for. */
+#define DRAIN_BUDGET_NS (100ULL * 1000 * 1000)
 #define REQUEST_MAX 128
 /* What one client may hold the serve loop for, request and reply: well
  * inside the agent's heartbeat bound, CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS. */
@@ -277,7 +279,10 @@ void keep_serve(int lfd, struct channel *ch, const struct target *t,
 
 		if (ch) {
 			channel_heartbeat(ch);
-			if (!broken && channel_drain(ch, h) == -EPROTO)
+			/* Bounded: a ring filled while a client held the loop
+			 * must not hold the next heartbeat too. */
+			if (!broken && channel_drain_until(ch, h, now_monotonic_ns() +
+							   DRAIN_BUDGET_NS) == -EPROTO)
 				broken = true; /* garbage in the ring: keep the hooks' lifeline only */
 			/* The agent ended the session (it took us for gone): no
 			 * more answers from totals that no longer move; the name

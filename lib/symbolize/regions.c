@@ -106,12 +106,14 @@ uint64_t sym_region_translate(const struct symbolizer *s, uint64_t address)
 bool sym_region_run(const struct symbolizer *s, uint64_t address, uint64_t *ret_start,
 		    uint64_t *ret_end, uint64_t *ret_offset)
 {
-	const struct map_entry *e = maps_find(&s->maps, address), *lo, *hi;
-	const struct map_entry *v = s->maps.entries, *last = v + s->maps.n - 1;
+	const struct map_entry *e = maps_find(&s->maps, address), *lo, *hi, *last;
+	const struct map_entry *v = s->maps.entries;
 	size_t ilo, ihi;
 
+	/* No maps (never read, the target gone): no entry, and no last one. */
 	if (!e || !is_file(e))
 		return false;
+	last = v + s->maps.n - 1;
 	/* The image libdw's module describes is one mapping, as before... */
 	if (first_image(s, e, &ilo, &ihi) && (size_t)(e - v) >= ilo && (size_t)(e - v) < ihi) {
 		*ret_start = v[ilo].start;
