@@ -43,7 +43,6 @@ struct heap_run {
 	int keep_lfd, keep_code_fd;
 	struct agent_profiler *ap;
 	pid_t pid;
-	uint64_t start_realtime_ns;
 	const char *command_line;
 };
 
@@ -202,37 +201,14 @@ static void hooks_summary(const struct heap_run *a, const struct run *run)
 			       plural(st->allocs, "stack", "stacks"));
 }
 
-/* What is in use now: one fresh snapshot of the live set. */
-static int keep_take_live(struct heap_run *a)
-{
-	struct window_result w = { 0 };
-	struct channel_counters c;
-	int r;
-
-	struct channel *ch = agent_profiler_channel(a->ap);
-	struct heap *h = agent_profiler_heap(a->ap);
-
-	heap_reset_live(h);
-	r = agent_window_live(ch, agent_profiler_handlers(a->ap), &w, a->pid);
-	channel_counters(ch, &c);
-	heap_set_lost(h, c.lost_allocs, c.lost);
-	return r;
-}
-
 /* The background session's profile since sampling began, as pprof. */
 static int keep_encode(struct heap_run *a, const char *index, char **ret, size_t *ret_len)
 {
-	struct channel_counters c;
 	struct profile *p = NULL;
 	uint8_t *buf;
 	int r;
 
-	r = heap_build(agent_profiler_heap(a->ap), index, a->command_line,
-		       (int64_t)a->start_realtime_ns,
-		       (int64_t)(now_realtime_ns() - a->start_realtime_ns), &p);
-	channel_counters(agent_profiler_channel(a->ap), &c);
-	if (r == 0)
-		r = agent_note_lost(&c, p);
+	r = agent_profiler_build_now(a->ap, CPROF_EVENTS_HEAP, index, &p);
 	if (r == 0)
 		r = pprof_encode_gzip(p, &buf, ret_len);
 	if (r == 0)
@@ -259,12 +235,12 @@ static int keep_render_text(struct heap_run *a, char **ret, size_t *ret_len)
 static int keep_render(void *ctx, const char *index, int debug, char **ret, size_t *ret_len)
 {
 	struct heap_run *a = ctx;
-	int r = keep_take_live(a);
 
-	if (r < 0)
-		return r;
-	if (debug == 1)
-		return keep_render_text(a, ret, ret_len);
+	if (debug == 1) {
+		int r = agent_profiler_take_live(a->ap);
+
+		return r < 0 ? r : keep_render_text(a, ret, ret_len);
+	}
 	for (size_t i = 0; i < ARRAY_SIZE(indexes); i++)
 		if (!strcmp(index, indexes[i]))
 			return keep_encode(a, indexes[i], ret, ret_len);
@@ -375,7 +351,6 @@ static int keep_after(struct heap_run *a, struct run *run, int code)
 	a->ap = ap;
 	a->command_line = run->command_line;
 	a->pid = run->target.pid;
-	a->start_realtime_ns = agent_profiler_window(ap)->start_realtime_ns;
 	return keep_go_on(a->keep_lfd, a->keep_code_fd, code, ch, &run->target,
 			  agent_profiler_handlers(ap), keep_render, a, output_name(&run->out));
 }

@@ -13,6 +13,7 @@ int cmd_block(int argc, char **argv);
 int cmd_mutex(int argc, char **argv);
 int cmd_threadcreate(int argc, char **argv);
 int cmd_record(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_view(int argc, char **argv);
 
 /* cprof --version: version, libraries, debuginfod, the agent's path (version.c). */

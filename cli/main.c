@@ -20,6 +20,7 @@ static const struct command commands[] = {
 	{ "mutex", cmd_mutex, "which lock holders make others wait (agent)" },
 	{ "threadcreate", cmd_threadcreate, "the stacks that create threads (agent)" },
 	{ "record", cmd_record, "every kind above of one process in one window, into a directory" },
+	{ "serve", cmd_serve, "Go's /debug/pprof endpoints of one process, for pprof and scrapers" },
 	{ "view", cmd_view, "show a pprof file: top table, folded stacks, tree, flame graph" },
 };
 

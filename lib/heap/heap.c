@@ -226,12 +226,20 @@ static int note_estimates(const struct heap *h, struct profile *p, double alloc_
 		r = profile_add_comment(p, text);
 	}
 	if (r == 0 && h->live_snapshots) {
+		char when[96];
+
+		/* A window's snapshots are its last second's; a background
+		 * session (heap --keep, serve) takes one when asked. */
+		if (h->live_snapshots == 1)
+			snprintf(when, sizeof(when), "one snapshot at the profile's end");
+		else
+			snprintf(when, sizeof(when), "the mean of %llu snapshots in the window's "
+				 "last second", (unsigned long long)h->live_snapshots);
 		snprintf(text, sizeof(text),
-			 "inuse from the agent's live set, the mean of %llu %s in the window's "
-			 "last second: %.1f sampled blocks, %.1f of them without a recorded stack%s",
-			 (unsigned long long)h->live_snapshots,
-			 plural(h->live_snapshots, "snapshot", "snapshots"),
-			 (double)(h->live_recorded + h->live_unknown) / (double)h->live_snapshots,
+			 "inuse from the agent's live set, %s: %.1f sampled blocks, %.1f of them "
+			 "without a recorded stack%s",
+			 when, (double)(h->live_recorded + h->live_unknown) /
+			 (double)h->live_snapshots,
 			 (double)h->live_unknown / (double)h->live_snapshots,
 			 h->live_unknown ? " (their share spread over the others)" : "");
 		r = profile_add_comment(p, text);

@@ -168,4 +168,12 @@ int profile_begin_process(struct profile *p, pid_t pid, const char *type, const 
 /* Sum of sample values of type index @i (saturated; 0 past the last type). */
 int64_t profile_total(const struct profile *p, size_t i);
 
+/*
+ * @p less @base (of the same sample types), as Go's net/http/pprof serves a
+ * delta: each of @base's samples negated and merged into @p's of the same
+ * stack (by address) and labels, @base's frames copied where @p has none;
+ * the samples that come to zero go. 0 or -errno (-EINVAL: other types).
+ */
+int profile_subtract(struct profile *p, const struct profile *base);
+
 #endif

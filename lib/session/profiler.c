@@ -253,6 +253,52 @@ const struct channel_handlers *agent_profiler_handlers(const struct agent_profil
 	return &p->h;
 }
 
+int agent_profiler_take_live(struct agent_profiler *p)
+{
+	struct window_result w = { 0 };
+	struct channel_counters c;
+	int r;
+
+	if (!p->heap || !p->s.ch)
+		return 0;
+	heap_reset_live(p->heap);
+	r = agent_window_live(p->s.ch, &p->h, &w, p->o.pid);
+	channel_counters(p->s.ch, &c);
+	heap_set_lost(p->heap, c.lost_allocs, c.lost);
+	return r;
+}
+
+int agent_profiler_build_now(struct agent_profiler *p, uint32_t events, const char *index,
+			     struct profile **ret)
+{
+	int64_t start = (int64_t)p->w.res.start_realtime_ns;
+	int64_t duration = (int64_t)now_realtime_ns() - start;
+	struct channel_counters c = { 0 };
+	int r;
+
+	*ret = NULL;
+	if (!p->stopped || !one_kind(events) || !(p->o.events & events))
+		return -EINVAL;
+	r = agent_profiler_take_live(p);
+	if (r < 0)
+		return r;
+	if (events == CPROF_EVENTS_HEAP)
+		r = heap_build(p->heap, index ? index : "inuse_space", p->o.command_line, start,
+			       duration, ret);
+	else
+		r = contention_build(agent_profiler_contention(p, events), p->o.command_line,
+				     start, duration, ret);
+	if (p->s.ch)
+		channel_counters(p->s.ch, &c);
+	if (r == 0)
+		r = agent_note_lost(&c, *ret);
+	if (r < 0) {
+		profile_free(*ret);
+		*ret = NULL;
+	}
+	return r;
+}
+
 struct agent_profiler *agent_profiler_ref(struct agent_profiler *p)
 {
 	p->refs++;

@@ -91,6 +91,16 @@ struct contention *agent_profiler_contention(const struct agent_profiler *p, uin
 struct channel *agent_profiler_channel(const struct agent_profiler *p);
 const struct channel_handlers *agent_profiler_handlers(const struct agent_profiler *p);
 
+/* With @o->keep, after stop, while the caller drains: the heap's live set
+ * taken afresh (the other kinds have none). 0 or -errno. */
+int agent_profiler_take_live(struct agent_profiler *p);
+
+/* With @o->keep, after stop: the pprof profile of kind @events since the
+ * session began (@index first for the heap; NULL: inuse_space), records
+ * the agent lost noted. Takes the live set first. */
+int agent_profiler_build_now(struct agent_profiler *p, uint32_t events, const char *index,
+			     struct profile **ret);
+
 /* One more owner of @p: each agent_profiler_free() drops one, the last
  * frees it. Returns @p. */
 struct agent_profiler *agent_profiler_ref(struct agent_profiler *p);

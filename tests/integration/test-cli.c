@@ -18,7 +18,7 @@
 #endif
 
 static const char *commands[] = { "cpu",	 "wall",	 "threads", "heap",  "block",
-				  "mutex", "threadcreate", "record",  "view" };
+				  "mutex", "threadcreate", "record",  "serve", "view" };
 
 TestSuite(cli, .init = th_init, .fini = th_cleanup);
 

@@ -77,7 +77,7 @@ Test(package, deb_unpacks_and_runs, .timeout = 300)
 			30000);
 	cr_expect(strstr(field, "Package: cprof\n"), "%s", field);
 	for (const char *const *d = (const char *const[]){ "libdw1", "libelf1", "zlib1g",
-							    "libprotobuf-c1", NULL };
+							    "libprotobuf-c1", "libmicrohttpd12", NULL };
 	     *d; d++)
 		cr_expect(strstr(field, *d), "Depends lacks %s: %s", *d, field);
 	cr_expect(strstr(field, "Maintainer: ") && strstr(field, "Description: "), "%s", field);

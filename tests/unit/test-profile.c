@@ -464,3 +464,70 @@ Test(profile, stack_table_one_bucket_per_stack_and_key)
 	stack_table_release(&t);
 	profile_free(p);
 }
+
+/* The value of type 0 of @p's sample whose leaf is at @address with @tid. */
+static int64_t leaf_value(const struct profile *p, uint64_t address, int64_t tid, bool *found)
+{
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct profile_sample *s = &p->samples[i];
+
+		if (p->locations[s->location_ids[0] - 1].address == address &&
+		    s->labels[0].num == tid) {
+			*found = true;
+			return s->values[0];
+		}
+	}
+	*found = false;
+	return 0;
+}
+
+/*
+ * Go's delta (serveDeltaProfile): the later profile less the earlier,
+ * matched by stack and labels; a stack only in the earlier one comes in
+ * negative, with its frames; what comes to zero goes.
+ */
+Test(profile, subtract_matches_stacks_and_labels)
+{
+	struct profile *before = new_profile(), *after = new_profile(), *other;
+	struct profile_label t1 = { .key = "tid", .num = 1 }, t2 = { .key = "tid", .num = 2 };
+	uint64_t a0 = location(before, 0x1000, "a"), b0 = location(before, 0x2000, "b");
+	uint64_t z0 = location(before, 0x4000, "z");
+	uint64_t a1 = location(after, 0x1000, "a"), c1 = location(after, 0x3000, "c");
+	uint64_t z1 = location(after, 0x4000, "z");
+	bool found;
+
+	cr_assert_eq(profile_add_sample(before, &a0, 1, (int64_t[]){ 5, 50 }, &t1, 1), 0);
+	cr_assert_eq(profile_add_sample(before, &a0, 1, (int64_t[]){ 7, 70 }, &t2, 1), 0);
+	cr_assert_eq(profile_add_sample(before, &b0, 1, (int64_t[]){ 3, 30 }, &t1, 1), 0);
+	cr_assert_eq(profile_add_sample(before, &z0, 1, (int64_t[]){ 4, 40 }, &t1, 1), 0);
+	cr_assert_eq(profile_add_sample(after, &a1, 1, (int64_t[]){ 8, 80 }, &t1, 1), 0);
+	cr_assert_eq(profile_add_sample(after, &c1, 1, (int64_t[]){ 2, 20 }, &t1, 1), 0);
+	cr_assert_eq(profile_add_sample(after, &z1, 1, (int64_t[]){ 4, 40 }, &t1, 1), 0);
+
+	cr_assert_eq(profile_subtract(after, before), 0);
+	cr_expect_eq(leaf_value(after, 0x1000, 1, &found), 3);
+	cr_expect(found, "a's stack of thread 1");
+	cr_expect_eq(leaf_value(after, 0x1000, 2, &found), -7, "another label is another stack");
+	cr_expect_eq(leaf_value(after, 0x2000, 1, &found), -3);
+	cr_expect(found, "b, only before, comes in negative");
+	cr_expect_eq(leaf_value(after, 0x3000, 1, &found), 2);
+	leaf_value(after, 0x4000, 1, &found);
+	cr_expect(!found, "z came to zero and went");
+	cr_expect_eq(after->nsamples, 4);
+	/* b's frame was copied with its function. */
+	for (size_t i = 0; i < after->nlocations; i++)
+		if (after->locations[i].address == 0x2000)
+			cr_expect_str_eq(after->functions[after->locations[i].lines[0].function_id - 1]
+						 .name, "b");
+	/* The dedup map was rebuilt: a sample added now merges as before. */
+	cr_assert_eq(profile_add_sample(after, &c1, 1, (int64_t[]){ 1, 10 }, &t1, 1), 0);
+	cr_expect_eq(leaf_value(after, 0x3000, 1, &found), 3);
+	cr_expect_eq(after->nsamples, 4);
+
+	other = NULL;
+	cr_assert_eq(profile_new(&other, types, 1), 0);
+	cr_expect_eq(profile_subtract(after, other), -EINVAL, "other sample types");
+	profile_free(other);
+	profile_free(before);
+	profile_free(after);
+}

@@ -1,0 +1,71 @@
+/*
+ * An HTTP server for cprof serve, on libmicrohttpd, run from the caller's
+ * loop (no thread of its own: the profilers it answers for are driven by
+ * that loop too). A request the caller cannot answer at once (a window of
+ * seconds) is parked: its connection is suspended until http_answer(), and
+ * while parked the client going away is noticed (http_abandoned()).
+ *
+ * Bounded: connections, each one's memory (headers, URL and arguments
+ * included: beyond it a request gets 431 or 414), and idle time (a client
+ * that stops sending or reading is dropped). Nothing here prints.
+ */
+#ifndef CPROF_SERVE_HTTP_H
+#define CPROF_SERVE_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct http_server;
+struct http_request;
+
+struct http_server_opts {
+	/* "HOST:PORT" (HOST an IPv4 or IPv6 address, "[::1]:6060"; port 0:
+	 * any free one) or "unix:/PATH" (made mode 0600, removed at the end). */
+	const char *listen;
+	/* When set, only requests with "Authorization: Bearer <token>". */
+	const char *token;
+	unsigned max_connections;
+	unsigned idle_timeout_s;
+	size_t connection_memory; /* per connection, headers included */
+	/* Called once a request's headers are in (and its token checked):
+	 * it answers (http_reply()) or parks (http_park()) @req. */
+	void (*handle)(void *arg, struct http_request *req);
+	/* Called when a parked request goes (answered or abandoned): the
+	 * caller's pointers to @req die here. May be NULL. */
+	void (*gone)(void *arg, struct http_request *req);
+	void *arg;
+};
+
+/* Listening: 0 or -errno (@err says what of @o->listen was wrong). */
+int http_server_new(struct http_server **ret, const struct http_server_opts *o, char *err,
+		    size_t errlen);
+void http_server_free(struct http_server *s);
+
+/* Where it listens, as a URL's authority ("127.0.0.1:6060") or the socket's
+ * path ("unix:/run/x.sock"). */
+const char *http_server_address(const struct http_server *s);
+
+/* Serves what is due, waiting up to @timeout_ms for it. 0 or -errno. */
+int http_server_run(struct http_server *s, int timeout_ms);
+
+/* The request: its path (no query), its query argument @name or NULL. */
+const char *http_path(const struct http_request *req);
+const char *http_method(const struct http_request *req);
+const char *http_arg(const struct http_request *req, const char *name);
+
+/*
+ * Answers @req with @status, @content_type and @len bytes of @body (taken:
+ * freed by the server; NULL for none). @headers: NULL-terminated pairs of
+ * extra headers. A parked request is resumed. 0 or -errno.
+ */
+int http_reply(struct http_request *req, unsigned status, const char *content_type, char *body,
+	       size_t len, const char *const *headers);
+
+/* Suspends @req until http_reply(). */
+int http_park(struct http_request *req);
+
+/* A parked request whose client has closed its end. */
+bool http_abandoned(const struct http_request *req);
+
+#endif

@@ -1,0 +1,455 @@
+/* cprof serve's loop, windows and agent (serve.h); Go's paths are routes.c's. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/wire.h"
+#include "perf/perf.h"
+#include "serve/serve-private.h"
+#include "session/keep.h"
+#include "target/target.h"
+#include "threads/threads.h"
+#include "util/util.h"
+
+/* The loop's tick: the agent's heartbeat and the windows' drains. */
+#define TICK_MS 50
+/* The most one tick drains the agent's ring for. */
+#define DRAIN_BUDGET_NS (100ULL * 1000 * 1000)
+/* Go's runtime/pprof samples at 100 Hz. */
+#define SAMPLE_HZ 100
+/* Go's server takes every connection: so many that idle ones do not hold
+ * a scraper out, each small (headers beyond it get 431), and dropped
+ * after IDLE_TIMEOUT_S without a byte either way. */
+#define MAX_CONNECTIONS 2048
+#define IDLE_TIMEOUT_S 10
+#define CONNECTION_MEMORY (8u << 10)
+
+static const uint32_t kind_events[SK_NAMED] = {
+	[SK_HEAP] = CPROF_EVENTS_HEAP,		[SK_ALLOCS] = CPROF_EVENTS_HEAP,
+	[SK_BLOCK] = CPROF_EVENTS_BLOCK,	[SK_MUTEX] = CPROF_EVENTS_MUTEX,
+	[SK_THREADCREATE] = CPROF_EVENTS_THREADCREATE,
+};
+
+int serve_new(struct serve **ret, const struct serve_opts *o, char *err, size_t errlen)
+{
+	struct serve *s = calloc(1, sizeof(*s));
+	struct http_server_opts ho = {
+		.listen = o->listen, .token = o->token, .max_connections = MAX_CONNECTIONS,
+		.idle_timeout_s = IDLE_TIMEOUT_S, .connection_memory = CONNECTION_MEMORY,
+		.handle = serve_route,
+	};
+	struct unwinder *unw = NULL;
+	int r;
+
+	if (!s)
+		return -ENOMEM;
+	s->o = *o;
+	s->start_realtime_ns = now_realtime_ns();
+	r = symbolizer_new(&s->sym, o->pid);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot read the modules of pid %d: %s", o->pid,
+			 strerror(-r));
+		goto out_free;
+	}
+	r = symbolizer_unwinder(s->sym, &unw);
+	for (int k = SK_BLOCK; r == 0 && k <= SK_MUTEX; k++) {
+		struct contention_opts co = { .events = kind_events[k], .sym = s->sym,
+					      .unw = unw };
+
+		r = contention_new(&s->empty[k], &co);
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "cannot set up: %s", strerror(-r));
+		goto out_free;
+	}
+	ho.arg = s;
+	r = http_server_new(&s->http, &ho, err, errlen);
+	if (r < 0)
+		goto out_free;
+	*ret = s;
+	return 0;
+
+out_free:
+	serve_free(s);
+	return r;
+}
+
+const char *serve_address(const struct serve *s)
+{
+	return http_server_address(s->http);
+}
+
+int serve_load_agent(struct serve *s, const struct agent_profiler_opts *o, char *err,
+		     size_t errlen)
+{
+	struct agent_profiler_opts ao = *o;
+	int r;
+
+	s->o.agent = *o;
+	ao.pid = s->o.pid;
+	ao.events = CPROF_EVENTS_HEAP | CPROF_EVENTS_THREADCREATE;
+	if (ao.rates[CPROF_KIND_BLOCK])
+		ao.events |= CPROF_EVENTS_BLOCK;
+	if (ao.rates[CPROF_KIND_MUTEX])
+		ao.events |= CPROF_EVENTS_MUTEX;
+	/* A window over at once, the session kept: serve drains it. */
+	ao.duration_ns = 1;
+	ao.keep = true;
+	ao.command_line = s->o.command_line;
+	ao.sym = s->sym;
+	ao.cancelled = s->o.cancelled;
+	r = agent_profiler_new(&s->ap, &ao, s->o.comm, err, errlen);
+	if (r == 0)
+		r = agent_profiler_start(s->ap, err, errlen);
+	if (r == -ECANCELED)
+		snprintf(err, errlen, "interrupted before the agent was loaded");
+	if (r == 0 && !agent_profiler_channel(s->ap)) {
+		snprintf(err, errlen, "the agent's session did not open");
+		r = -EIO;
+	}
+	if (r == 0)
+		r = agent_profiler_stop(s->ap);
+	if (r < 0) {
+		snprintf(s->agent_why, sizeof(s->agent_why), "%s", err);
+		agent_profiler_free(s->ap);
+		s->ap = NULL;
+	}
+	return r;
+}
+
+const char *serve_agent_lost(const struct serve *s)
+{
+	return s->agent_lost ? s->agent_why : NULL;
+}
+
+/* The agent's records drained, its heartbeat kept; a session it ended
+ * itself is gone for good (its figures would stand still). */
+static void agent_tick(struct serve *s)
+{
+	struct channel *ch = s->ap ? agent_profiler_channel(s->ap) : NULL;
+	struct channel_counters c;
+
+	if (!ch)
+		return;
+	channel_heartbeat(ch);
+	/* Bounded: the loop's requests and windows have their turn too. */
+	if (channel_drain_until(ch, agent_profiler_handlers(s->ap),
+				now_monotonic_ns() + DRAIN_BUDGET_NS) == -EPROTO)
+		snprintf(s->agent_why, sizeof(s->agent_why), "the agent's ring held a malformed "
+			 "record: its session was ended");
+	channel_counters(ch, &c);
+	if (c.state == CPROF_STATE_DETACHED || s->agent_why[0]) {
+		if (!s->agent_why[0])
+			snprintf(s->agent_why, sizeof(s->agent_why), "the agent ended its session "
+				 "(it took cprof for gone): restart cprof serve");
+		s->agent_lost = true;
+		keep_end(ch);
+		agent_profiler_free(s->ap);
+		s->ap = NULL;
+	}
+}
+
+/* Why kind @k cannot be had, or NULL. */
+static const char *unavailable(const struct serve *s, enum serve_kind k, char *why,
+			       size_t whylen)
+{
+	if (k == SK_GOROUTINE || (s->ap && !s->agent_lost))
+		return NULL;
+	if ((k == SK_BLOCK || k == SK_MUTEX) && !s->o.agent.rates[cprof_wire_first_kind(
+							  kind_events[k])])
+		return NULL;
+	snprintf(why, whylen, "%s profiling is not available: %s",
+		 k == SK_ALLOCS ? "heap" : k == SK_HEAP ? "heap" : k == SK_BLOCK ? "block" :
+		 k == SK_MUTEX ? "mutex" : "threadcreate",
+		 s->agent_why[0] ? s->agent_why : "the agent is not loaded");
+	return why;
+}
+
+static struct contention *empty_of(struct serve *s, enum serve_kind k)
+{
+	if (s->ap && (k == SK_BLOCK || k == SK_MUTEX) &&
+	    agent_profiler_contention(s->ap, kind_events[k]))
+		return NULL;
+	return k == SK_BLOCK || k == SK_MUTEX ? s->empty[k] : NULL;
+}
+
+static struct threads_snapshot *snapshot(struct serve *s, char *why, size_t whylen)
+{
+	struct threads_snapshot *t = NULL;
+
+	return threads_snapshot_take(&t, s->o.pid, s->sym, why, whylen) < 0 ? NULL : t;
+}
+
+int serve_build(struct serve *s, enum serve_kind k, struct profile **ret, char *why,
+		size_t whylen)
+{
+	struct contention *empty = empty_of(s, k);
+	struct threads_snapshot *t;
+	int r;
+
+	*ret = NULL;
+	if (unavailable(s, k, why, whylen))
+		return -ENOTSUP;
+	if (k == SK_GOROUTINE) {
+		t = snapshot(s, why, whylen);
+		if (!t)
+			return -EIO;
+		r = threads_build_profile(t, s->o.command_line, ret);
+		threads_snapshot_free(t);
+	} else if (empty) {
+		r = contention_build(empty, s->o.command_line, (int64_t)s->start_realtime_ns,
+				     (int64_t)(now_realtime_ns() - s->start_realtime_ns), ret);
+	} else {
+		r = agent_profiler_build_now(s->ap, kind_events[k],
+					     k == SK_ALLOCS ? "alloc_space" : "inuse_space", ret);
+	}
+	if (r < 0)
+		snprintf(why, whylen, "failed to collect profile: %s", strerror(-r));
+	return r;
+}
+
+int serve_text(struct serve *s, enum serve_kind k, int debug, char **text, size_t *len,
+	       char *why, size_t whylen)
+{
+	struct contention *empty = empty_of(s, k);
+	struct threads_snapshot *t = NULL;
+	FILE *f;
+	int r;
+
+	if (unavailable(s, k, why, whylen))
+		return -ENOTSUP;
+	if (k == SK_GOROUTINE) {
+		t = snapshot(s, why, whylen);
+		if (!t)
+			return -EIO;
+	} else if (!empty) {
+		r = agent_profiler_take_live(s->ap);
+		if (r < 0) {
+			snprintf(why, whylen, "failed to collect profile: %s", strerror(-r));
+			return r;
+		}
+	}
+	f = open_memstream(text, len);
+	if (!f) {
+		threads_snapshot_free(t);
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	if (t)
+		r = debug == 1 ? threads_write_debug1(t, f) : threads_write_debug2(t, f);
+	else if (empty)
+		r = contention_write_text(empty, 0, f);
+	else
+		r = agent_profiler_write_text(s->ap, kind_events[k], f);
+	if (fclose(f) != 0 && r == 0)
+		r = -ENOMEM;
+	threads_snapshot_free(t);
+	if (r < 0) {
+		free(*text);
+		*text = NULL;
+		snprintf(why, whylen, "failed to write profile: %s", strerror(-r));
+	}
+	return r;
+}
+
+long serve_count(struct serve *s, enum serve_kind k)
+{
+	if (k == SK_GOROUTINE) {
+		pid_t *tids = NULL;
+		size_t n = 0;
+
+		if (target_list_tids(s->o.pid, &tids, &n) < 0)
+			return 0;
+		free(tids);
+		return (long)n;
+	}
+	if (!s->ap || empty_of(s, k))
+		return 0;
+	return (long)agent_profiler_count(s->ap, kind_events[k]);
+}
+
+/* ---- windows ------------------------------------------------------------ */
+
+static int sampler_new(struct serve *s, enum serve_kind k, struct profiler **ret, char *why,
+		       size_t whylen)
+{
+	struct cpu_profiler_opts co = {
+		.pid = s->o.pid, .hz = SAMPLE_HZ,
+		.scope = perf_system_scope_allowed() ? PERF_SCOPE_SYSTEM : PERF_SCOPE_THREAD,
+		.kernel = perf_kernel_samples_allowed(), .command_line = s->o.command_line,
+		.sym = s->sym,
+	};
+	struct wall_profiler_opts wo = { .pid = s->o.pid, .hz = SAMPLE_HZ,
+					 .command_line = s->o.command_line, .sym = s->sym };
+	int r;
+
+	r = k == SK_CPU ? profiler_new_cpu(ret, &co, why, whylen)
+			: profiler_new_wall(ret, &wo, why, whylen);
+	if (r == 0)
+		r = profiler_start(*ret, why, whylen);
+	if (r < 0) {
+		char inner[512];
+
+		snprintf(inner, sizeof(inner), "%s", why);
+		snprintf(why, whylen, "Could not enable %s profiling: %s",
+			 k == SK_CPU ? "CPU" : "wall", inner);
+		profiler_free(*ret);
+		*ret = NULL;
+	}
+	return r;
+}
+
+int serve_window(struct serve *s, struct http_request *req, enum serve_kind k,
+		 unsigned seconds, char *why, size_t whylen)
+{
+	struct serve_job *j;
+	int r;
+
+	if ((k == SK_CPU || k == SK_WALL) && s->busy[k])
+		return -EBUSY;
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	j->req = req;
+	j->kind = k;
+	j->deadline_ns = now_monotonic_ns() + (uint64_t)seconds * 1000000000ULL;
+	if (k == SK_CPU || k == SK_WALL)
+		r = sampler_new(s, k, &j->p, why, whylen);
+	else
+		r = serve_build(s, k, &j->p0, why, whylen);
+	/* Go's collectProfile(): the delta's time is the first's collection. */
+	if (r == 0 && j->p0)
+		j->p0->time_nanos = (int64_t)now_realtime_ns();
+	if (r == 0)
+		r = http_park(req);
+	if (r < 0) {
+		profiler_free(j->p);
+		profile_free(j->p0);
+		free(j);
+		return r;
+	}
+	if (k == SK_CPU || k == SK_WALL)
+		s->busy[k] = true;
+	j->next = s->jobs;
+	s->jobs = j;
+	return 0;
+}
+
+static const char *const delta_names[SK_NAMED] = {
+	[SK_HEAP] = "heap-delta",	  [SK_ALLOCS] = "allocs-delta",
+	[SK_BLOCK] = "block-delta",	  [SK_MUTEX] = "mutex-delta",
+	[SK_THREADCREATE] = "threadcreate-delta", [SK_GOROUTINE] = "goroutine-delta",
+};
+
+/* serveDeltaProfile's end: the second profile less the first. */
+static void delta_answer(struct serve *s, struct serve_job *j)
+{
+	struct profile *p1 = NULL;
+	char why[1024];
+	int64_t t0 = j->p0->time_nanos;
+
+	if (serve_build(s, j->kind, &p1, why, sizeof(why)) < 0) {
+		serve_error(j->req, 500, "failed to collect profile");
+		return;
+	}
+	p1->time_nanos = (int64_t)now_realtime_ns();
+	if (profile_subtract(p1, j->p0) < 0) {
+		profile_free(p1);
+		serve_error(j->req, 500, "failed to compute delta");
+		return;
+	}
+	p1->duration_nanos = p1->time_nanos - t0;
+	serve_profile(j->req, p1, delta_names[j->kind]);
+}
+
+/* A window over (or cut short): its request answered, the job gone. */
+static void job_end(struct serve *s, struct serve_job *j, bool abandoned)
+{
+	struct profile *p = NULL;
+
+	if (abandoned) {
+		/* What Go says when the request's context is done. */
+		serve_error(j->req, 500, "context canceled");
+	} else if (j->p) {
+		if (profiler_stop(j->p) < 0 || profiler_finish(j->p, &p) < 0)
+			serve_error(j->req, 500, "failed to collect profile");
+		else
+			serve_profile(j->req, p, j->kind == SK_CPU ? "profile" : "wall");
+	} else {
+		delta_answer(s, j);
+	}
+	if (j->kind == SK_CPU || j->kind == SK_WALL)
+		s->busy[j->kind] = false;
+	profiler_free(j->p);
+	profile_free(j->p0);
+	free(j);
+}
+
+/* Each window drained; those over (their time, the target gone, the
+ * client gone) answered. @all: every one, now. */
+static void jobs_tick(struct serve *s, bool all)
+{
+	uint64_t now = now_monotonic_ns();
+
+	for (struct serve_job **pp = &s->jobs; *pp;) {
+		struct serve_job *j = *pp;
+		int r = j->p ? profiler_poll(j->p, 0) : 0;
+		bool abandoned = http_abandoned(j->req);
+
+		if (!all && !abandoned && r == 0 && now < j->deadline_ns) {
+			pp = &j->next;
+			continue;
+		}
+		*pp = j->next;
+		job_end(s, j, abandoned);
+	}
+}
+
+int serve_run(struct serve *s, enum serve_end *ret)
+{
+	int r = 0;
+
+	for (;;) {
+		if (s->o.cancelled && s->o.cancelled()) {
+			*ret = SERVE_CANCELLED;
+			break;
+		}
+		if (!target_alive(s->o.pid)) {
+			*ret = SERVE_TARGET_EXITED;
+			break;
+		}
+		r = http_server_run(s->http, TICK_MS);
+		if (r < 0) {
+			*ret = SERVE_FAILED;
+			break;
+		}
+		agent_tick(s);
+		jobs_tick(s, false);
+	}
+	/* Windows under way end with what they have. */
+	jobs_tick(s, true);
+	http_server_run(s->http, 0);
+	return r;
+}
+
+void serve_free(struct serve *s)
+{
+	if (!s)
+		return;
+	jobs_tick(s, true);
+	http_server_free(s->http);
+	if (s->ap) {
+		struct channel *ch = agent_profiler_channel(s->ap);
+
+		if (ch)
+			keep_end(ch);
+		agent_profiler_free(s->ap);
+	}
+	for (int k = 0; k < SK_NAMED; k++)
+		contention_free(s->empty[k]);
+	symbolizer_unref(s->sym);
+	free(s);
+}

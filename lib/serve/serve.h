@@ -1,0 +1,72 @@
+/*
+ * cprof serve: Go's net/http/pprof endpoints for one native process, so
+ * that what scrapes Go programs (go tool pprof, Parca, Alloy) scrapes it.
+ *
+ *   /debug/pprof/                 the index (HTML)
+ *   /debug/pprof/profile?seconds  cpu, a window of N s (default 30), one at a time
+ *   /debug/pprof/wall?seconds     cprof's wall, the same way
+ *   /debug/pprof/heap, allocs     since serve began (the agent stays loaded)
+ *   /debug/pprof/block, mutex     when their rates are set (off by default, as Go's)
+ *   /debug/pprof/threadcreate     since serve began
+ *   /debug/pprof/goroutine        the threads' snapshot (?debug=1, 2: Go's text)
+ *   /debug/pprof/cmdline          the target's command line
+ *
+ * with Go's parameters (seconds, debug, gc), content types, status codes
+ * and error texts. Every window runs in serve's one loop (serve_run()),
+ * which is also the agent's heartbeat. Nothing here prints.
+ */
+#ifndef CPROF_SERVE_SERVE_H
+#define CPROF_SERVE_SERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "session/profiler.h"
+
+struct serve;
+
+struct serve_opts {
+	pid_t pid;
+	const char *command_line; /* for the profiles' comments */
+	const char *listen;       /* http_server_opts' */
+	const char *token;        /* NULL: no Authorization asked */
+	/* The longest window a request may ask (Go's server WriteTimeout). */
+	unsigned max_seconds;
+	/* The agent's (serve_load_agent()); until then its endpoints answer
+	 * that it is not loaded. */
+	struct agent_profiler_opts agent;
+	const char *comm;         /* for the agent's messages */
+	bool (*cancelled)(void);  /* asked every tick; NULL: never */
+};
+
+/* Listening, the target's modules read; nothing touched yet. */
+int serve_new(struct serve **ret, const struct serve_opts *o, char *err, size_t errlen);
+void serve_free(struct serve *s);
+
+/* Where it listens (http_server_address()). */
+const char *serve_address(const struct serve *s);
+
+/* Loads the agent with @ao's path and rates: heap and threadcreate always,
+ * block and mutex when their rates are set (the rest of @ao is serve's).
+ * On failure @err says why, and those endpoints answer it; serve goes on
+ * without. */
+int serve_load_agent(struct serve *s, const struct agent_profiler_opts *ao, char *err,
+		     size_t errlen);
+
+enum serve_end {
+	SERVE_CANCELLED,     /* o->cancelled said so */
+	SERVE_TARGET_EXITED,
+	SERVE_FAILED,        /* the server failed: -errno returned */
+};
+
+/* Serves until the cancel, the target's exit, or a failure. The agent's
+ * session ends with serve_free(). */
+int serve_run(struct serve *s, enum serve_end *ret);
+
+/* The agent's session ended by itself during serve_run() (it took cprof
+ * for gone): why, or NULL. */
+const char *serve_agent_lost(const struct serve *s);
+
+#endif

@@ -1,0 +1,501 @@
+/*
+ * cprof serve: Go's /debug/pprof for a native process, read by real
+ * clients (go tool pprof) and by a plain HTTP/1.1 client of this file that
+ * checks Go's status codes, headers and texts; who may ask (the token, a
+ * unix socket's mode), what a bad client cannot do (huge headers, a
+ * thousand idle connections, one that never reads), and the target after
+ * serve: its exit ends serve, and serve's end, SIGKILL included, unhooks.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <limits.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/wire.h"
+#include "pprof/pprof.h"
+#include "profile/profile.h"
+#include "testhelp.h"
+
+TestSuite(serve, .init = th_init, .fini = th_cleanup);
+
+/* How long serve may take to say where it listens (the agent's load). */
+#define SERVE_READY_MS 30000
+/* A request's answer, the windows' seconds included. */
+#define REPLY_MS 30000
+/* Idle connections a test holds open against serve's bound. */
+#define IDLE_CONNECTIONS 1000
+/* serve's descriptors beyond one a connection, under them. */
+#define IDLE_FDS_MAX 100
+
+struct server {
+	pid_t pid;
+	const char *log;
+	char addr[128]; /* "127.0.0.1:PORT" or "unix:/PATH" */
+};
+
+/* Starts `cprof serve -p PID ARGS...` and waits for its "serving" line. */
+static void serve_start(struct server *s, pid_t target, const char *const *args)
+{
+	static int started;
+	const char *argv[24] = { CPROF_BIN, "serve", "-p", th_pid_str(target) };
+	uint64_t t0 = th_now_ns();
+	char name[32];
+	size_t n = 4;
+
+	for (size_t i = 0; args && args[i]; i++)
+		argv[n++] = args[i];
+	snprintf(name, sizeof(name), "serve-%d.log", started++);
+	s->addr[0] = '\0';
+	s->log = th_tmp_path(name);
+	s->pid = th_spawn_daemon(argv, s->log);
+	while (th_now_ns() - t0 < SERVE_READY_MS * 1000000ULL) {
+		uint8_t *buf = NULL;
+		size_t len = 0;
+		char *text = NULL, *at;
+
+		if (th_read_file(s->log, &buf, &len) == 0)
+			text = strndup((char *)buf, len);
+		free(buf);
+		if (text && (at = strstr(text, "serving http://")))
+			sscanf(at + strlen("serving http://"), "%127[^/]", s->addr);
+		else if (text && (at = strstr(text, "/debug/pprof/ on unix:")))
+			sscanf(at + strlen("/debug/pprof/ on "), "%127s", s->addr);
+		free(text);
+		if (s->addr[0])
+			return;
+		cr_assert(th_alive(s->pid), "cprof serve ended before serving");
+		th_sleep_ms(50);
+	}
+	cr_assert_fail("cprof serve said nothing of where it listens in %d ms",
+		       SERVE_READY_MS);
+}
+
+/* A connection to @addr; with @nonblock, one the kernel could not take
+ * at once fails rather than waits. */
+static int connect_ex(const char *addr, int nonblock)
+{
+	int fd;
+
+	if (!strncmp(addr, "unix:", 5)) {
+		struct sockaddr_un sun = { .sun_family = AF_UNIX };
+
+		snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", addr + 5);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | nonblock, 0);
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+			close(fd);
+			return -1;
+		}
+		return fd;
+	}
+	{
+		struct sockaddr_in sin = { .sin_family = AF_INET };
+		unsigned port = 0;
+
+		sscanf(strchr(addr, ':') + 1, "%u", &port);
+		sin.sin_port = htons((uint16_t)port);
+		sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | nonblock, 0);
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0 &&
+		    errno != EINPROGRESS) {
+			close(fd);
+			return -1;
+		}
+	}
+	return fd;
+}
+
+static int connect_to(const char *addr)
+{
+	return connect_ex(addr, 0);
+}
+
+struct reply {
+	int status;
+	char *head; /* the status line and headers */
+	char *body;
+	size_t body_len;
+};
+
+static void reply_release(struct reply *r)
+{
+	free(r->head);
+	free(r->body);
+	memset(r, 0, sizeof(*r));
+}
+
+/* What the connection @fd says until it closes (or @timeout_ms), parsed. */
+static void read_reply(int fd, struct reply *r, int timeout_ms)
+{
+	char *buf = NULL, *sep;
+	size_t len = 0, alloc = 0;
+	uint64_t t0 = th_now_ns();
+
+	memset(r, 0, sizeof(*r));
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t n;
+
+		if ((int)((th_now_ns() - t0) / 1000000) > timeout_ms)
+			break;
+		if (poll(&pfd, 1, 100) <= 0)
+			continue;
+		if (len + 65536 > alloc) {
+			alloc = (len + 65536) * 2;
+			buf = realloc(buf, alloc + 1);
+			cr_assert_not_null(buf);
+		}
+		n = read(fd, buf + len, alloc - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	if (!buf)
+		return;
+	buf[len] = '\0';
+	sep = strstr(buf, "\r\n\r\n");
+	if (!sep) {
+		free(buf);
+		return;
+	}
+	*sep = '\0';
+	sscanf(buf, "HTTP/1.%*d %d", &r->status);
+	r->head = buf;
+	r->body_len = len - (size_t)(sep + 4 - buf);
+	r->body = malloc(r->body_len + 1);
+	memcpy(r->body, sep + 4, r->body_len);
+	r->body[r->body_len] = '\0';
+}
+
+/* GET @path with @headers (each "Name: value\r\n", may be NULL). */
+static void get(const struct server *s, const char *path, const char *headers, struct reply *r)
+{
+	char req[1024];
+	int fd = connect_to(s->addr);
+
+	cr_assert_geq(fd, 0, "cannot connect to %s: %s", s->addr, strerror(errno));
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n",
+		 path, headers ? headers : "");
+	cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	read_reply(fd, r, REPLY_MS);
+	close(fd);
+}
+
+static bool has_header(const struct reply *r, const char *line)
+{
+	return r->head && strcasestr(r->head, line);
+}
+
+/* Go's serveError(): @status, text/plain, X-Go-Pprof: 1, @text and "\n". */
+static void expect_go_error(const struct server *s, const char *path, int status,
+			    const char *text)
+{
+	struct reply r;
+	char want[512];
+
+	get(s, path, NULL, &r);
+	snprintf(want, sizeof(want), "%s\n", text);
+	cr_expect_eq(r.status, status, "%s: status %d, want %d", path, r.status, status);
+	cr_expect(has_header(&r, "\r\nContent-Type: text/plain; charset=utf-8"), "%s: %s", path,
+		  r.head);
+	cr_expect(has_header(&r, "\r\nX-Go-Pprof: 1"), "%s: %s", path, r.head);
+	cr_expect_str_eq(r.body ? r.body : "", want, "%s", path);
+	reply_release(&r);
+}
+
+/* Ends serve with @sig: its exit code. Its log (where a sanitized build
+ * reports) must hold no sanitizer's report. */
+static int serve_stop(struct server *s, int sig)
+{
+	uint8_t *log = NULL;
+	size_t len = 0;
+	int st;
+
+	cr_assert(th_signal(s->pid, sig));
+	st = th_wait_exit(s->pid, 20000);
+	cr_assert_neq(st, -1, "cprof serve did not end within 20 s of signal %d", sig);
+	if (th_read_file(s->log, &log, &len) == 0)
+		cr_expect(!memmem(log, len, "Sanitizer", 9) && !memmem(log, len, "runtime error:", 14),
+			  "serve's log:\n%.*s", (int)len, (char *)log);
+	free(log);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Within a second of serve's end, the agent's hooks are gone. */
+static void expect_unhooked(pid_t target, uint64_t end_ns)
+{
+	struct cprof_wire_header *h = th_agent_header(target);
+	uint32_t state = CPROF_STATE_DETACHED;
+
+	cr_assert_not_null(h, "no agent was ever loaded into pid %d", target);
+	while (th_now_ns() - end_ns < 2000000000ULL) {
+		state = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
+		if (state == CPROF_STATE_DETACHED)
+			break;
+		th_sleep_ms(10);
+	}
+	cr_expect_eq(state, CPROF_STATE_DETACHED, "the agent's hooks are in 2 s after serve "
+		     "ended (state %u)", state);
+	munmap(h, CPROF_WIRE_HEADER_SIZE);
+	th_assert_let_go(target, false, "serve's end");
+}
+
+/* `go tool pprof -top URL`: accepted, and its Type line. */
+static void expect_pprof_reads(const struct server *s, const char *path, const char *type)
+{
+	char url[256], want[64], *out = NULL;
+	int code;
+
+	snprintf(url, sizeof(url), "http://%s/debug/pprof/%s", s->addr, path);
+	code = th_pprof_top(url, &out);
+	snprintf(want, sizeof(want), "Type: %s\n", type);
+	cr_expect_eq(code, 0, "go tool pprof -top %s: exit %d\n%s", url, code, out);
+	cr_expect(out && strstr(out, want), "go tool pprof -top %s lacks '%s':\n%s", url, want,
+		  out);
+	free(out);
+}
+
+Test(serve, go_tool_pprof_reads_every_endpoint, .timeout = 180)
+{
+	pid_t target = TH_SPAWN("demo", "120");
+	struct server s;
+	uint64_t end;
+
+	th_require_perf(false);
+	serve_start(&s, target, (const char *const[]){ "--listen", "127.0.0.1:0",
+						       "--block-rate", "10us",
+						       "--mutex-fraction", "1", NULL });
+	expect_pprof_reads(&s, "profile?seconds=2", "cpu");
+	expect_pprof_reads(&s, "wall?seconds=1", "wall");
+	expect_pprof_reads(&s, "heap", "inuse_space");
+	expect_pprof_reads(&s, "allocs", "alloc_space");
+	expect_pprof_reads(&s, "block", "delay");
+	expect_pprof_reads(&s, "mutex", "delay");
+	expect_pprof_reads(&s, "threadcreate", "threadcreate");
+	expect_pprof_reads(&s, "goroutine", "threads");
+	expect_pprof_reads(&s, "mutex?seconds=1", "delay");
+	cr_expect_eq(serve_stop(&s, SIGTERM), 0);
+	end = th_now_ns();
+	expect_unhooked(target, end);
+	cr_expect(th_alive(target), "the target died");
+}
+
+/* A delta covers its seconds, from the second profile's time back. */
+static void expect_delta(const struct server *s, const char *path, int64_t seconds)
+{
+	struct reply r;
+	struct profile *p = NULL;
+
+	get(s, path, NULL, &r);
+	cr_assert_eq(r.status, 200, "%s: %d %s", path, r.status, r.body);
+	cr_expect(has_header(&r, "filename=\""), "%s", r.head);
+	cr_assert_eq(pprof_decode((const uint8_t *)r.body, r.body_len, &p), 0);
+	cr_expect_geq(p->duration_nanos, seconds * 1000000000LL, "%s: %lld ns", path,
+		      (long long)p->duration_nanos);
+	cr_expect_lt(p->duration_nanos, (seconds + 10) * 1000000000LL, "%s: %lld ns", path,
+		     (long long)p->duration_nanos);
+	profile_free(p);
+	reply_release(&r);
+}
+
+Test(serve, go_paths_texts_and_codes, .timeout = 180)
+{
+	pid_t target = TH_SPAWN("demo", "120");
+	struct server s;
+	struct reply r, busy;
+	char cmdline[4096];
+	int fd, n;
+
+	th_require_perf(false);
+	serve_start(&s, target, (const char *const[]){ "--listen", "127.0.0.1:0",
+						       "--max-seconds", "60", NULL });
+	/* The index: Go's page, every profile linked with ?debug=1. */
+	get(&s, "/debug/pprof/", NULL, &r);
+	cr_expect_eq(r.status, 200);
+	cr_expect(has_header(&r, "Content-Type: text/html; charset=utf-8"), "%s", r.head);
+	for (const char *const *k = (const char *const[]){ "allocs", "block", "cmdline",
+							    "goroutine", "heap", "mutex",
+							    "profile", "threadcreate", NULL };
+	     *k; k++) {
+		char link[64];
+
+		snprintf(link, sizeof(link), "<a href='%s?debug=1'>%s</a>", *k, *k);
+		cr_expect(strstr(r.body, link), "the index lacks %s", link);
+	}
+	reply_release(&r);
+
+	expect_go_error(&s, "/debug/pprof/nonesuch", 404, "Unknown profile");
+	expect_go_error(&s, "/debug/pprof/heap?seconds=0", 400,
+			"invalid value for \"seconds\" - must be a positive integer");
+	expect_go_error(&s, "/debug/pprof/heap?seconds=1&debug=1", 400,
+			"seconds and debug params are incompatible");
+	expect_go_error(&s, "/debug/pprof/profile?seconds=60", 400,
+			"profile duration exceeds server's WriteTimeout");
+	get(&s, "/elsewhere", NULL, &r);
+	cr_expect_eq(r.status, 404);
+	cr_expect_str_eq(r.body, "404 page not found\n");
+	reply_release(&r);
+	get(&s, "/debug/pprof", NULL, &r);
+	cr_expect_eq(r.status, 301);
+	cr_expect(has_header(&r, "\r\nLocation: /debug/pprof/"), "%s", r.head);
+	reply_release(&r);
+
+	/* cmdline: the target's arguments, NUL-separated as Go's os.Args. */
+	snprintf(cmdline, sizeof(cmdline), "/proc/%d/cmdline", target);
+	fd = open(cmdline, O_RDONLY);
+	n = (int)read(fd, cmdline, sizeof(cmdline));
+	close(fd);
+	get(&s, "/debug/pprof/cmdline", NULL, &r);
+	cr_expect_eq(r.status, 200);
+	cr_expect_eq(r.body_len, (size_t)n - 1);
+	cr_expect(!memcmp(r.body, cmdline, (size_t)n - 1));
+	reply_release(&r);
+
+	/* Go's texts: debug=1 and the goroutine dump. */
+	get(&s, "/debug/pprof/goroutine?debug=2", NULL, &r);
+	cr_expect_eq(r.status, 200);
+	cr_expect(strstr(r.body, "\nthread ") || !strncmp(r.body, "thread ", 7), "%s", r.body);
+	reply_release(&r);
+	get(&s, "/debug/pprof/heap?debug=1", NULL, &r);
+	cr_expect_eq(r.status, 200);
+	cr_expect(!strncmp(r.body, "heap profile: ", 14), "%.80s", r.body);
+	reply_release(&r);
+
+	/* One CPU profile at a time, Go's 500 for the second; a client that
+	 * goes away ends its window, and the next is served. */
+	fd = connect_to(s.addr);
+	cr_assert_geq(fd, 0);
+	dprintf(fd, "GET /debug/pprof/profile?seconds=20 HTTP/1.1\r\nHost: x\r\n\r\n");
+	th_sleep_ms(500);
+	get(&s, "/debug/pprof/profile?seconds=1", NULL, &busy);
+	cr_expect_eq(busy.status, 500);
+	cr_expect_str_eq(busy.body ? busy.body : "",
+			 "Could not enable CPU profiling: cpu profiling already in use\n");
+	reply_release(&busy);
+	close(fd);
+	th_sleep_ms(500);
+	get(&s, "/debug/pprof/profile?seconds=1", NULL, &r);
+	cr_expect_eq(r.status, 200, "the abandoned window still holds the CPU profile: %d %s",
+		     r.status, r.body);
+	cr_expect(has_header(&r, "Content-Disposition: attachment; filename=\"profile\""), "%s",
+		  r.head);
+	reply_release(&r);
+
+	expect_delta(&s, "/debug/pprof/allocs?seconds=2", 2);
+	expect_delta(&s, "/debug/pprof/goroutine?seconds=1", 1);
+	cr_expect_eq(serve_stop(&s, SIGINT), 0);
+	expect_unhooked(target, th_now_ns());
+}
+
+Test(serve, token_socket_mode_and_bad_clients, .timeout = 180)
+{
+	pid_t target = TH_SPAWN("demo", "120");
+	const char *token = th_tmp_path("token");
+	const char *sock = th_tmp_path("serve.sock");
+	char listen[PATH_MAX + 8], header[20000], fdir[64];
+	struct server s;
+	struct reply r;
+	struct stat st;
+	struct th_run run;
+	struct rlimit rl;
+	int fds[IDLE_CONNECTIONS], nfds = 0, before, during, fd;
+	FILE *f;
+
+	/* Off loopback without a token: refused before anything is touched. */
+	TH_CPROF(&run, 10000, "serve", "-p", th_pid_str(target), "--listen", "0.0.0.0:0");
+	cr_expect_eq(run.exit_code, 64, "%s", run.err);
+	cr_expect(strstr(run.err, "--token-file"), "%s", run.err);
+	th_run_release(&run);
+
+	f = fopen(token, "w");
+	fputs("s3cret-token\n", f);
+	fclose(f);
+	snprintf(listen, sizeof(listen), "unix:%s", sock);
+	serve_start(&s, target, (const char *const[]){ "--listen", listen, "--token-file", token,
+						       NULL });
+	cr_assert_eq(stat(sock, &st), 0);
+	cr_expect_eq(st.st_mode & 0777, 0600, "the socket is mode %o", st.st_mode & 0777);
+
+	get(&s, "/debug/pprof/cmdline", NULL, &r);
+	cr_expect_eq(r.status, 401, "no token: %d", r.status);
+	reply_release(&r);
+	get(&s, "/debug/pprof/cmdline", "Authorization: Bearer s3cret-tokeX\r\n", &r);
+	cr_expect_eq(r.status, 401, "a wrong token: %d", r.status);
+	reply_release(&r);
+	get(&s, "/debug/pprof/cmdline", "Authorization: Bearer s3cret-token\r\n", &r);
+	cr_expect_eq(r.status, 200, "the token: %d", r.status);
+	reply_release(&r);
+
+	/* Oversized headers: refused, and the server goes on. */
+	memset(header, 'a', sizeof(header));
+	memcpy(header, "X-Big: ", 7);
+	memcpy(header + sizeof(header) - 3, "\r\n", 3);
+	get(&s, "/debug/pprof/cmdline", header, &r);
+	cr_expect(r.status == 431 || r.status == 413 || r.status == 0,
+		  "a 20 kB header was answered %d", r.status);
+	reply_release(&r);
+
+	/* A thousand idle connections and one that never reads: a scraper
+	 * is answered beside them, and serve's descriptors stay bounded. */
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < IDLE_CONNECTIONS + 64) {
+		rl.rlim_cur = rl.rlim_max < IDLE_CONNECTIONS + 64 ? rl.rlim_max
+								    : IDLE_CONNECTIONS + 64;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	snprintf(fdir, sizeof(fdir), "/proc/%d/fd", s.pid);
+	before = th_dir_entries(fdir);
+	fd = connect_to(s.addr);
+	dprintf(fd, "GET /debug/pprof/goroutine?debug=2 HTTP/1.1\r\nHost: x\r\n"
+		    "Authorization: Bearer s3cret-token\r\n\r\n");
+	for (int i = 0; i < IDLE_CONNECTIONS; i++) {
+		int c = connect_ex(s.addr, SOCK_NONBLOCK);
+
+		if (c < 0)
+			break;
+		fds[nfds++] = c;
+	}
+	cr_expect_eq(nfds, IDLE_CONNECTIONS, "serve took %d idle connections", nfds);
+	th_sleep_ms(500);
+	get(&s, "/debug/pprof/cmdline", "Authorization: Bearer s3cret-token\r\n", &r);
+	cr_expect_eq(r.status, 200, "beside %d idle connections: %d", nfds, r.status);
+	reply_release(&r);
+	during = th_dir_entries(fdir);
+	cr_expect_lt(during - before, nfds + IDLE_FDS_MAX, "serve holds %d descriptors with %d "
+		     "idle connections (%d before)", during, nfds, before);
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	close(fd);
+
+	cr_expect_eq(serve_stop(&s, SIGTERM), 0);
+	cr_expect_neq(stat(sock, &st), 0, "the socket was left behind");
+}
+
+Test(serve, target_exit_ends_serve_and_sigkill_unhooks, .timeout = 120)
+{
+	pid_t target = TH_SPAWN("demo", "120");
+	struct server s;
+	int st;
+
+	serve_start(&s, target, (const char *const[]){ "--listen", "127.0.0.1:0", NULL });
+	cr_expect_eq(serve_stop(&s, SIGKILL), 128 + SIGKILL);
+	expect_unhooked(target, th_now_ns());
+
+	serve_start(&s, target, (const char *const[]){ "--listen", "127.0.0.1:0", NULL });
+	th_kill(target);
+	st = th_wait_exit(s.pid, 20000);
+	cr_assert_neq(st, -1, "serve outlived its target by 20 s");
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "serve ended %d after its target", st);
+}
