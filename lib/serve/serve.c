@@ -174,36 +174,48 @@ static struct contention *empty_of(struct serve *s, enum serve_kind k)
 	return k == SK_BLOCK || k == SK_MUTEX ? s->empty[k] : NULL;
 }
 
-static struct threads_snapshot *snapshot(struct serve *s, char *why, size_t whylen)
+/* What kind @k's profile or text is made of, taken now: the threads'
+ * snapshot (*@ret_t), an empty profile of a kind not hooked (*@ret_empty),
+ * or the agent's records, with a fresh live set if @live (a text's; a
+ * profile's build takes its own). -errno with @why set. */
+static int collect(struct serve *s, enum serve_kind k, bool live,
+		   struct threads_snapshot **ret_t, struct contention **ret_empty, char *why,
+		   size_t whylen)
 {
-	struct threads_snapshot *t = NULL;
+	int r = 0;
 
-	return threads_snapshot_take(&t, s->o.pid, s->sym, why, whylen) < 0 ? NULL : t;
+	*ret_t = NULL;
+	*ret_empty = empty_of(s, k);
+	if (unavailable(s, k, why, whylen))
+		return -ENOTSUP;
+	if (k == SK_GOROUTINE)
+		r = threads_snapshot_take(ret_t, s->o.pid, s->sym, why, whylen);
+	else if (!*ret_empty && live)
+		r = agent_profiler_take_live(s->ap);
+	if (r < 0 && k != SK_GOROUTINE)
+		snprintf(why, whylen, "failed to collect profile: %s", strerror(-r));
+	return r;
 }
 
 int serve_build(struct serve *s, enum serve_kind k, struct profile **ret, char *why,
 		size_t whylen)
 {
-	struct contention *empty = empty_of(s, k);
+	struct contention *empty;
 	struct threads_snapshot *t;
-	int r;
+	int r = collect(s, k, false, &t, &empty, why, whylen);
 
 	*ret = NULL;
-	if (unavailable(s, k, why, whylen))
-		return -ENOTSUP;
-	if (k == SK_GOROUTINE) {
-		t = snapshot(s, why, whylen);
-		if (!t)
-			return -EIO;
+	if (r < 0)
+		return r;
+	if (t)
 		r = threads_build_profile(t, s->o.command_line, ret);
-		threads_snapshot_free(t);
-	} else if (empty) {
+	else if (empty)
 		r = contention_build(empty, s->o.command_line, (int64_t)s->start_realtime_ns,
 				     (int64_t)(now_realtime_ns() - s->start_realtime_ns), ret);
-	} else {
+	else
 		r = agent_profiler_build_now(s->ap, kind_events[k],
 					     k == SK_ALLOCS ? "alloc_space" : "inuse_space", ret);
-	}
+	threads_snapshot_free(t);
 	if (r < 0)
 		snprintf(why, whylen, "failed to collect profile: %s", strerror(-r));
 	return r;
@@ -212,24 +224,13 @@ int serve_build(struct serve *s, enum serve_kind k, struct profile **ret, char *
 int serve_text(struct serve *s, enum serve_kind k, int debug, char **text, size_t *len,
 	       char *why, size_t whylen)
 {
-	struct contention *empty = empty_of(s, k);
-	struct threads_snapshot *t = NULL;
+	struct contention *empty;
+	struct threads_snapshot *t;
+	int r = collect(s, k, true, &t, &empty, why, whylen);
 	FILE *f;
-	int r;
 
-	if (unavailable(s, k, why, whylen))
-		return -ENOTSUP;
-	if (k == SK_GOROUTINE) {
-		t = snapshot(s, why, whylen);
-		if (!t)
-			return -EIO;
-	} else if (!empty) {
-		r = agent_profiler_take_live(s->ap);
-		if (r < 0) {
-			snprintf(why, whylen, "failed to collect profile: %s", strerror(-r));
-			return r;
-		}
-	}
+	if (r < 0)
+		return r;
 	f = open_memstream(text, len);
 	if (!f) {
 		threads_snapshot_free(t);

@@ -383,19 +383,27 @@ Test(symbolize, names_with_their_own_parameter_list)
 		cr_expect(!symbol_name_has_params(without[i]), "%s", without[i]);
 }
 
-Test(symbolize, refresh_finds_dlopened_modules)
+/* A library loaded now, after the symbolizer was made: td_init's
+ * address in libthread_db (its handle in *@ret_h). */
+static uint64_t load_late_library(void **ret_h)
 {
-	struct symbol_info si;
 	uint64_t addr;
-	void *h;
 
 	if (dlopen("libthread_db.so.1", RTLD_LAZY | RTLD_NOLOAD))
 		cr_skip_test("libthread_db.so.1 is loaded already");
-	h = dlopen("libthread_db.so.1", RTLD_LAZY);
-	if (!h)
+	*ret_h = dlopen("libthread_db.so.1", RTLD_LAZY);
+	if (!*ret_h)
 		TH_SKIP_MISSING("no libthread_db.so.1");
-	addr = (uint64_t)(uintptr_t)dlsym(h, "td_init");
+	addr = (uint64_t)(uintptr_t)dlsym(*ret_h, "td_init");
 	cr_assert_neq(addr, 0);
+	return addr;
+}
+
+Test(symbolize, refresh_finds_dlopened_modules)
+{
+	struct symbol_info si;
+	void *h;
+	uint64_t addr = load_late_library(&h);
 
 	cr_assert_eq(symbolizer_lookup(sym, addr, &si), 0);
 	cr_assert_null(si.module);
@@ -417,16 +425,8 @@ Test(symbolize, shared_until_the_last_reference)
 	struct symbolizer *shared = NULL, *wrong = NULL;
 	struct unwinder *u1 = NULL, *u2 = NULL, *other = NULL;
 	struct symbol_info si;
-	uint64_t addr;
 	void *h;
-
-	if (dlopen("libthread_db.so.1", RTLD_LAZY | RTLD_NOLOAD))
-		cr_skip_test("libthread_db.so.1 is loaded already");
-	h = dlopen("libthread_db.so.1", RTLD_LAZY);
-	if (!h)
-		TH_SKIP_MISSING("no libthread_db.so.1");
-	addr = (uint64_t)(uintptr_t)dlsym(h, "td_init");
-	cr_assert_neq(addr, 0);
+	uint64_t addr = load_late_library(&h);
 
 	cr_assert_eq(symbolizer_share(&wrong, sym, getppid()), -EINVAL);
 	cr_assert_null(wrong);
