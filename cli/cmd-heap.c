@@ -255,10 +255,8 @@ static int keep_render(void *ctx, const char *index, int debug, char **ret, size
 static int preflight_allocator(const struct target *t)
 {
 	struct heap_allocator a;
-	char path[64];
 
-	snprintf(path, sizeof(path), "/proc/%d/exe", t->pid);
-	if (heap_allocator_inspect(path, &a) < 0 || a.hookable)
+	if (!heap_allocator_unhookable(t->pid, &a))
 		return 0;
 	if (!strcmp(a.symbol, "malloc") && !strcmp(a.name, "its own malloc"))
 		report_error("cannot profile the heap of pid %d (%s): its executable defines malloc "

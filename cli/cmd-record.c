@@ -183,10 +183,8 @@ static void refuse(struct record_entry *e, const char *fmt, const char *why)
 static bool heap_unhookable(pid_t pid, char *why, size_t size)
 {
 	struct heap_allocator a;
-	char path[64];
 
-	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
-	if (heap_allocator_inspect(path, &a) < 0 || a.hookable)
+	if (!heap_allocator_unhookable(pid, &a))
 		return false;
 	snprintf(why, size, "%s is linked into the executable (it defines %s): its calls go "
 		 "through no GOT slot the agent could patch", a.name, a.symbol);

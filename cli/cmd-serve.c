@@ -15,6 +15,7 @@
 #include "agent-load.h"
 #include "agent/wire.h"
 #include "commands.h"
+#include "heap/allocator.h"
 #include "interrupt.h"
 #include "options.h"
 #include "preflight.h"
@@ -203,7 +204,8 @@ int cmd_serve(int argc, char **argv)
 	struct serve *s = NULL;
 	struct target t;
 	enum serve_end end = SERVE_FAILED;
-	char command_line[1024], token[TOKEN_MAX], err[1024] = "";
+	char command_line[1024], token[TOKEN_MAX], err[1024] = "", heap_why[256];
+	struct heap_allocator alloc;
 	int code = parse_args(argc, argv, &a), r;
 
 	if (code)
@@ -228,6 +230,13 @@ int cmd_serve(int argc, char **argv)
 		.token = a.token_file ? token : NULL, .max_seconds = (unsigned)a.max_seconds,
 		.comm = t.comm, .cancelled = interrupt_requested,
 	};
+	if (heap_allocator_unhookable(t.pid, &alloc)) {
+		snprintf(heap_why, sizeof(heap_why), "%s is linked into the executable (it defines "
+			 "%s): its calls go through no GOT slot the agent could patch", alloc.name,
+			 alloc.symbol);
+		so.heap_refused = heap_why;
+		report_warning("heap and allocs are not served: %s", heap_why);
+	}
 	ao.rates[CPROF_KIND_HEAP] = (uint64_t)a.heap_rate;
 	ao.rates[CPROF_KIND_BLOCK] = a.block_rate_ns;
 	ao.rates[CPROF_KIND_MUTEX] = (uint64_t)a.mutex_fraction;

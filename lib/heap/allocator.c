@@ -133,3 +133,11 @@ out_close:
 	close(fd);
 	return r;
 }
+
+bool heap_allocator_unhookable(pid_t pid, struct heap_allocator *ret)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	return heap_allocator_inspect(path, ret) == 0 && !ret->hookable;
+}

@@ -11,6 +11,7 @@
 #define CPROF_HEAP_ALLOCATOR_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 struct heap_allocator {
 	bool hookable;
@@ -27,5 +28,9 @@ struct heap_allocator {
  * (-ENOEXEC: not an ELF file); *@ret untouched on failure.
  */
 int heap_allocator_inspect(const char *path, struct heap_allocator *ret);
+
+/* Process @pid's executable carries an allocator no hook reaches (*@ret
+ * says which); false when it does not or cannot be read. */
+bool heap_allocator_unhookable(pid_t pid, struct heap_allocator *ret);
 
 #endif

@@ -154,6 +154,10 @@ static void agent_tick(struct serve *s)
 static const char *unavailable(const struct serve *s, enum serve_kind k, char *why,
 			       size_t whylen)
 {
+	if ((k == SK_HEAP || k == SK_ALLOCS) && s->o.heap_refused) {
+		snprintf(why, whylen, "heap profiling is not available: %s", s->o.heap_refused);
+		return why;
+	}
 	if (k == SK_GOROUTINE || (s->ap && !s->agent_lost))
 		return NULL;
 	if ((k == SK_BLOCK || k == SK_MUTEX) && !s->o.agent.rates[cprof_wire_first_kind(

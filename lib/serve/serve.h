@@ -38,6 +38,9 @@ struct serve_opts {
 	 * that it is not loaded. */
 	struct agent_profiler_opts agent;
 	const char *comm;         /* for the agent's messages */
+	/* Why heap and allocs cannot be had (an allocator no hook reaches),
+	 * or NULL: those endpoints answer it. */
+	const char *heap_refused;
 	bool (*cancelled)(void);  /* asked every tick; NULL: never */
 };
 
