@@ -35,6 +35,10 @@ TestSuite(serve, .init = th_init, .fini = th_cleanup);
 #define SERVE_READY_MS 30000
 /* A request's answer, the windows' seconds included. */
 #define REPLY_MS 30000
+/* The served CPU profile's total against the process CPU clock over its
+ * window, as cprof cpu's (test-cpu's CPU_TOTAL_MAX_ERR, and a margin for
+ * the window's edges, which a request does not place as exactly). */
+#define SERVE_CPU_MAX_ERR 0.05
 /* Idle connections a test holds open against serve's bound. */
 #define IDLE_CONNECTIONS 1000
 /* serve's descriptors beyond one a connection, under them. */
@@ -498,4 +502,43 @@ Test(serve, target_exit_ends_serve_and_sigkill_unhooks, .timeout = 120)
 	st = th_wait_exit(s.pid, 20000);
 	cr_assert_neq(st, -1, "serve outlived its target by 20 s");
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "serve ended %d after its target", st);
+}
+
+/*
+ * The profiles served are the commands' own: the CPU profile's total
+ * against the target's process CPU clock over the profile's window, and
+ * its functions in busy's proportions (work_a the most).
+ */
+Test(serve, cpu_profile_holds_the_clock, .timeout = 120)
+{
+	pid_t target = TH_SPAWN("busy", "2", "60");
+	struct th_cpuclock *clk = th_cpuclock_start(target);
+	struct server s;
+	struct reply r;
+	struct profile *p = NULL;
+	int64_t truth, total;
+	int vi;
+
+	th_require_perf(false);
+	th_skip_accuracy_when_sanitized();
+	serve_start(&s, target, (const char *const[]){ "--listen", "127.0.0.1:0", "--no-agent",
+						       NULL });
+	get(&s, "/debug/pprof/profile?seconds=3", NULL, &r);
+	th_cpuclock_stop(clk);
+	cr_assert_eq(r.status, 200, "%d %s", r.status, r.body);
+	cr_assert_eq(pprof_decode((const uint8_t *)r.body, r.body_len, &p), 0);
+	vi = th_sample_type(p, "cpu", "nanoseconds");
+	cr_assert_geq(vi, 0);
+	total = profile_total(p, (size_t)vi);
+	truth = th_cpuclock_between(clk, p->time_nanos, p->time_nanos + p->duration_nanos);
+	cr_log_info("measured: served cpu %lld ns, the CPU clock %lld ns over its window (%+.2f%%)",
+		    (long long)total, (long long)truth, truth > 0 ? 100.0 * total / truth - 100 : 0);
+	cr_assert_gt(truth, 0, "the clock's readings do not cover the profile's window");
+	cr_expect(total >= truth * (1 - SERVE_CPU_MAX_ERR) &&
+		  total <= truth * (1 + SERVE_CPU_MAX_ERR),
+		  "served cpu %lld ns against the clock's %lld", (long long)total, (long long)truth);
+	profile_free(p);
+	reply_release(&r);
+	th_cpuclock_free(clk);
+	cr_expect_eq(serve_stop(&s, SIGTERM), 0);
 }
