@@ -117,8 +117,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		req->method = method;
 		req->path = strdup(url);
 		*con_cls = req;
-		if (!req->path)
-			return MHD_NO;
+		/* Answered from the next call on, once the request is whole: a
+		 * response queued before would close the connection. */
+		return req->path ? MHD_YES : MHD_NO;
 	}
 	/* Bodies are read and dropped: no endpoint takes one. */
 	if (*upload_size) {

@@ -325,9 +325,12 @@ int serve_window(struct serve *s, struct http_request *req, enum serve_kind k,
 		r = sampler_new(s, k, &j->p, why, whylen);
 	else
 		r = serve_build(s, k, &j->p0, why, whylen);
-	/* Go's collectProfile(): the delta's time is the first's collection. */
-	if (r == 0 && j->p0)
+	/* Go's serveDeltaProfile(): the first profile collected, then its
+	 * time taken and the seconds counted. */
+	if (r == 0 && j->p0) {
 		j->p0->time_nanos = (int64_t)now_realtime_ns();
+		j->deadline_ns = now_monotonic_ns() + (uint64_t)seconds * 1000000000ULL;
+	}
 	if (r == 0)
 		r = http_park(req);
 	if (r < 0) {
