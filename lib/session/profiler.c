@@ -179,24 +179,30 @@ int agent_profiler_stop(struct agent_profiler *p)
 	return r;
 }
 
-int agent_profiler_finish(struct agent_profiler *p, uint32_t events, struct profile **ret)
+/* The window is over and kind @events (one) was recorded in it. */
+static bool built_from(const struct agent_profiler *p, uint32_t events)
 {
-	const struct window_result *w = &p->w.res;
-	struct contention *c = agent_profiler_contention(p, events);
-	int r;
+	return p->stopped && one_kind(events) && (p->o.events & events);
+}
 
+/* Kind @events' profile of what was taken from @start for @duration
+ * (@index first for the heap; NULL: inuse_space), into *@ret. */
+static int build_kind(struct agent_profiler *p, uint32_t events, const char *index,
+		      int64_t start, int64_t duration, struct profile **ret)
+{
 	*ret = NULL;
-	if (!p->stopped || !one_kind(events) || !(p->o.events & events))
+	if (!built_from(p, events))
 		return -EINVAL;
 	if (events == CPROF_EVENTS_HEAP)
-		r = heap_build(p->heap, p->o.heap_index ? p->o.heap_index : "inuse_space",
-			       p->o.command_line, (int64_t)w->start_realtime_ns,
-			       (int64_t)w->window_ns, ret);
-	else
-		r = contention_build(c, p->o.command_line, (int64_t)w->start_realtime_ns,
-				     (int64_t)w->window_ns, ret);
-	if (r == 0)
-		r = agent_note_window(w, *ret);
+		return heap_build(p->heap, index ? index : "inuse_space", p->o.command_line, start,
+				  duration, ret);
+	return contention_build(agent_profiler_contention(p, events), p->o.command_line, start,
+				duration, ret);
+}
+
+/* @r, with *@ret kept on success, freed and NULL on failure. */
+static int keep_if_ok(int r, struct profile **ret)
+{
 	if (r < 0) {
 		profile_free(*ret);
 		*ret = NULL;
@@ -204,11 +210,22 @@ int agent_profiler_finish(struct agent_profiler *p, uint32_t events, struct prof
 	return r;
 }
 
+int agent_profiler_finish(struct agent_profiler *p, uint32_t events, struct profile **ret)
+{
+	const struct window_result *w = &p->w.res;
+	int r = build_kind(p, events, p->o.heap_index, (int64_t)w->start_realtime_ns,
+			   (int64_t)w->window_ns, ret);
+
+	if (r == 0)
+		r = agent_note_window(w, *ret);
+	return keep_if_ok(r, ret);
+}
+
 int agent_profiler_write_text(struct agent_profiler *p, uint32_t events, FILE *f)
 {
 	struct contention *c = agent_profiler_contention(p, events);
 
-	if (!p->stopped || !one_kind(events) || !(p->o.events & events))
+	if (!built_from(p, events))
 		return -EINVAL;
 	return events == CPROF_EVENTS_HEAP ? heap_write_text(p->heap, f)
 					   : contention_write_text(c, p->o.rates[cprof_wire_first_kind(events)], f);
@@ -272,31 +289,20 @@ int agent_profiler_build_now(struct agent_profiler *p, uint32_t events, const ch
 			     struct profile **ret)
 {
 	int64_t start = (int64_t)p->w.res.start_realtime_ns;
-	int64_t duration = (int64_t)now_realtime_ns() - start;
 	struct channel_counters c = { 0 };
 	int r;
 
 	*ret = NULL;
-	if (!p->stopped || !one_kind(events) || !(p->o.events & events))
+	if (!built_from(p, events))
 		return -EINVAL;
 	r = agent_profiler_take_live(p);
-	if (r < 0)
-		return r;
-	if (events == CPROF_EVENTS_HEAP)
-		r = heap_build(p->heap, index ? index : "inuse_space", p->o.command_line, start,
-			       duration, ret);
-	else
-		r = contention_build(agent_profiler_contention(p, events), p->o.command_line,
-				     start, duration, ret);
+	if (r == 0)
+		r = build_kind(p, events, index, start, (int64_t)now_realtime_ns() - start, ret);
 	if (p->s.ch)
 		channel_counters(p->s.ch, &c);
 	if (r == 0)
 		r = agent_note_lost(&c, *ret);
-	if (r < 0) {
-		profile_free(*ret);
-		*ret = NULL;
-	}
-	return r;
+	return keep_if_ok(r, ret);
 }
 
 struct agent_profiler *agent_profiler_ref(struct agent_profiler *p)
