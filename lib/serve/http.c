@@ -24,8 +24,6 @@ struct http_request {
 	struct http_server *server;
 	struct MHD_Connection *conn;
 	enum request_state state;
-	bool was_parked;
-	const char *method;
 	char *path;
 	/* An answer given while parked, queued once MHD calls back. */
 	struct MHD_Response *resp;
@@ -106,6 +104,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	struct http_server *s = cls;
 	struct http_request *req = *con_cls;
 
+	(void)method;
 	(void)version;
 	(void)upload;
 	if (!req) {
@@ -114,7 +113,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			return MHD_NO;
 		req->server = s;
 		req->conn = c;
-		req->method = method;
 		req->path = strdup(url);
 		*con_cls = req;
 		/* Answered from the next call on, once the request is whole: a
@@ -152,8 +150,6 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (!req)
 		return;
 	park_list_remove(s, req);
-	if (req->was_parked && s->o.gone)
-		s->o.gone(s->o.arg, req);
 	if (req->resp)
 		MHD_destroy_response(req->resp);
 	free(req->path);
@@ -347,11 +343,6 @@ const char *http_path(const struct http_request *req)
 	return req->path;
 }
 
-const char *http_method(const struct http_request *req)
-{
-	return req->method;
-}
-
 const char *http_arg(const struct http_request *req, const char *name)
 {
 	return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
@@ -384,7 +375,6 @@ int http_park(struct http_request *req)
 		return -EINVAL;
 	MHD_suspend_connection(req->conn);
 	req->state = REQ_PARKED;
-	req->was_parked = true;
 	req->next_parked = req->server->parked;
 	req->server->parked = req;
 	return 0;

@@ -31,9 +31,6 @@ struct http_server_opts {
 	/* Called once a request's headers are in (and its token checked):
 	 * it answers (http_reply()) or parks (http_park()) @req. */
 	void (*handle)(void *arg, struct http_request *req);
-	/* Called when a parked request goes (answered or abandoned): the
-	 * caller's pointers to @req die here. May be NULL. */
-	void (*gone)(void *arg, struct http_request *req);
 	void *arg;
 };
 
@@ -51,7 +48,6 @@ int http_server_run(struct http_server *s, int timeout_ms);
 
 /* The request: its path (no query), its query argument @name or NULL. */
 const char *http_path(const struct http_request *req);
-const char *http_method(const struct http_request *req);
 const char *http_arg(const struct http_request *req, const char *name);
 
 /*
@@ -62,7 +58,8 @@ const char *http_arg(const struct http_request *req, const char *name);
 int http_reply(struct http_request *req, unsigned status, const char *content_type, char *body,
 	       size_t len, const char *const *headers);
 
-/* Suspends @req until http_reply(). */
+/* Suspends @req until http_reply(), which the caller owes it: a parked
+ * request lives until answered (http_server_free() answers those left). */
 int http_park(struct http_request *req);
 
 /* A parked request whose client has closed its end. */

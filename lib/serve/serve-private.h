@@ -40,12 +40,11 @@ struct serve {
 	struct symbolizer *sym;
 	struct agent_profiler *ap;     /* NULL: no agent */
 	char agent_why[1024];          /* why not, when no agent */
-	bool agent_lost;               /* it ended its session by itself */
+	bool agent_lost;               /* it ended its session by itself (ap NULL) */
 	uint64_t start_realtime_ns;
 	/* block, mutex without the agent's hooks: Go's empty profiles. */
 	struct contention *empty[SK_NAMED];
-	struct serve_job *jobs;
-	bool busy[SK_WALL + 1];        /* cpu, wall: one window at a time */
+	struct serve_job *jobs;        /* cpu and wall: one of each at a time */
 };
 
 /* routes.c: http_server_opts.handle. */

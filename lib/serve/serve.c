@@ -25,6 +25,12 @@
 #define IDLE_TIMEOUT_S 10
 #define CONNECTION_MEMORY (8u << 10)
 
+/* What a kind's refusal calls it ("heap profiling is not available"). */
+static const char *const kind_what[SK_NAMED] = {
+	[SK_HEAP] = "heap",	[SK_ALLOCS] = "heap",	      [SK_BLOCK] = "block",
+	[SK_MUTEX] = "mutex",	[SK_THREADCREATE] = "threadcreate",
+};
+
 static const uint32_t kind_events[SK_NAMED] = {
 	[SK_HEAP] = CPROF_EVENTS_HEAP,		[SK_ALLOCS] = CPROF_EVENTS_HEAP,
 	[SK_BLOCK] = CPROF_EVENTS_BLOCK,	[SK_MUTEX] = CPROF_EVENTS_MUTEX,
@@ -123,6 +129,17 @@ const char *serve_agent_lost(const struct serve *s)
 	return s->agent_lost ? s->agent_why : NULL;
 }
 
+/* The agent's session ended (the hooks go) and let go of. */
+static void agent_end(struct serve *s)
+{
+	struct channel *ch = agent_profiler_channel(s->ap);
+
+	if (ch)
+		keep_end(ch);
+	agent_profiler_free(s->ap);
+	s->ap = NULL;
+}
+
 /* The agent's records drained, its heartbeat kept; a session it ended
  * itself is gone for good (its figures would stand still). */
 static void agent_tick(struct serve *s)
@@ -144,9 +161,7 @@ static void agent_tick(struct serve *s)
 			snprintf(s->agent_why, sizeof(s->agent_why), "the agent ended its session "
 				 "(it took cprof for gone): restart cprof serve");
 		s->agent_lost = true;
-		keep_end(ch);
-		agent_profiler_free(s->ap);
-		s->ap = NULL;
+		agent_end(s);
 	}
 }
 
@@ -158,14 +173,12 @@ static const char *unavailable(const struct serve *s, enum serve_kind k, char *w
 		snprintf(why, whylen, "heap profiling is not available: %s", s->o.heap_refused);
 		return why;
 	}
-	if (k == SK_GOROUTINE || (s->ap && !s->agent_lost))
+	if (k == SK_GOROUTINE || s->ap)
 		return NULL;
 	if ((k == SK_BLOCK || k == SK_MUTEX) && !s->o.agent.rates[cprof_wire_first_kind(
 							  kind_events[k])])
 		return NULL;
-	snprintf(why, whylen, "%s profiling is not available: %s",
-		 k == SK_ALLOCS ? "heap" : k == SK_HEAP ? "heap" : k == SK_BLOCK ? "block" :
-		 k == SK_MUTEX ? "mutex" : "threadcreate",
+	snprintf(why, whylen, "%s profiling is not available: %s", kind_what[k],
 		 s->agent_why[0] ? s->agent_why : "the agent is not loaded");
 	return why;
 }
@@ -305,13 +318,22 @@ static int sampler_new(struct serve *s, enum serve_kind k, struct profiler **ret
 	return r;
 }
 
+/* A window of kind @k is under way. */
+static bool window_running(const struct serve *s, enum serve_kind k)
+{
+	for (const struct serve_job *j = s->jobs; j; j = j->next)
+		if (j->kind == k)
+			return true;
+	return false;
+}
+
 int serve_window(struct serve *s, struct http_request *req, enum serve_kind k,
 		 unsigned seconds, char *why, size_t whylen)
 {
 	struct serve_job *j;
 	int r;
 
-	if ((k == SK_CPU || k == SK_WALL) && s->busy[k])
+	if ((k == SK_CPU || k == SK_WALL) && window_running(s, k))
 		return -EBUSY;
 	j = calloc(1, sizeof(*j));
 	if (!j) {
@@ -339,8 +361,6 @@ int serve_window(struct serve *s, struct http_request *req, enum serve_kind k,
 		free(j);
 		return r;
 	}
-	if (k == SK_CPU || k == SK_WALL)
-		s->busy[k] = true;
 	j->next = s->jobs;
 	s->jobs = j;
 	return 0;
@@ -389,8 +409,6 @@ static void job_end(struct serve *s, struct serve_job *j, bool abandoned)
 	} else {
 		delta_answer(s, j);
 	}
-	if (j->kind == SK_CPU || j->kind == SK_WALL)
-		s->busy[j->kind] = false;
 	profiler_free(j->p);
 	profile_free(j->p0);
 	free(j);
@@ -449,13 +467,8 @@ void serve_free(struct serve *s)
 		return;
 	jobs_tick(s, true);
 	http_server_free(s->http);
-	if (s->ap) {
-		struct channel *ch = agent_profiler_channel(s->ap);
-
-		if (ch)
-			keep_end(ch);
-		agent_profiler_free(s->ap);
-	}
+	if (s->ap)
+		agent_end(s);
 	for (int k = 0; k < SK_NAMED; k++)
 		contention_free(s->empty[k]);
 	symbolizer_unref(s->sym);
