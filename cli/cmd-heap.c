@@ -42,8 +42,6 @@ struct heap_run {
 	 * and what its profiles since sampling began need. */
 	int keep_lfd, keep_code_fd;
 	struct agent_profiler *ap;
-	pid_t pid;
-	const char *command_line;
 };
 
 static void heap_help(void)
@@ -347,8 +345,6 @@ static int keep_after(struct heap_run *a, struct run *run, int code)
 	if (!run->written || !ch || agent_profiler_window(ap)->target_exited)
 		return keep_give_up(a->keep_lfd, a->keep_code_fd, code, ch);
 	a->ap = ap;
-	a->command_line = run->command_line;
-	a->pid = run->target.pid;
 	return keep_go_on(a->keep_lfd, a->keep_code_fd, code, ch, &run->target,
 			  agent_profiler_handlers(ap), keep_render, a, output_name(&run->out));
 }

@@ -186,8 +186,7 @@ static bool heap_unhookable(pid_t pid, char *why, size_t size)
 
 	if (!heap_allocator_unhookable(pid, &a))
 		return false;
-	snprintf(why, size, "%s is linked into the executable (it defines %s): its calls go "
-		 "through no GOT slot the agent could patch", a.name, a.symbol);
+	heap_allocator_why(&a, why, size);
 	return true;
 }
 

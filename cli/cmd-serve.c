@@ -231,9 +231,7 @@ int cmd_serve(int argc, char **argv)
 		.comm = t.comm, .cancelled = interrupt_requested,
 	};
 	if (heap_allocator_unhookable(t.pid, &alloc)) {
-		snprintf(heap_why, sizeof(heap_why), "%s is linked into the executable (it defines "
-			 "%s): its calls go through no GOT slot the agent could patch", alloc.name,
-			 alloc.symbol);
+		heap_allocator_why(&alloc, heap_why, sizeof(heap_why));
 		so.heap_refused = heap_why;
 		report_warning("heap and allocs are not served: %s", heap_why);
 	}

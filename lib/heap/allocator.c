@@ -141,3 +141,9 @@ bool heap_allocator_unhookable(pid_t pid, struct heap_allocator *ret)
 	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
 	return heap_allocator_inspect(path, ret) == 0 && !ret->hookable;
 }
+
+void heap_allocator_why(const struct heap_allocator *a, char *buf, size_t size)
+{
+	snprintf(buf, size, "%s is linked into the executable (it defines %s): its calls go "
+		 "through no GOT slot the agent could patch", a->name, a->symbol);
+}

@@ -11,6 +11,7 @@
 #define CPROF_HEAP_ALLOCATOR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 struct heap_allocator {
@@ -32,5 +33,8 @@ int heap_allocator_inspect(const char *path, struct heap_allocator *ret);
 /* Process @pid's executable carries an allocator no hook reaches (*@ret
  * says which); false when it does not or cannot be read. */
 bool heap_allocator_unhookable(pid_t pid, struct heap_allocator *ret);
+
+/* Why @a's calls are not profiled, one sentence into @buf. */
+void heap_allocator_why(const struct heap_allocator *a, char *buf, size_t size);
 
 #endif
