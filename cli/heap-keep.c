@@ -153,6 +153,26 @@ static int keep_bind_error(const struct target *t, int r)
 
 static volatile sig_atomic_t keep_child;
 
+/*
+ * The terminal's Ctrl-C, ^Z and hangup reach the background sampler through
+ * the parent only: its own process group, deaf to the terminal's job
+ * control. Not setsid(): a new session is a new scheduling autogroup, and
+ * a kernel's EEVDF has been seen to leave a new autogroup no cpu for as
+ * long as niced threads spin beside it, the agent's heartbeat with it.
+ */
+static void detach_from_terminal(void)
+{
+	struct sigaction sa;
+
+	setpgid(0, 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGTTIN, &sa, NULL);
+	sigaction(SIGTTOU, &sa, NULL);
+	sigaction(SIGTSTP, &sa, NULL);
+}
+
 static void forward_signal(int sig)
 {
 	if (keep_child > 0)
@@ -186,7 +206,7 @@ int keep_start(const struct target *t, int *ret_lfd, int *ret_code_fd)
 	}
 	if (pid == 0) {
 		close(fds[0]);
-		setsid(); /* the terminal's Ctrl-C reaches it through the parent only */
+		detach_from_terminal();
 		*ret_lfd = lfd;
 		*ret_code_fd = fds[1];
 		return -1;

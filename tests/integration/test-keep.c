@@ -215,6 +215,30 @@ static unsigned trickle(pid_t target, const struct cprof_wire_header *h, const c
 }
 
 /*
+ * The background sampler leaves the terminal's job control in a process
+ * group of its own, but stays in the caller's session: a new session is a
+ * new scheduling autogroup, which a loaded kernel may leave without a cpu
+ * (the serve loop, and the agent's heartbeat, with it).
+ */
+static void assert_in_our_session(const char *err)
+{
+	const char *p = strstr(err, "in the background (pid ");
+	char path[64], stat[1024], *e;
+	int sampler = 0, pgrp = 0, sid = 0;
+
+	cr_assert_not_null(p, "heap --keep named no background sampler:\n%s", err);
+	sampler = atoi(p + strlen("in the background (pid "));
+	snprintf(path, sizeof(path), "/proc/%d/stat", sampler);
+	cr_assert_eq(proc_read(path, stat, sizeof(stat), NULL), 0, "no background sampler %d",
+		     sampler);
+	e = strrchr(stat, ')');
+	cr_assert_not_null(e);
+	cr_assert_eq(sscanf(e + 2, "%*s %*s %d %d", &pgrp, &sid), 2);
+	cr_assert_eq(pgrp, sampler, "the background sampler shares the caller's process group");
+	cr_assert_eq(sid, (int)getsid(0), "the background sampler has a session of its own");
+}
+
+/*
  * A client of the background session that trickles its request (or never
  * ends it) does not hold the serve loop, which is also the agent's
  * heartbeat: the beat goes on, the agent stays, the next fetch answers.
@@ -232,6 +256,7 @@ Test(keep, slow_client_does_not_stall_the_session)
 	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(target), "-d", "300ms", "--keep", "-o",
 		 th_tmp_path("keep.pb.gz"));
 	cr_assert_eq(r.exit_code, 0, "heap --keep: exit %d:\n%s", r.exit_code, r.err);
+	assert_in_our_session(r.err);
 	th_run_release(&r);
 	h = th_agent_header(target);
 	cr_assert_not_null(h, "no agent channel in the target after heap --keep");
