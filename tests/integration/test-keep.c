@@ -252,7 +252,7 @@ Test(keep, slow_client_does_not_stall_the_session)
 
 	if (geteuid() != 0)
 		TH_SKIP_MISSING("the agent's injection needs ptrace of the target: run as root");
-	target = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	target = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
 	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(target), "-d", "300ms", "--keep", "-o",
 		 th_tmp_path("keep.pb.gz"));
 	cr_assert_eq(r.exit_code, 0, "heap --keep: exit %d:\n%s", r.exit_code, r.err);

@@ -77,7 +77,7 @@ static pid_t nobody_target(void)
 	pid_t pid;
 
 	th_run_as(NOBODY, NOBODY);
-	pid = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
 	th_run_as((uid_t)-1, (gid_t)-1);
 	return pid;
 }
@@ -404,7 +404,7 @@ Test(privilege, agent_env_only_from_root_only_paths)
 
 	require_root();
 	cr_assert(chmod(open_dir, 0777) == 0);
-	target = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	target = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
 
 	agent = agent_copy(open_dir, 0644, 0);
 	/* The first such directory from the root down is named: a checkout
@@ -491,7 +491,7 @@ Test(privilege, agent_channel_closed_to_other_users)
 	pid_t target;
 
 	require_root();
-	target = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	target = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
 	TH_CPROF(&r, RUN_TIMEOUT_MS, "heap", "-p", th_pid_str(target), "-d", "300ms", "--keep",
 		 "-o", th_tmp_path("keep.pb.gz"));
 	cr_assert_eq(r.exit_code, 0, "heap --keep: exit %d:\n%s", r.exit_code, r.err);

@@ -86,7 +86,7 @@ Test(session, window_collects_and_detaches)
 	int r;
 
 	skip_without_ptrace();
-	pid = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
 	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
 	r = agent_session_open(&s, &o);
 	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s.failed, s.rep.why);
@@ -128,7 +128,7 @@ Test(session, window_in_steps_ends_when_the_caller_says)
 	int r;
 
 	skip_without_ptrace();
-	pid = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
 	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
 	r = agent_session_open(&s, &o);
 	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s.failed, s.rep.why);
@@ -169,7 +169,7 @@ Test(session, cancelled_before_a_thread_is_stopped)
 	int r;
 
 	skip_without_ptrace();
-	pid = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
 	o.cancelled = cancel_at_once;
 	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
 	r = agent_session_open(&s, &o);
@@ -198,7 +198,7 @@ Test(session, second_session_is_refused_with_its_holder)
 	char b;
 
 	skip_without_ptrace();
-	pid = TH_SPAWN("checksum", "60", "--report", "/dev/null", "--alloc", "1");
+	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
 	cr_assert_eq(pipe(ready), 0);
 	cr_assert_eq(pipe(hold), 0);
 	holder = fork();
