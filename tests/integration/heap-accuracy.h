@@ -27,7 +27,7 @@
 #include "testhelp.h"
 
 /* A site's samples: what each of its allocations was expected to give. */
-static double expected_samples(const struct site_truth *t, uint64_t rate)
+static inline double expected_samples(const struct site_truth *t, uint64_t rate)
 {
 	double avg = t->objects ? (double)t->bytes / (double)t->objects : 0;
 
@@ -36,8 +36,8 @@ static double expected_samples(const struct site_truth *t, uint64_t rate)
 
 /* One site against its truth (logged), its in-use bytes at most @inuse_max;
  * returns its larger error (objects or bytes). */
-static double check_site(const struct site_truth *t, struct th_func_sum *const sums[4],
-		       const size_t nsums[4], uint64_t rate, int64_t inuse_max)
+static inline double check_site(const struct site_truth *t, struct th_func_sum *const sums[4],
+				const size_t nsums[4], uint64_t rate, int64_t inuse_max)
 {
 	struct th_func_sum ao = th_func_get(sums[0], nsums[0], t->name);
 	struct th_func_sum as = th_func_get(sums[1], nsums[1], t->name);
@@ -66,37 +66,26 @@ static double check_site(const struct site_truth *t, struct th_func_sum *const s
 }
 
 /*
- * Runs the heapsites target @prog (spawned by the caller as @pid, its
- * report at @report) under `cprof heap --rate @rate -d @duration` and checks
- * the profile against its truth. @what names the allocator in the log.
+ * A heap profile @p of the heapsites target @pid at @rate (@rate_arg as
+ * written) against the truth it writes to @report on SIGUSR2: the whole
+ * check but how the profile was taken. @what names the allocator in the log.
  */
-static void check_heapsites_accuracy(pid_t pid, const char *report, const char *rate_arg,
-				     uint64_t rate, const char *duration, const char *what)
+static inline void heapsites_check(const struct profile *p, pid_t pid, const char *report,
+				   const char *rate_arg, uint64_t rate, const char *what)
 {
 	static const char *const sites[] = {
 		"a_512k", "a_256k_1", "a_1k", "a_256k_2", "a_512", "a_256k_3", "a_256",
 		"a_256k_4", "a_16", "b_1k", "b_512", "b_256", "b_16", "retain_4k",
 	};
-	const char *out = th_tmp_path("heap-accuracy.pb.gz");
 	struct site_truth truth[32];
 	struct th_func_sum *sums[4];
 	size_t nsums[4], ntruth;
 	const struct site_truth *live;
 	double at_rate = 0, tiny = 0, live_err, min_samples = 1e300;
-	struct profile *p;
-	struct th_run r;
 	int vi[4];
 
-	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", duration, "--rate", rate_arg, "-o",
-		 out, "--index", "alloc_space");
-	th_run_log(&r, "cprof heap");
-	cr_assert_eq(r.exit_code, 0, "%s: cprof heap exited %d", what, r.exit_code);
-	cr_assert(!strstr(r.err, "lost"), "%s: samples were lost: %s", what, r.err);
 	kill(pid, SIGUSR2);
 	ntruth = read_truth(report, truth, 32);
-	th_kill(pid);
-
-	p = th_load_profile(out);
 	vi[0] = th_sample_type(p, "alloc_objects", "count");
 	vi[1] = th_sample_type(p, "alloc_space", "bytes");
 	vi[2] = th_sample_type(p, "inuse_objects", "count");
@@ -109,6 +98,7 @@ static void check_heapsites_accuracy(pid_t pid, const char *report, const char *
 	cr_assert_str_eq(p->period_type.unit, "bytes");
 	cr_assert_eq(p->period, (int64_t)rate);
 	cr_assert_str_eq(p->default_sample_type, "alloc_space");
+	cr_assert(!th_has_comment(p, "lost "), "%s: records were lost", what);
 
 	cr_log_info("%s:", what);
 	for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); i++) {
@@ -148,9 +138,32 @@ static void check_heapsites_accuracy(pid_t pid, const char *report, const char *
 
 		cr_assert(l && !l->str && l->num > 0, "sample %zu has no numeric bytes label", i);
 	}
-	th_assert_pprof_ok(out);
 	for (int i = 0; i < 4; i++)
 		free(sums[i]);
+}
+
+/*
+ * Runs the heapsites target (spawned by the caller as @pid, its report at
+ * @report) under `cprof heap --rate @rate -d @duration` and checks the
+ * profile against its truth.
+ */
+static inline void check_heapsites_accuracy(pid_t pid, const char *report, const char *rate_arg,
+					    uint64_t rate, const char *duration, const char *what)
+{
+	const char *out = th_tmp_path("heap-accuracy.pb.gz");
+	struct profile *p;
+	struct th_run r;
+
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", duration, "--rate", rate_arg, "-o",
+		 out, "--index", "alloc_space");
+	th_run_log(&r, "cprof heap");
+	cr_assert_eq(r.exit_code, 0, "%s: cprof heap exited %d", what, r.exit_code);
+	cr_assert(!strstr(r.err, "lost"), "%s: samples were lost: %s", what, r.err);
+	p = th_load_profile(out);
+	cr_assert_not_null(p);
+	heapsites_check(p, pid, report, rate_arg, rate, what);
+	th_kill(pid);
+	th_assert_pprof_ok(out);
 	profile_free(p);
 	th_run_release(&r);
 }

@@ -19,7 +19,7 @@ struct site_truth {
 	uint64_t objects, bytes;
 };
 
-static size_t read_truth(const char *path, struct site_truth *t, size_t max)
+static inline size_t read_truth(const char *path, struct site_truth *t, size_t max)
 {
 	char line[256];
 	size_t n = 0;
@@ -41,7 +41,8 @@ static size_t read_truth(const char *path, struct site_truth *t, size_t max)
 	return n;
 }
 
-static const struct site_truth *truth_of(const struct site_truth *t, size_t n, const char *name)
+static inline const struct site_truth *truth_of(const struct site_truth *t, size_t n,
+						const char *name)
 {
 	for (size_t i = 0; i < n; i++)
 		if (!strcmp(t[i].name, name))
@@ -50,7 +51,7 @@ static const struct site_truth *truth_of(const struct site_truth *t, size_t n, c
 	return NULL;
 }
 
-static double rel_err(double got, double want)
+static inline double rel_err(double got, double want)
 {
 	return want ? fabs(got - want) / want : (got ? 1.0 : 0.0);
 }

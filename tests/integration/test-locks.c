@@ -20,46 +20,14 @@
 #include <unistd.h>
 
 #include "profiler/profiler.h"
+#include "lock-truth.h"
 #include "testhelp.h"
 
 TestSuite(locks, .init = th_init, .fini = th_cleanup, .timeout = 180);
 
-struct truth {
-	char name[32];
-	uint64_t count, ns;
-};
-
-static size_t read_truth(pid_t pid, const char *path, struct truth *t, size_t max)
-{
-	char line[256];
-	size_t n = 0;
-	FILE *f = NULL;
-
-	kill(pid, SIGUSR2);
-	for (int i = 0; i < 200 && !(f = fopen(path, "re")); i++)
-		th_sleep_ms(25);
-	cr_assert_not_null(f, "locks wrote no report %s", path);
-	while (n < max && fgets(line, sizeof(line), f)) {
-		unsigned long long c, ns;
-
-		if (sscanf(line, "%31s %llu %llu", t[n].name, &c, &ns) == 3) {
-			t[n].count = c;
-			t[n].ns = ns;
-			n++;
-		}
-	}
-	fclose(f);
-	return n;
-}
-
-static const struct truth *truth_of(const struct truth *t, size_t n, const char *name)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!strcmp(t[i].name, name))
-			return &t[i];
-	cr_assert_fail("no truth for %s", name);
-	return NULL;
-}
+/* At least BLOCK_WALKED_MIN_PCT of block's records walked by the agent
+ * itself (docs/measured.md quotes it; tests/unit/test-docs checks). */
+#define BLOCK_WALKED_MIN_PCT 90
 
 static void skip_without_ptrace(void)
 {
@@ -84,67 +52,12 @@ static struct profile *profile_of(const char *cmd, pid_t pid, const char *dur, c
 	return th_load_profile(out);
 }
 
-/*
- * The bounds docs/measured.md quotes (tests/unit/test-docs checks them):
- * block's delay per site within BLOCK_MAX_ERR of the truth (and of each
- * other); mutex's long holder within MUTEX_LONG_MAX_ERR; at least
- * BLOCK_WALKED_MIN_PCT of block's records walked by the agent itself.
- */
-#define BLOCK_MAX_ERR 0.15
-#define MUTEX_LONG_MAX_ERR 0.25
-#define BLOCK_WALKED_MIN_PCT 90
-
-static double rel(double a, double b)
-{
-	return b ? fabs(a - b) / b : 1.0;
-}
-
-/* Delay (flat) per site, checked against the truth within @tol, and the
- * sites' shares against the truth's. */
-static void check_sites(const struct profile *p, const struct truth *t, size_t nt,
-			const char *const *sites, size_t n, double tol)
-{
-	struct th_func_sum *sums;
-	size_t nsums;
-	int vi = th_sample_type(p, "delay", "nanoseconds");
-	double first = 0, first_truth = 0;
-
-	cr_assert_eq(vi, 1, "delay/nanoseconds is the second sample type");
-	cr_assert_eq(th_sample_type(p, "contentions", "count"), 0);
-	cr_assert_str_eq(p->period_type.type, "contentions");
-	th_func_sums(p, (size_t)vi, &sums, &nsums);
-	for (size_t i = 0; i < n; i++) {
-		const struct truth *tr = truth_of(t, nt, sites[i]);
-		struct th_func_sum s = th_func_get(sums, nsums, sites[i]);
-
-		cr_log_info("measured: %-8s truth %5llu waits %8.1f ms; cprof %8.1f ms (%+.1f%%)",
-			    sites[i], (unsigned long long)tr->count, tr->ns / 1e6, s.flat / 1e6,
-			    100.0 * ((double)s.flat / (double)tr->ns - 1));
-		cr_expect_leq(rel((double)s.flat, (double)tr->ns), tol, "%s: %.1f%% off the truth",
-			      sites[i], 100 * rel((double)s.flat, (double)tr->ns));
-		/* Sites against each other as their truths stand (equal by
-		 * design, apart on a loaded machine): no bias by duration. */
-		if (i == 0) {
-			first = (double)s.flat;
-			first_truth = (double)tr->ns;
-		} else {
-			double ratio = (double)s.flat / first;
-			double truth_ratio = (double)tr->ns / first_truth;
-
-			cr_expect_leq(rel(ratio, truth_ratio), tol,
-				      "%s is %.3f of %s, %.3f in the truth", sites[i], ratio,
-				      sites[0], truth_ratio);
-		}
-	}
-	free(sums);
-}
-
 /* The block profile of locks MODE (BASE_US) at RATE against its truth. */
 static void block_unbiased(const char *mode, const char *base_us, const char *rate,
 			   const char *const *sites, size_t n)
 {
 	const char *report = th_tmp_path("locks-unbiased.report");
-	struct truth t[8];
+	struct lock_truth t[8];
 	struct profile *p;
 	size_t nt;
 	pid_t pid;
@@ -153,8 +66,8 @@ static void block_unbiased(const char *mode, const char *base_us, const char *ra
 	th_skip_accuracy_when_sanitized();
 	pid = TH_SPAWN("locks", mode, "20", base_us, report);
 	p = profile_of("block", pid, "5s", rate, th_tmp_path("block-unbiased.pb.gz"));
-	nt = read_truth(pid, report, t, 8);
-	check_sites(p, t, nt, sites, n, BLOCK_MAX_ERR);
+	nt = lock_truth_read(pid, report, t, 8);
+	lock_sites_check(p, t, nt, sites, n, BLOCK_MAX_ERR);
 	profile_free(p);
 	th_kill(pid);
 }
@@ -179,8 +92,8 @@ Test(locks, mutex_charges_the_holder)
 {
 	const char *report = th_tmp_path("locks-holders.report");
 	struct th_func_sum *sums, lng, shrt, waiter;
-	const struct truth *tl, *ts;
-	struct truth t[8];
+	const struct lock_truth *tl, *ts;
+	struct lock_truth t[8];
 	struct profile *p;
 	size_t nt, nsums;
 	pid_t pid;
@@ -188,19 +101,19 @@ Test(locks, mutex_charges_the_holder)
 	skip_without_ptrace();
 	pid = TH_SPAWN("locks", "holders", "20", "500", report);
 	p = profile_of("mutex", pid, "4s", NULL, th_tmp_path("mutex.pb.gz"));
-	nt = read_truth(pid, report, t, 8);
+	nt = lock_truth_read(pid, report, t, 8);
 	th_func_sums(p, 1, &sums, &nsums);
 	lng = th_func_get(sums, nsums, "holder_long");
 	shrt = th_func_get(sums, nsums, "holder_short");
 	waiter = th_func_get(sums, nsums, "contend");
-	tl = truth_of(t, nt, "holder_long");
-	ts = truth_of(t, nt, "holder_short");
+	tl = lock_truth_of(t, nt, "holder_long");
+	ts = lock_truth_of(t, nt, "holder_short");
 	cr_log_info("measured: mutex: holder_long %.1f ms (truth %.1f), holder_short %.1f ms "
 		    "(truth %.1f), "
 		    "waiter's site %.1f ms", lng.flat / 1e6, tl->ns / 1e6, shrt.flat / 1e6,
 		    ts->ns / 1e6, waiter.cum / 1e6);
-	cr_expect_leq(rel((double)lng.flat, (double)tl->ns), MUTEX_LONG_MAX_ERR);
-	cr_expect_leq(rel((double)shrt.flat, (double)ts->ns), 0.5);
+	cr_expect_leq(lock_rel((double)lng.flat, (double)tl->ns), MUTEX_LONG_MAX_ERR);
+	cr_expect_leq(lock_rel((double)shrt.flat, (double)ts->ns), 0.5);
 	cr_expect_gt(lng.flat, 4 * shrt.flat, "the long holder must carry most of the delay");
 	cr_expect_eq(waiter.cum, 0, "the waiter's lock site was charged");
 	free(sums);
@@ -235,8 +148,8 @@ Test(locks, threadcreate_counts_every_creation)
 {
 	const char *report = th_tmp_path("locks-create.report");
 	struct th_func_sum *sums, s;
-	const struct truth *tc;
-	struct truth t[8];
+	const struct lock_truth *tc;
+	struct lock_truth t[8];
 	struct profile *p;
 	size_t nt, nsums;
 	pid_t pid;
@@ -244,11 +157,11 @@ Test(locks, threadcreate_counts_every_creation)
 	skip_without_ptrace();
 	pid = TH_SPAWN("locks", "create", "20", "2000", report);
 	p = profile_of("threadcreate", pid, "2s", NULL, th_tmp_path("threadcreate.pb.gz"));
-	nt = read_truth(pid, report, t, 8);
+	nt = lock_truth_read(pid, report, t, 8);
 	cr_assert_eq(th_sample_type(p, "threadcreate", "count"), 0);
 	th_func_sums(p, 0, &sums, &nsums);
 	s = th_func_get(sums, nsums, "create_threads");
-	tc = truth_of(t, nt, "create_threads");
+	tc = lock_truth_of(t, nt, "create_threads");
 	cr_log_info("threadcreate: %lld at create_threads, truth %llu", (long long)s.flat,
 		    (unsigned long long)tc->count);
 	/* Every creation counted, however many the machine let it make (a
@@ -393,7 +306,7 @@ Test(locks, four_kinds_in_one_session)
 	struct profile *prof[CPROF_KINDS] = { NULL };
 	struct profiler *ps[CPROF_KINDS];
 	struct th_func_sum *sums;
-	struct truth t[8];
+	struct lock_truth t[8];
 	size_t n, nt, nsums;
 	int64_t mutex_total = 0, truth_total = 0;
 	bool exited;
@@ -409,7 +322,7 @@ Test(locks, four_kinds_in_one_session)
 	cr_assert(!exited, "the target is alive");
 	cr_assert(agent_profiler_window(profiler_impl(ps[0]))->detached,
 		  "the agent did not confirm its detach");
-	nt = read_truth(pid, report, t, 8);
+	nt = lock_truth_read(pid, report, t, 8);
 	for (size_t i = 0; i < n; i++) {
 		cr_assert_eq(profiler_finish(ps[i], &prof[i]), 0, "%s", profiler_kind(ps[i]));
 		cr_log_info("measured: four kinds in one session: %s, %llu records",
@@ -426,14 +339,14 @@ Test(locks, four_kinds_in_one_session)
 	for (size_t i = 0; i < 2; i++) {
 		cr_expect_eq(th_func_get(sums, nsums, sites[i]).cum, 0,
 			     "mutex charged the waiter's %s", sites[i]);
-		truth_total += (int64_t)truth_of(t, nt, sites[i])->ns;
+		truth_total += (int64_t)lock_truth_of(t, nt, sites[i])->ns;
 	}
 	free(sums);
 	cr_log_info("measured: four kinds in one session: mutex %.1f ms, truth %.1f ms",
 		    mutex_total / 1e6, truth_total / 1e6);
 #ifndef __SANITIZE_ADDRESS__ /* accuracy: the plain build's */
-	check_sites(prof[1], t, nt, sites, 2, BLOCK_MAX_ERR);
-	cr_expect_leq(rel((double)mutex_total, (double)truth_total), MUTEX_LONG_MAX_ERR);
+	lock_sites_check(prof[1], t, nt, sites, 2, BLOCK_MAX_ERR);
+	cr_expect_leq(lock_rel((double)mutex_total, (double)truth_total), MUTEX_LONG_MAX_ERR);
 #endif
 	for (size_t i = 0; i < n; i++) {
 		profile_free(prof[i]);

@@ -27,14 +27,11 @@
 #include "agent/wire.h"
 #include "pprof/pprof.h"
 #include "profile/profile.h"
+#include "serve-client.h"
 #include "testhelp.h"
 
 TestSuite(serve, .init = th_init, .fini = th_cleanup);
 
-/* How long serve may take to say where it listens (the agent's load). */
-#define SERVE_READY_MS 30000
-/* A request's answer, the windows' seconds included. */
-#define REPLY_MS 30000
 /* The served CPU profile's total against the process CPU clock over its
  * window, as cprof cpu's (test-cpu's CPU_TOTAL_MAX_ERR, and a margin for
  * the window's edges, which a request does not place as exactly). */
@@ -47,164 +44,6 @@ TestSuite(serve, .init = th_init, .fini = th_cleanup);
 #define IDLE_CONNECTIONS 1000
 /* serve's descriptors beyond one a connection, under them. */
 #define IDLE_FDS_MAX 100
-
-struct server {
-	pid_t pid;
-	const char *log;
-	char addr[128]; /* "127.0.0.1:PORT" or "unix:/PATH" */
-};
-
-/* Starts `cprof serve -p PID ARGS...` and waits for its "serving" line. */
-static void serve_start(struct server *s, pid_t target, const char *const *args)
-{
-	static int started;
-	const char *argv[24] = { CPROF_BIN, "serve", "-p", th_pid_str(target) };
-	uint64_t t0 = th_now_ns();
-	char name[32];
-	size_t n = 4;
-
-	for (size_t i = 0; args && args[i]; i++)
-		argv[n++] = args[i];
-	snprintf(name, sizeof(name), "serve-%d.log", started++);
-	s->addr[0] = '\0';
-	s->log = th_tmp_path(name);
-	s->pid = th_spawn_daemon(argv, s->log);
-	while (th_now_ns() - t0 < SERVE_READY_MS * 1000000ULL) {
-		uint8_t *buf = NULL;
-		size_t len = 0;
-		char *text = NULL, *at;
-
-		if (th_read_file(s->log, &buf, &len) == 0)
-			text = strndup((char *)buf, len);
-		free(buf);
-		if (text && (at = strstr(text, "serving http://")))
-			sscanf(at + strlen("serving http://"), "%127[^/]", s->addr);
-		else if (text && (at = strstr(text, "/debug/pprof/ on unix:")))
-			sscanf(at + strlen("/debug/pprof/ on "), "%127s", s->addr);
-		free(text);
-		if (s->addr[0])
-			return;
-		cr_assert(th_alive(s->pid), "cprof serve ended before serving");
-		th_sleep_ms(50);
-	}
-	cr_assert_fail("cprof serve said nothing of where it listens in %d ms",
-		       SERVE_READY_MS);
-}
-
-/* A connection to @addr; with @nonblock, one the kernel could not take
- * at once fails rather than waits. */
-static int connect_ex(const char *addr, int nonblock)
-{
-	int fd;
-
-	if (!strncmp(addr, "unix:", 5)) {
-		struct sockaddr_un sun = { .sun_family = AF_UNIX };
-
-		snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", addr + 5);
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | nonblock, 0);
-		if (fd >= 0 && connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
-			close(fd);
-			return -1;
-		}
-		return fd;
-	}
-	{
-		struct sockaddr_in sin = { .sin_family = AF_INET };
-		unsigned port = 0;
-
-		sscanf(strchr(addr, ':') + 1, "%u", &port);
-		sin.sin_port = htons((uint16_t)port);
-		sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | nonblock, 0);
-		if (fd >= 0 && connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0 &&
-		    errno != EINPROGRESS) {
-			close(fd);
-			return -1;
-		}
-	}
-	return fd;
-}
-
-static int connect_to(const char *addr)
-{
-	return connect_ex(addr, 0);
-}
-
-struct reply {
-	int status;
-	char *head; /* the status line and headers */
-	char *body;
-	size_t body_len;
-};
-
-static void reply_release(struct reply *r)
-{
-	free(r->head);
-	free(r->body);
-	memset(r, 0, sizeof(*r));
-}
-
-/* What the connection @fd says until it closes (or @timeout_ms), parsed. */
-static void read_reply(int fd, struct reply *r, int timeout_ms)
-{
-	char *buf = NULL, *sep;
-	size_t len = 0, alloc = 0;
-	uint64_t t0 = th_now_ns();
-
-	memset(r, 0, sizeof(*r));
-	for (;;) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		ssize_t n;
-
-		if ((int)((th_now_ns() - t0) / 1000000) > timeout_ms)
-			break;
-		if (poll(&pfd, 1, 100) <= 0)
-			continue;
-		if (len + 65536 > alloc) {
-			alloc = (len + 65536) * 2;
-			buf = realloc(buf, alloc + 1);
-			cr_assert_not_null(buf);
-		}
-		n = read(fd, buf + len, alloc - len);
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	if (!buf)
-		return;
-	buf[len] = '\0';
-	sep = strstr(buf, "\r\n\r\n");
-	if (!sep) {
-		free(buf);
-		return;
-	}
-	*sep = '\0';
-	sscanf(buf, "HTTP/1.%*d %d", &r->status);
-	r->head = buf;
-	r->body_len = len - (size_t)(sep + 4 - buf);
-	r->body = malloc(r->body_len + 1);
-	memcpy(r->body, sep + 4, r->body_len);
-	r->body[r->body_len] = '\0';
-}
-
-/* GET @path with @headers (each "Name: value\r\n", may be NULL). */
-static void get(const struct server *s, const char *path, const char *headers, struct reply *r)
-{
-	char req[1024];
-	int fd = connect_to(s->addr);
-
-	cr_assert_geq(fd, 0, "cannot connect to %s: %s", s->addr, strerror(errno));
-	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n",
-		 path, headers ? headers : "");
-	cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
-	read_reply(fd, r, REPLY_MS);
-	close(fd);
-}
-
-static bool has_header(const struct reply *r, const char *line)
-{
-	return r->head && strcasestr(r->head, line);
-}
 
 /* Go's serveError(): @status, text/plain, X-Go-Pprof: 1, @text and "\n". */
 static void expect_go_error(const struct server *s, const char *path, int status,
@@ -221,24 +60,6 @@ static void expect_go_error(const struct server *s, const char *path, int status
 	cr_expect(has_header(&r, "\r\nX-Go-Pprof: 1"), "%s: %s", path, r.head);
 	cr_expect_str_eq(r.body ? r.body : "", want, "%s", path);
 	reply_release(&r);
-}
-
-/* Ends serve with @sig: its exit code. Its log (where a sanitized build
- * reports) must hold no sanitizer's report. */
-static int serve_stop(struct server *s, int sig)
-{
-	uint8_t *log = NULL;
-	size_t len = 0;
-	int st;
-
-	cr_assert(th_signal(s->pid, sig));
-	st = th_wait_exit(s->pid, 20000);
-	cr_assert_neq(st, -1, "cprof serve did not end within 20 s of signal %d", sig);
-	if (th_read_file(s->log, &log, &len) == 0)
-		cr_expect(!memmem(log, len, "Sanitizer", 9) && !memmem(log, len, "runtime error:", 14),
-			  "serve's log:\n%.*s", (int)len, (char *)log);
-	free(log);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 /* Within a second of serve's end, the agent's hooks are gone. */
