@@ -244,15 +244,9 @@ static bool harmless_call(long nr)
 
 static bool asleep_in_harmless_call(pid_t pid, pid_t tid)
 {
-	char path[64], buf[256];
-	size_t n;
+	struct target_call c;
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
-	if (proc_read(path, buf, sizeof(buf), &n) < 0 || n == 0)
-		return false;
-	if (buf[0] < '0' || buf[0] > '9') /* "running" or "-1 ..." */
-		return false;
-	return harmless_call(strtol(buf, NULL, 10));
+	return target_thread_call(pid, tid, &c) == 0 && c.nr >= 0 && harmless_call(c.nr);
 }
 
 int inject_order_threads(pid_t pid, pid_t **ret_tids, size_t *ret_n)

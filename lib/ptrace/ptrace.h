@@ -66,6 +66,7 @@ struct ptrace_snapshot {
 	uint64_t pause_ns;           /* last_detach - first_interrupt */
 	uint64_t all_stopped_ns;     /* when the last thread was seen stopped (and copied) */
 	unsigned listings;           /* reads of /proc/PID/task */
+	size_t skipped;              /* threads of the first listing left to the caller */
 	unsigned tracers;            /* tracer threads that shared the work */
 	/* The stack copies, most of them (private: see ptrace_snapshot_release()). */
 	void *stack_pool;
@@ -80,12 +81,17 @@ struct ptrace_snapshot_opts {
 	unsigned stop_timeout_ms;
 	const struct maps *maps;  /* read beforehand: bounds the stack copies */
 	unsigned tracers;         /* tracer threads at most; 0: one per cpu, up to four */
+	/* A thread the caller reads without a stop (asleep in a call): never
+	 * seized. NULL: every thread is stopped. */
+	bool (*skip)(void *arg, pid_t tid);
+	void *skip_arg;
 };
 
 /*
  * Takes the snapshot. Returns 0 (even if some threads exited or could not
  * be stopped: see each thread's result), -ESRCH when the process is gone,
- * -EPERM when no thread could be seized (already traced, or not allowed).
+ * -EPERM when no thread could be seized (already traced, or not allowed)
+ * and none was left to the caller (opts->skip).
  */
 int ptrace_snapshot_take(struct ptrace_snapshot *ret, pid_t pid,
 			 const struct ptrace_snapshot_opts *o);
@@ -106,6 +112,12 @@ void ptrace_snapshot_release(struct ptrace_snapshot *s);
  * with errno on error.
  */
 pid_t ptrace_peek_stop(pid_t tid, int *ret_status);
+
+/*
+ * The call a thread in restart_syscall continues (after an earlier stop)
+ * at @rip, read from the code before it; NR_RESTART_SYSCALL when unknown.
+ */
+int64_t ptrace_restarted_call(pid_t tid, uint64_t rip);
 
 /* @r -> @d[UNWIND_NREGS], in DWARF register order. */
 void ptrace_regs_to_unwind(const struct user_regs_struct *r, uint64_t *d);

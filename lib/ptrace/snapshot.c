@@ -223,6 +223,11 @@ static void seize_thread(struct tracer *t, size_t i)
 	}
 }
 
+static bool skipped(const struct crew *c, pid_t tid)
+{
+	return c->opts->skip && c->opts->skip(c->opts->skip_arg, tid);
+}
+
 /* The first tracer: seizes every thread not seen yet, as its own. Returns
  * how many were new. */
 static int seize_new_threads(struct tracer *t)
@@ -237,7 +242,7 @@ static int seize_new_threads(struct tracer *t)
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n; i++) {
-		if (find_thread(c, tids[i]) >= 0)
+		if (find_thread(c, tids[i]) >= 0 || skipped(c, tids[i]))
 			continue;
 		r = reserve_threads(c, c->snap->nthreads + 1);
 		if (r < 0)
@@ -433,29 +438,6 @@ static void wait_for_stops(struct tracer *t)
 	}
 }
 
-/* The call a restart_syscall continues: glibc's wrappers load the number
- * with "b8 imm32" (or "31 c0" for 0) right before "0f 05". */
-static int64_t restarted_call(pid_t tid, uint64_t rip)
-{
-	uint8_t code[7];
-	struct iovec local = { code, sizeof(code) };
-	struct iovec remote = { (void *)(uintptr_t)(rip - sizeof(code)), sizeof(code) };
-	int32_t nr;
-
-	if (rip < sizeof(code) ||
-	    process_vm_readv(tid, &local, 1, &remote, 1, 0) != (ssize_t)sizeof(code))
-		return NR_RESTART_SYSCALL;
-	if (code[5] != 0x0f || code[6] != 0x05)
-		return NR_RESTART_SYSCALL;
-	if (code[0] == 0xb8) {
-		memcpy(&nr, code + 1, sizeof(nr));
-		return nr >= 0 ? nr : NR_RESTART_SYSCALL;
-	}
-	if (code[3] == 0x31 && code[4] == 0xc0)
-		return 0;
-	return NR_RESTART_SYSCALL;
-}
-
 /*
  * Room for a stack copy of @size bytes: from the snapshot's pool, made
  * before the pause (a malloc per thread inside it grew the tracer's arena
@@ -568,7 +550,7 @@ static void name_restarted_calls(struct ptrace_snapshot *s)
 		struct ptrace_thread *th = &s->threads[i];
 
 		if (th->result == PTRACE_THREAD_STOPPED && th->syscall == NR_RESTART_SYSCALL)
-			th->syscall = restarted_call(th->tid, th->user.regs[UNWIND_REG_RIP]);
+			th->syscall = ptrace_restarted_call(th->tid, th->user.regs[UNWIND_REG_RIP]);
 	}
 }
 
@@ -589,7 +571,8 @@ static void detach_share(struct tracer *t)
 }
 
 /*
- * True if the process has as many threads as we hold stopped: then it has
+ * True if the process has as many threads as we hold stopped and left to
+ * the caller: then it has
  * none we do not know (every one we hold is one of its threads), and the
  * listing of /proc/PID/task, long at thousands of threads, can be spared.
  * Any other count, a thread in uninterruptible sleep or a zombie leader
@@ -607,7 +590,7 @@ static bool all_known_stopped(const struct ptrace_snapshot *s)
 	if (proc_read(path, buf, sizeof(buf), NULL) < 0)
 		return false;
 	p = strstr(buf, "\nThreads:");
-	return p && strtoul(p + 9, NULL, 10) == stopped;
+	return p && strtoul(p + 9, NULL, 10) == stopped + s->skipped;
 }
 
 static bool all_refused(const struct ptrace_snapshot *s)
@@ -679,7 +662,7 @@ static int start_crew(struct crew *c)
 	struct ptrace_snapshot *s = c->snap;
 	struct tracer *first = &c->tracers[0];
 	unsigned want;
-	size_t n, share, lo = 0;
+	size_t n, share, lo = 0, kept = 0;
 	pid_t *tids;
 	int r;
 
@@ -690,6 +673,13 @@ static int start_crew(struct crew *c)
 	r = reserve_threads(c, n + 1);
 	if (r < 0)
 		goto out_free;
+	for (size_t i = 0; i < n; i++) {
+		if (skipped(c, tids[i]))
+			s->skipped++;
+		else
+			tids[kept++] = tids[i];
+	}
+	n = kept;
 	stack_pool_make(c, n + n / 8 + 16);
 	for (size_t i = 0; i < n; i++)
 		record_thread(c, tids[i]);
@@ -782,7 +772,8 @@ static void *tracer_main(void *arg)
 		wait_for_stops(t);
 	}
 	s->all_stopped_ns = now_monotonic_ns();
-	if (all_refused(s))
+	/* Refused all, yet the caller read some: threads on their way out. */
+	if (all_refused(s) && !s->skipped)
 		c->result = s->threads[0].error;
 out_release:
 	wait_for_helpers(c);

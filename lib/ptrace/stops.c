@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 
 /*
@@ -90,4 +91,27 @@ void ptrace_resume_point(const struct user_regs_struct *r, uint64_t *ret_rip, ui
 		*ret_rip = r->rip - 2;
 		break;
 	}
+}
+
+/* glibc's wrappers load the number with "b8 imm32" (or "31 c0" for 0)
+ * right before "0f 05". */
+int64_t ptrace_restarted_call(pid_t tid, uint64_t rip)
+{
+	uint8_t code[7];
+	struct iovec local = { code, sizeof(code) };
+	struct iovec remote = { (void *)(uintptr_t)(rip - sizeof(code)), sizeof(code) };
+	int32_t nr;
+
+	if (rip < sizeof(code) ||
+	    process_vm_readv(tid, &local, 1, &remote, 1, 0) != (ssize_t)sizeof(code))
+		return NR_RESTART_SYSCALL;
+	if (code[5] != 0x0f || code[6] != 0x05)
+		return NR_RESTART_SYSCALL;
+	if (code[0] == 0xb8) {
+		memcpy(&nr, code + 1, sizeof(nr));
+		return nr >= 0 ? nr : NR_RESTART_SYSCALL;
+	}
+	if (code[3] == 0x31 && code[4] == 0xc0)
+		return 0;
+	return NR_RESTART_SYSCALL;
 }

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct target {
@@ -48,6 +49,27 @@ int target_thread_name(pid_t pid, pid_t tid, char *buf, size_t size);
 
 /* The state letter of thread @tid (R S D T t Z X I); -ESRCH if gone. */
 int target_thread_state(pid_t pid, pid_t tid, char *ret_state);
+
+/*
+ * thread-call.c: what thread @tid is blocked in, from
+ * /proc/@pid/task/@tid/syscall (ptrace access needed), never a stop.
+ */
+struct target_call {
+	bool running;     /* "running": nothing more is known */
+	int64_t nr;       /* the call it is blocked in; -1: none, or blocked outside one */
+	uint64_t args[6];
+	uint64_t sp, pc;  /* user stack and program pointers (not when running) */
+};
+
+int target_thread_call(pid_t pid, pid_t tid, struct target_call *ret);
+bool target_call_same(const struct target_call *a, const struct target_call *b);
+
+/*
+ * Thread @tid's time on a cpu so far, in ns (schedstat's first field): the
+ * same in two reads, it ran no instruction in between, so its registers and
+ * the stack above its stack pointer are what the first read saw.
+ */
+int target_thread_run_ns(pid_t pid, pid_t tid, uint64_t *ret);
 
 /* The comm of the process owning @pid, and its name, for error messages. */
 int target_process_name(pid_t pid, char *buf, size_t size);

@@ -10,6 +10,7 @@
 #include "symbolize/symbolize.h"
 #include "target/claim.h"
 #include "target/target.h"
+#include "threads/threads-private.h"
 #include "threads/threads.h"
 #include "unwind/unwind.h"
 #include "util/util.h"
@@ -76,19 +77,43 @@ static int compare_tid(const void *a, const void *b)
 	return (x->tid > y->tid) - (x->tid < y->tid);
 }
 
-/* @before: sorted by tid. */
-static int record_threads(struct threads_snapshot *s, const struct ptrace_snapshot *ps,
+/* The name, state and clock read before, or now for a thread born since. */
+static void fill_from_before(struct threads_snapshot *s, struct thread_record *t,
+			     const struct thread_record *before, size_t nbefore)
+{
+	const struct thread_record *b = bsearch(t, before, nbefore, sizeof(*before), compare_tid);
+
+	if (b) {
+		memcpy(t->name, b->name, sizeof(t->name));
+		t->state = b->state;
+		t->cpu_ns = b->cpu_ns;
+	} else {
+		read_thread_proc(s->pid, t);
+	}
+	/* A container's numbering: read after the pause, not before. */
+	if (s->other_pidns)
+		t->ns_tid = target_ns_tid(s->pid, t->tid);
+}
+
+static int take_pcs(struct thread_record *t, const uint64_t *pcs, size_t n)
+{
+	t->pcs = malloc(n * sizeof(*pcs));
+	if (!t->pcs)
+		return -ENOMEM;
+	memcpy(t->pcs, pcs, n * sizeof(*pcs));
+	t->npcs = n;
+	return 0;
+}
+
+/* The threads of one ptrace snapshot, unwound. */
+static int record_stopped(struct threads_snapshot *s, const struct ptrace_snapshot *ps,
 			  const struct thread_record *before, size_t nbefore, struct unwinder *unw)
 {
 	uint64_t pcs[MAX_FRAMES];
 
-	s->threads = calloc(ps->nthreads ? ps->nthreads : 1, sizeof(*s->threads));
-	if (!s->threads)
-		return -ENOMEM;
 	for (size_t i = 0; i < ps->nthreads; i++) {
 		const struct ptrace_thread *pt = &ps->threads[i];
 		struct thread_record *t = &s->threads[s->nthreads++];
-		const struct thread_record *b;
 		int n;
 
 		t->tid = pt->tid;
@@ -97,17 +122,7 @@ static int record_threads(struct threads_snapshot *s, const struct ptrace_snapsh
 		t->syscall = pt->syscall < 0 ? -1 : pt->syscall;
 		t->syscall_arg[0] = pt->user.regs[UNWIND_REG_RDI];
 		t->syscall_arg[1] = pt->user.regs[UNWIND_REG_RSI];
-		b = bsearch(t, before, nbefore, sizeof(*before), compare_tid);
-		if (b) {
-			memcpy(t->name, b->name, sizeof(t->name));
-			t->state = b->state;
-			t->cpu_ns = b->cpu_ns;
-		} else { /* born during the snapshot */
-			read_thread_proc(s->pid, t);
-		}
-		/* A container's numbering: read after the pause, not before. */
-		if (s->other_pidns)
-			t->ns_tid = target_ns_tid(s->pid, t->tid);
+		fill_from_before(s, t, before, nbefore);
 		if (pt->result == PTRACE_THREAD_REFUSED)
 			t->tracer = thread_tracer(s->pid, t->tid);
 		if (pt->result != PTRACE_THREAD_STOPPED)
@@ -121,14 +136,68 @@ static int record_threads(struct threads_snapshot *s, const struct ptrace_snapsh
 			pcs[0] = pt->user.regs[UNWIND_REG_RIP];
 			n = 1;
 		}
-		t->pcs = malloc((size_t)n * sizeof(*pcs));
-		if (!t->pcs)
+		if (take_pcs(t, pcs, (size_t)n) < 0)
 			return -ENOMEM;
-		memcpy(t->pcs, pcs, (size_t)n * sizeof(*pcs));
-		t->npcs = (size_t)n;
 	}
-	qsort(s->threads, s->nthreads, sizeof(*s->threads), compare_tid);
 	return 0;
+}
+
+/* The threads read asleep and confirmed, walked already; those that woke
+ * and could not be stopped after (@late_r), with the reason. */
+static int record_asleep(struct threads_snapshot *s, const struct asleep_set *as, int late_r,
+			 const struct thread_record *before, size_t nbefore)
+{
+	for (size_t i = 0; i < as->n; i++) {
+		const struct asleep *a = &as->a[i];
+		struct thread_record *t;
+
+		if (!a->confirmed && late_r == 0)
+			continue;
+		t = &s->threads[s->nthreads++];
+		t->tid = a->tid;
+		if (!a->confirmed) {
+			t->result = late_r == -ESRCH ? PTRACE_THREAD_EXITED : PTRACE_THREAD_REFUSED;
+			t->error = late_r;
+			fill_from_before(s, t, before, nbefore);
+			continue;
+		}
+		t->result = PTRACE_THREAD_STOPPED;
+		t->unstopped = true;
+		t->syscall = a->call.nr;
+		t->syscall_arg[0] = a->call.args[0];
+		t->syscall_arg[1] = a->call.args[1];
+		fill_from_before(s, t, before, nbefore);
+		settle_state(t);
+		s->nstopped++;
+		s->nasleep++;
+		if (take_pcs(t, a->pcs, a->npcs) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/*
+ * @before: sorted by tid. @late: the threads that woke, stopped after, or
+ * the reason they could not be (@late_r), said for each.
+ */
+static int record_threads(struct threads_snapshot *s, const struct ptrace_snapshot *ps,
+			  const struct ptrace_snapshot *late, int late_r,
+			  const struct asleep_set *as, const struct thread_record *before,
+			  size_t nbefore, struct unwinder *unw)
+{
+	size_t n = ps->nthreads + late->nthreads + as->n;
+	int r;
+
+	s->threads = calloc(n ? n : 1, sizeof(*s->threads));
+	if (!s->threads)
+		return -ENOMEM;
+	r = record_stopped(s, ps, before, nbefore, unw);
+	if (r == 0)
+		r = record_stopped(s, late, before, nbefore, unw);
+	if (r == 0)
+		r = record_asleep(s, as, late_r, before, nbefore);
+	qsort(s->threads, s->nthreads, sizeof(*s->threads), compare_tid);
+	return r;
 }
 
 /* What each thread is doing just before the stop: names and states. */
@@ -164,7 +233,8 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 {
 	struct ptrace_snapshot_opts po = { .max_stack = MAX_STACK,
 					   .stop_timeout_ms = STOP_TIMEOUT_MS };
-	struct ptrace_snapshot ps = { 0 };
+	struct ptrace_snapshot ps = { 0 }, late = { 0 };
+	struct asleep_set asleep = { 0 };
 	struct target_claim claim = { .fd = -1 };
 	struct target_claim_holder holder;
 	struct thread_record *before = NULL;
@@ -172,7 +242,7 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 	struct threads_snapshot *s;
 	struct maps maps = { 0 };
 	size_t nbefore = 0;
-	int r;
+	int r, late_r = 0;
 
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -199,6 +269,15 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 		snprintf(err, errlen, "cannot list the threads of pid %d: %s", pid, strerror(-r));
 		goto out_free;
 	}
+	/* Those asleep in a call are read now, and not stopped. */
+	r = asleep_look(&asleep, pid, before, nbefore, po.maps, unw);
+	if (r < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto out_free;
+	}
+	s->asleep_refused = asleep.n ? 0 : asleep.refused;
+	po.skip = asleep_skip;
+	po.skip_arg = &asleep;
 	/* Another cprof stopping threads of it (an injection's look, its
 	 * call, a snapshot) is done within CLAIM_WAIT_MS. */
 	r = target_claim_take(&claim, pid, TARGET_CLAIM_PTRACE, CLAIM_WAIT_MS, NULL, &holder);
@@ -214,16 +293,23 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 	}
 	s->time_nanos = (int64_t)now_realtime_ns();
 	r = ptrace_snapshot_take(&ps, pid, &po);
+	/* Those that woke since they were read are stopped now: a little
+	 * after the others' instant, and read as they are then. */
+	if (r == 0 && asleep_confirm(&asleep, pid) > 0) {
+		po.skip = asleep_skip_but_woken;
+		late_r = ptrace_snapshot_take(&late, pid, &po);
+		s->nwoke = late.nthreads;
+	}
 	target_claim_drop(&claim);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot stop the threads of pid %d: %s", pid, strerror(-r));
 		goto out_free;
 	}
-	s->pause_ns = ps.pause_ns;
-	if (ps.all_stopped_ns > ps.first_interrupt_ns)
+	s->pause_ns = MAX(ps.pause_ns, late.pause_ns);
+	if (ps.first_interrupt_ns && ps.all_stopped_ns > ps.first_interrupt_ns)
 		s->stopping_ns = ps.all_stopped_ns - ps.first_interrupt_ns;
 	/* Every thread runs again: now the slow part. */
-	r = record_threads(s, &ps, before, nbefore, unw);
+	r = record_threads(s, &ps, &late, late_r, &asleep, before, nbefore, unw);
 	if (r < 0) {
 		snprintf(err, errlen, "out of memory");
 		goto out_free;
@@ -236,6 +322,8 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 		goto out_free;
 	}
 	ptrace_snapshot_release(&ps);
+	ptrace_snapshot_release(&late);
+	asleep_release(&asleep);
 	maps_release(&maps);
 	free(before);
 	*ret = s;
@@ -243,6 +331,8 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 
 out_free:
 	ptrace_snapshot_release(&ps);
+	ptrace_snapshot_release(&late);
+	asleep_release(&asleep);
 	maps_release(&maps);
 	free(before);
 	threads_snapshot_free(s);

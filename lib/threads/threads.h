@@ -23,7 +23,8 @@ struct thread_record {
 	pid_t ns_tid; /* as the target's PID namespace numbers it; 0: same */
 	char name[64];
 	char state;  /* /proc state letter just before the snapshot */
-	enum ptrace_thread_result result;
+	enum ptrace_thread_result result; /* STOPPED: read, with a stop or without */
+	bool unstopped; /* read asleep in its call, never stopped */
 	int error;   /* -errno when result is PTRACE_THREAD_REFUSED */
 	pid_t tracer; /* who traces it already, when refused */
 	int64_t syscall;     /* the system call it was stopped in, -1 for none */
@@ -39,8 +40,11 @@ struct threads_snapshot {
 	char comm[64];
 	struct thread_record *threads; /* sorted by tid */
 	size_t nthreads;
-	size_t nstopped;
-	uint64_t pause_ns;
+	size_t nstopped;  /* threads read, with a stop or without */
+	size_t nasleep;   /* of which: read asleep, without a stop */
+	size_t nwoke;     /* asleep when looked at, stopped after they woke */
+	int asleep_refused; /* -errno: /proc would not show sleeping threads, all stopped */
+	uint64_t pause_ns; /* the longest any thread was stopped */
 	uint64_t stopping_ns; /* of which: until every thread had stopped */
 	int64_t time_nanos;
 	struct symbolizer *sym;
@@ -48,7 +52,8 @@ struct threads_snapshot {
 
 /*
  * Reads the target's modules (or shares @sym's, symbolizer_share()) and
- * threads, takes the snapshot, unwinds. Returns -ESRCH (gone), -EPERM
+ * threads, takes the snapshot, unwinds. Threads asleep in a call are read
+ * without a stop (asleep.c). Returns -ESRCH (gone), -EPERM
  * (cannot be traced), or other -errno with a message in @err.
  */
 int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbolizer *sym,

@@ -12,13 +12,58 @@ static bool has_stack(const struct thread_record *t)
 	return t->result == PTRACE_THREAD_STOPPED && t->npcs > 0;
 }
 
-static void pause_line(const struct threads_snapshot *s, FILE *f)
+/* " 12-14 17": the tids of the threads read without a stop, in runs. */
+static void unstopped_tids(const struct threads_snapshot *s, FILE *f)
+{
+	for (size_t i = 0; i < s->nthreads; i++) {
+		size_t j = i;
+
+		if (!s->threads[i].unstopped)
+			continue;
+		while (j + 1 < s->nthreads && s->threads[j + 1].unstopped &&
+		       s->threads[j + 1].tid == s->threads[j].tid + 1)
+			j++;
+		if (j > i)
+			fprintf(f, " %d-%d", s->threads[i].tid, s->threads[j].tid);
+		else
+			fprintf(f, " %d", s->threads[i].tid);
+		i = j;
+	}
+}
+
+/*
+ * ", N read asleep without a stop[: TIDS], N stopped after they woke", or
+ * why none could be, or nothing. Each thread's own block keeps Go's header
+ * (its state as it is): which were read without a stop, @list_tids says
+ * here.
+ */
+static void unstopped_text(const struct threads_snapshot *s, bool list_tids, FILE *f)
+{
+	if (s->asleep_refused) {
+		fprintf(f, ", sleeping ones too (/proc/%d/task/*/syscall: %s)", s->pid,
+			strerror(-s->asleep_refused));
+		return;
+	}
+	if (s->nasleep) {
+		fprintf(f, ", %zu read asleep without a stop", s->nasleep);
+		if (list_tids) {
+			fputc(':', f);
+			unstopped_tids(s, f);
+		}
+	}
+	if (s->nwoke)
+		fprintf(f, ", %zu stopped after %s woke", s->nwoke, s->nwoke == 1 ? "it" : "they");
+}
+
+/* The first line of both texts. */
+static void pause_line(const struct threads_snapshot *s, bool list_tids, FILE *f)
 {
 	fprintf(f, "# paused %.3f ms for %zu %s of pid %d (%s): %.3f ms until all had "
-		   "stopped\n",
+		   "stopped",
 		(double)s->pause_ns / 1e6, s->nstopped, plural(s->nstopped, "thread", "threads"),
-		s->pid, s->comm,
-		(double)s->stopping_ns / 1e6);
+		s->pid, s->comm, (double)s->stopping_ns / 1e6);
+	unstopped_text(s, list_tids, f);
+	fputc('\n', f);
 }
 
 int threads_build_profile(const struct threads_snapshot *s, const char *command_line,
@@ -28,7 +73,8 @@ int threads_build_profile(const struct threads_snapshot *s, const char *command_
 	struct profile *p;
 	uint64_t *locs = NULL;
 	size_t locs_alloc = 0;
-	char buf[256];
+	char buf[256], tail[160] = "";
+	FILE *f;
 	int r;
 
 	r = profile_new(&p, types, 1);
@@ -38,8 +84,15 @@ int threads_build_profile(const struct threads_snapshot *s, const char *command_
 	r = profile_set_period(p, "threads", "count", 1);
 	if (r < 0)
 		goto out_free;
-	snprintf(buf, sizeof(buf), "paused %.3f ms for %zu %s", (double)s->pause_ns / 1e6,
-		 s->nstopped, plural(s->nstopped, "thread", "threads"));
+	f = fmemopen(tail, sizeof(tail), "w");
+	if (!f) {
+		r = -errno;
+		goto out_free;
+	}
+	unstopped_text(s, false, f);
+	fclose(f);
+	snprintf(buf, sizeof(buf), "paused %.3f ms for %zu %s%s", (double)s->pause_ns / 1e6,
+		 s->nstopped, plural(s->nstopped, "thread", "threads"), tail);
 	r = profile_add_comment(p, buf);
 	if (r < 0)
 		goto out_free;
@@ -157,7 +210,7 @@ int threads_write_debug1(const struct threads_snapshot *s, FILE *f)
 	for (size_t g = 0; g < ngroups; g++)
 		total += groups[g].count;
 	fprintf(f, "threads profile: total %zu\n", total);
-	pause_line(s, f);
+	pause_line(s, false, f);
 	for (size_t g = 0; g < ngroups; g++) {
 		const struct thread_record *t = groups[g].first;
 
@@ -207,7 +260,7 @@ static void thread_header(const struct thread_record *t, FILE *f)
 
 int threads_write_debug2(const struct threads_snapshot *s, FILE *f)
 {
-	pause_line(s, f);
+	pause_line(s, true, f);
 	fputc('\n', f);
 	for (size_t i = 0; i < s->nthreads; i++) {
 		const struct thread_record *t = &s->threads[i];

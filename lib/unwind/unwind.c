@@ -32,6 +32,7 @@ struct unwinder {
 	bool nomem;
 	size_t used;   /* bytes of the copy the walk read, from its start */
 	bool ran_off;  /* the walk asked for stack above the copy */
+	bool gave_out; /* it ended where CFI, a register or the copy gave out */
 };
 
 static pid_t unw_next_thread(Dwfl *dwfl, void *arg, void **thread_argp)
@@ -193,9 +194,52 @@ static int unw_frame(Dwfl_Frame *frame, void *arg)
 	return u->n < u->max ? DWARF_CB_OK : DWARF_CB_ABORT;
 }
 
+/* Says @cfi at @pc (bias removed) the caller's return address is undefined? */
+static int ra_undefined_in(Dwarf_CFI *cfi, Dwarf_Addr pc)
+{
+	Dwarf_Op mem[3], *ops = NULL;
+	Dwarf_Frame *frame;
+	size_t nops = 1;
+	int ra, r;
+
+	if (!cfi || dwarf_cfi_addrframe(cfi, pc, &frame) != 0)
+		return -ENOENT;
+	ra = dwarf_frame_info(frame, NULL, NULL, NULL);
+	r = ra >= 0 && dwarf_frame_register(frame, ra, mem, &ops, &nops) == 0 && nops == 0 &&
+	    ops == mem;
+	free(frame);
+	return r;
+}
+
+/*
+ * The mark of the outermost frame (_start's, a new thread's clone): CFI
+ * that says the return address is undefined. A walk from sp and pc alone
+ * also ends, as if there, where the return address is in a register it
+ * was not given (vfork's wrapper keeps it in rdi).
+ */
+static bool outermost_at(Dwfl *dwfl, Dwarf_Addr pc)
+{
+	Dwfl_Module *mod = dwfl_addrmodule(dwfl, pc);
+	Dwarf_Addr bias = 0;
+	Dwarf_CFI *cfi;
+	int r;
+
+	if (!mod)
+		return false;
+	cfi = dwfl_module_eh_cfi(mod, &bias);
+	r = ra_undefined_in(cfi, pc - bias);
+	if (r < 0) {
+		cfi = dwfl_module_dwarf_cfi(mod, &bias);
+		r = ra_undefined_in(cfi, pc - bias);
+	}
+	return r > 0;
+}
+
 int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t *ret_pcs,
 		    size_t max)
 {
+	int end;
+
 	if (!u || !in || !ret_pcs || !max)
 		return -EINVAL;
 	if (!in->regs[UNWIND_REG_RIP])
@@ -212,10 +256,13 @@ int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t 
 	u->ran_off = false;
 	/*
 	 * The return value says why the walk ended: 0 at the outermost frame,
-	 * DWARF_CB_ABORT from us, -1 where CFI or the copy gave out. Only the
-	 * count matters: a stack cut short is still a stack.
+	 * DWARF_CB_ABORT from us, -1 where CFI, a register or the copy gave
+	 * out. A stack cut short is still a stack: only a caller that could
+	 * have given more (all the registers) asks, unwinder_gave_out().
 	 */
-	(void)dwfl_getthread_frames(u->dwfl, u->pid, unw_frame, u);
+	end = dwfl_getthread_frames(u->dwfl, u->pid, unw_frame, u);
+	u->gave_out = end == -1 || (end == 0 && in->sp_pc_only && u->n &&
+				    !outermost_at(u->dwfl, u->pcs[u->n - 1]));
 	u->in = NULL;
 	u->pcs = NULL;
 
@@ -228,6 +275,11 @@ size_t unwinder_stack_used(const struct unwinder *u, bool *ret_ran_off)
 {
 	*ret_ran_off = u->ran_off;
 	return u->used;
+}
+
+bool unwinder_gave_out(const struct unwinder *u)
+{
+	return u->gave_out;
 }
 
 const uint64_t *unwinder_frame_sps(const struct unwinder *u)

@@ -66,6 +66,13 @@ int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t 
  */
 size_t unwinder_stack_used(const struct unwinder *u, bool *ret_ran_off);
 
+/*
+ * The last unwinder_unwind() ended short of a frame the CFI calls the
+ * outermost (_start's, clone's): where CFI, the copy, or a register the
+ * input did not have (sp_pc_only) gave out.
+ */
+bool unwinder_gave_out(const struct unwinder *u);
+
 /* The stack pointer of each frame of the last unwinder_unwind(), as many
  * as it returned (0 where libdw did not say): frame i > 0 was called from
  * the return address stored at its sp - 8. Valid until the next call. */

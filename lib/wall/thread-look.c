@@ -4,7 +4,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,50 +123,17 @@ int wall_thread_birth_ns(pid_t pid, pid_t tid, uint64_t *ret)
 	return 0;
 }
 
-/*
- * "NR ARG1 .. ARG6 SP PC" while blocked in a call, "-1 SP PC" when blocked
- * outside one (a page fault, a stop), "running" otherwise.
- */
-static int parse_syscall(const char *buf, struct wall_look *ret)
-{
-	uint64_t v[9];
-	int n;
-
-	ret->syscall = -1;
-	ret->sp = ret->pc = 0;
-	if (strncmp(buf, "running", 7) == 0)
-		return 0;
-	if (strncmp(buf, "-1 ", 3) == 0) {
-		n = sscanf(buf + 3, "%" SCNx64 " %" SCNx64, &v[0], &v[1]);
-		if (n == 2) {
-			ret->sp = v[0];
-			ret->pc = v[1];
-		}
-		return 0;
-	}
-	n = sscanf(buf, "%" SCNu64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64
-		   " %" SCNx64 " %" SCNx64 " %" SCNx64,
-		   &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
-	if (n != 9)
-		return -EIO;
-	ret->syscall = (int64_t)v[0];
-	ret->sp = v[7];
-	ret->pc = v[8];
-	return 0;
-}
-
 static int read_syscall(pid_t pid, pid_t tid, struct wall_look *ret)
 {
-	char path[80], buf[256];
-	size_t n;
-	int r;
+	struct target_call c;
+	int r = target_thread_call(pid, tid, &c);
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
-	r = proc_read(path, buf, sizeof(buf) - 1, &n);
 	if (r < 0)
 		return r;
-	buf[n] = '\0';
-	return parse_syscall(buf, ret);
+	ret->syscall = c.nr;
+	ret->sp = c.sp;
+	ret->pc = c.pc;
+	return 0;
 }
 
 /* The call first: a running thread needs nothing more. */

@@ -6,6 +6,10 @@
  * taken while stopped (lib/unwind). The two must give the same return
  * addresses, frame by frame.
  *
+ * A thread asleep in a call is read without a stop by `cprof threads`
+ * (lib/threads/asleep.c: sp and pc from /proc, the stack copied while it
+ * sleeps): that walk, taken just before the stop, must be the same too.
+ *
  * The targets: threads in nanosleep, condition variables and pipe reads
  * (threads), and unwindmix, a C++ program with a thread asleep in a signal
  * handler, one in a destructor run by an exception in flight (libgcc's
@@ -24,8 +28,10 @@
 #include <sys/user.h>
 #include <sys/wait.h>
 
+#include "maps/maps.h"
 #include "ptrace/ptrace.h"
 #include "symbolize/symbolize.h"
+#include "threads/threads-private.h"
 #include "testhelp.h"
 #include "unwind/unwind.h"
 
@@ -171,6 +177,49 @@ static void release_all(pid_t *tids, int n)
 		ptrace(PTRACE_DETACH, tids[i], 0, 0);
 }
 
+/* The threads of @tids asleep in a call, read and confirmed without a stop. */
+static void look_asleep(pid_t pid, const pid_t *tids, int n, struct unwinder *unw,
+			struct asleep_set *ret)
+{
+	struct thread_record before[MAX_THREADS] = { 0 };
+	struct maps maps = { 0 };
+
+	for (int i = 0; i < n; i++) {
+		before[i].tid = tids[i];
+		before[i].state = th_task_state(pid, tids[i]);
+	}
+	cr_assert_eq(maps_read(pid, &maps), 0);
+	cr_assert_eq(asleep_look(ret, pid, before, (size_t)n, &maps, unw), 0);
+	asleep_confirm(ret, pid);
+	maps_release(&maps);
+}
+
+/* The asleep walk of @tid (if it was one) against the live one: 1 when
+ * compared, 0 when the thread was not read asleep. */
+static int compare_asleep(const struct asleep_set *as, pid_t tid, const struct walk *live,
+			  int cut, struct symbolizer *sym)
+{
+	const struct asleep *a = asleep_find(as, tid);
+	struct walk w = { .n = 0 };
+	int bad;
+
+	if (!a)
+		return 0;
+	w.n = (int)MIN(a->npcs, (size_t)MAX_FRAMES);
+	memcpy(w.pcs, a->pcs, (size_t)w.n * sizeof(w.pcs[0]));
+	bad = compare(&w, live, cut);
+	if (bad >= 0) {
+		char *x = frames_text(sym, &w), *y = frames_text(sym, live);
+
+		cr_expect(bad < 0, "thread %d: read asleep, the walks part at frame %d\n"
+			  "libdw, from sp and pc without a stop:\n%slibunwind-ptrace, live:\n%s",
+			  tid, bad, x, y);
+		free(x);
+		free(y);
+	}
+	return 1;
+}
+
 /* Every thread of @pid, @rounds times: returns the frames compared. */
 static int oracle_rounds(pid_t pid, int rounds, int min_frames)
 {
@@ -178,7 +227,7 @@ static int oracle_rounds(pid_t pid, int rounds, int min_frames)
 	struct symbolizer *sym;
 	struct unwinder *unw;
 	uint64_t vdso_start, vdso_end;
-	int compared = 0, cut_walks = 0;
+	int compared = 0, cut_walks = 0, asleep = 0;
 
 	cr_assert_not_null(as);
 	cr_assert_eq(symbolizer_new(&sym, pid), 0);
@@ -187,7 +236,9 @@ static int oracle_rounds(pid_t pid, int rounds, int min_frames)
 	for (int round = 0; round < rounds; round++) {
 		pid_t tids[MAX_THREADS];
 		int n = th_task_list(pid, tids, MAX_THREADS);
+		struct asleep_set sleepers;
 
+		look_asleep(pid, tids, n, unw, &sleepers);
 		stop_all(tids, n);
 		for (int i = 0; i < n; i++) {
 			struct walk copy, live;
@@ -210,10 +261,14 @@ static int oracle_rounds(pid_t pid, int rounds, int min_frames)
 				free(b);
 			}
 			compared += copy.n;
+			asleep += compare_asleep(&sleepers, tids[i], &live, cut, sym);
 		}
 		release_all(tids, n);
+		asleep_release(&sleepers);
 		th_sleep_ms(20);
 	}
+	cr_log_info("%d walks of threads read asleep without a stop agree", asleep);
+	cr_expect_gt(asleep, 0, "no thread was read asleep");
 	if (cut_walks)
 		cr_log_info("%d walks through the vDSO compared up to its first frame only: "
 			    "libunwind-ptrace has no CFI for it", cut_walks);

@@ -190,6 +190,9 @@ Test(privilege, threads_of_own_process)
 	AS_NOBODY(&r, "threads", "-p", th_pid_str(target), "--debug", "2");
 	cr_expect_eq(r.exit_code, 0, "exit %d:\n%s", r.exit_code, r.err);
 	cr_expect(strstr(r.out, "\"sleeper\"") != NULL, "no sleeper thread:\n%s", r.out);
+	/* /proc/PID/task/TID/syscall asks what ptrace does: granted here. */
+	cr_expect(strstr(r.out, "read asleep without a stop:") != NULL,
+		  "no thread read without a stop:\n%s", r.out);
 	th_run_release(&r);
 	th_assert_let_go(target, false, "after threads as nobody");
 	th_kill(target);

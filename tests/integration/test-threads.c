@@ -306,7 +306,52 @@ struct debug2 {
 	char comm[64];
 	struct tblock *t;
 	size_t n;
+	pid_t *unstopped; /* the pause line's tids read without a stop, sorted */
+	size_t nunstopped;
 };
+
+/* The pause line's "N read asleep without a stop: 12-14 17" into @d. */
+static void parse_unstopped(const char *line, struct debug2 *d)
+{
+	const char *p = strstr(line, " read asleep without a stop:");
+	size_t said = 0, alloc = 0;
+
+	if (!p)
+		return;
+	while (p > line && p[-1] != ' ')
+		p--;
+	said = strtoul(p, NULL, 10);
+	p = strchr(p, ':') + 1;
+	while (*p == ' ') {
+		char *end;
+		long lo = strtol(p + 1, &end, 10), hi = lo;
+
+		if (*end == '-')
+			hi = strtol(end + 1, &end, 10);
+		cr_assert(end > p + 1 && hi >= lo, "bad tid list in the pause line: '%s'", line);
+		for (long tid = lo; tid <= hi; tid++) {
+			if (d->nunstopped == alloc) {
+				alloc = alloc ? alloc * 2 : 64;
+				d->unstopped = realloc(d->unstopped, alloc * sizeof(*d->unstopped));
+				cr_assert(d->unstopped);
+			}
+			cr_assert(!d->nunstopped || tid > d->unstopped[d->nunstopped - 1],
+				  "the tids read without a stop are not sorted: '%s'", line);
+			d->unstopped[d->nunstopped++] = (pid_t)tid;
+		}
+		p = end;
+	}
+	cr_assert_eq(d->nunstopped, said, "the pause line says %zu read without a stop, lists %zu",
+		     said, d->nunstopped);
+}
+
+static bool read_unstopped(const struct debug2 *d, pid_t tid)
+{
+	for (size_t i = 0; i < d->nunstopped; i++)
+		if (d->unstopped[i] == tid)
+			return true;
+	return false;
+}
 
 /* Parses Go's debug=2 layout: a pause line, a blank line, then blocks. */
 static void parse_debug2(const char *out, struct debug2 *d)
@@ -321,6 +366,7 @@ static void parse_debug2(const char *out, struct debug2 *d)
 	cr_assert_eq(sscanf(d->lines[0], "# paused %lf ms for %zu %*[a-z] of pid %d (%63[^)])",
 			    &d->pause_ms, &d->nthreads, &d->pid, d->comm),
 		     4, "bad pause line: '%s'", d->lines[0]);
+	parse_unstopped(d->lines[0], d);
 	cr_assert_str_empty(d->lines[1], "no blank line after the pause line");
 	for (i = 2; i < nlines;) {
 		struct tblock *b;
@@ -363,6 +409,7 @@ static void parse_debug2(const char *out, struct debug2 *d)
 
 static void debug2_release(struct debug2 *d)
 {
+	free(d->unstopped);
 	for (size_t i = 0; i < d->n; i++)
 		free(d->t[i].frames);
 	free(d->t);
@@ -406,6 +453,25 @@ static int kind_of_name(const char *name, int *ret_number)
 		return k;
 	}
 	return -1;
+}
+
+/*
+ * The threads asleep for good in their calls (main and three kinds in
+ * four) are read without a stop, all but those a wake-up caught: at least
+ * half of them; none when the process is stopped (SIGSTOP), and never one
+ * that spins (checked per thread).
+ */
+static void expect_read_asleep(const struct target *t, const struct debug2 *d, bool stopped)
+{
+	size_t asleep = 1 + (size_t)(t->n / NKINDS) * (NKINDS - 1);
+
+	cr_log_info("%zu of %zu threads asleep in their calls read without a stop",
+		    d->nunstopped, asleep);
+	if (stopped)
+		cr_assert_eq(d->nunstopped, 0, "threads of a stopped process read without a stop");
+	else
+		cr_assert_geq(d->nunstopped * 2, asleep, "only %zu of %zu threads asleep in "
+			      "their calls were read without a stop", d->nunstopped, asleep);
 }
 
 /*
@@ -482,14 +548,18 @@ static void check_debug2(const struct target *t, const char *out, bool stopped)
 		cr_assert(fi + 1 < b->nframes && strcmp(b->frames[fi + 1].func, "worker_main") == 0,
 			  "thread %d \"%s\": %s is not called from worker_main", b->tid, b->name,
 			  f->func);
-		if (!strcmp(kinds[k].prefix, "spin"))
+		if (!strcmp(kinds[k].prefix, "spin")) {
 			cr_assert_eq(fi, 0, "spinning thread \"%s\": innermost frame is %s", b->name,
 				     b->frames[0].func);
+			cr_assert(!read_unstopped(&d, b->tid),
+				  "spinning thread \"%s\" was read without a stop", b->name);
+		}
 		if (!stopped)
 			cr_assert_str_eq(b->state, kinds[k].state, "thread %d \"%s\" is [%s], expected [%s]",
 					 b->tid, b->name, b->state, kinds[k].state);
 	}
 	cr_assert(main_seen, "no block for the main thread %d", (int)t->pid);
+	expect_read_asleep(t, &d, stopped);
 	cr_assert_eq(vfork_seen, t->dstate, "the thread in state D is %s",
 		     vfork_seen ? "shown, but the target has none" : "missing");
 	for (int k = 0; k < NKINDS; k++)
@@ -1233,7 +1303,14 @@ static void check_sleepers(pid_t pid, int n, const char *out)
 				 b->tid, b->name, f->func);
 		cr_assert_str_eq(b->state, kinds[k].state, "thread %d \"%s\" is [%s], expected [%s]",
 				 b->tid, b->name, b->state, kinds[k].state);
+		if (k == NKINDS - 1)
+			cr_assert(!read_unstopped(&d, b->tid),
+				  "spinning thread \"%s\" was read without a stop", b->name);
 	}
+	/* Asleep for good: all but those a wake-up caught read without a stop. */
+	cr_log_info("%d threads: %zu read without a stop", n, d.nunstopped);
+	cr_assert_geq(d.nunstopped * 2, (size_t)n, "only %zu of %d threads asleep in their calls "
+		      "were read without a stop", d.nunstopped, n);
 	for (int k = 0; k < NKINDS - 1; k++)
 		cr_assert_eq(per_kind[k], (sleepers - k + 2) / 3, "%d \"%s\" threads of %d",
 			     per_kind[k], kinds[k].prefix, n);
@@ -1245,7 +1322,8 @@ static void check_sleepers(pid_t pid, int n, const char *out)
 
 /*
  * A server's worth of threads, nearly all asleep: every one of 10,000 is
- * stopped, listed under its name and in its state, and let go. Skipped
+ * read (the sleeping ones without a stop), listed under its name and in
+ * its state, and let go. Skipped
  * where the kernel's limits do not leave room for them.
  */
 Test(threads, ten_thousand_threads, .timeout = 120)

@@ -196,3 +196,71 @@ Test(target, program_path_through_a_symlink)
 	unlink(link);
 	rmdir(dir);
 }
+
+struct call_thread {
+	pid_t tid;
+	int fds[2];            /* the sleeper reads fds[0] until it closes */
+	volatile int *stop;    /* the spinner spins until it is set */
+};
+
+static void *asleep_in_read(void *arg)
+{
+	struct call_thread *c = arg;
+	char b;
+
+	c->tid = gettid();
+	return (void *)(intptr_t)read(c->fds[0], &b, 1);
+}
+
+static void *spinning(void *arg)
+{
+	struct call_thread *c = arg;
+
+	c->tid = gettid();
+	while (!*c->stop)
+		;
+	return NULL;
+}
+
+/*
+ * thread-call.c: a thread asleep in read(2) says so, with its stack and
+ * program pointers, and spends no cpu time between two reads; a spinning
+ * thread is "running" and its clock moves.
+ */
+Test(target, thread_call_and_clock)
+{
+	volatile int stop = 0;
+	struct call_thread sleeper = { .stop = &stop }, spinner = { .stop = &stop };
+	struct target_call a, b;
+	uint64_t r0, r1;
+	pthread_t ts, tr;
+
+	cr_assert_eq(pipe(sleeper.fds), 0);
+	cr_assert_eq(pthread_create(&ts, NULL, asleep_in_read, &sleeper), 0);
+	cr_assert_eq(pthread_create(&tr, NULL, spinning, &spinner), 0);
+	usleep(50000);
+	cr_assert_eq(target_thread_call(getpid(), sleeper.tid, &a), 0);
+	cr_assert(!a.running);
+	cr_assert_eq(a.nr, 0, "asleep in call %lld, not read (0)", (long long)a.nr);
+	cr_assert_eq(a.args[0], (uint64_t)sleeper.fds[0]);
+	cr_assert(a.sp && a.pc);
+	cr_assert_eq(target_thread_run_ns(getpid(), sleeper.tid, &r0), 0);
+	usleep(20000);
+	cr_assert_eq(target_thread_call(getpid(), sleeper.tid, &b), 0);
+	cr_assert(target_call_same(&a, &b));
+	cr_assert_eq(target_thread_run_ns(getpid(), sleeper.tid, &r1), 0);
+	cr_assert_eq(r0, r1, "a thread asleep in read ran %llu ns", (unsigned long long)(r1 - r0));
+
+	cr_assert_eq(target_thread_call(getpid(), spinner.tid, &a), 0);
+	cr_assert(a.running, "a spinning thread is not running: call %lld", (long long)a.nr);
+	cr_assert_eq(target_thread_run_ns(getpid(), spinner.tid, &r0), 0);
+	usleep(20000);
+	cr_assert_eq(target_thread_run_ns(getpid(), spinner.tid, &r1), 0);
+	cr_assert_gt(r1, r0, "a spinning thread's clock stood still");
+	stop = 1;
+	pthread_join(tr, NULL);
+	close(sleeper.fds[1]);
+	pthread_join(ts, NULL);
+	close(sleeper.fds[0]);
+	cr_assert_eq(target_thread_call(getpid(), sleeper.tid, &a), -ESRCH);
+}
