@@ -22,6 +22,16 @@ int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct use
 /* Loads what judging needs (symbol tables, CFI) before anything stops. */
 void inject_warm_up(const struct inject_opts *o);
 
+/*
+ * The same judgement of a thread asleep in a call, from outside and
+ * without a stop (its sp and pc from /proc, its stack copied while it
+ * sleeps): -EAGAIN with @why when it is seen where it must not load the
+ * agent (asleep inside malloc's lock, the loader's); 0 when it is not
+ * asleep, or may be fit: it is stopped and judged as ever.
+ */
+int inject_judge_asleep(const struct inject_opts *o, pid_t pid, pid_t tid, bool in_alloc_ok,
+			char *why, size_t len);
+
 /* The threads of @pid, those asleep in a harmless system call first. */
 int inject_order_threads(pid_t pid, pid_t **ret_tids, size_t *ret_n);
 

@@ -627,6 +627,14 @@ static int try_thread(struct call *c, pid_t tid)
 	int status, k;
 
 	c->rep->tried++;
+	/* Seen from outside first: a thread asleep where it must not load
+	 * the agent (in malloc's lock, the loader's) is not even stopped. */
+	if (tid != c->late_tid &&
+	    inject_judge_asleep(c->o, c->pid, tid, c->attach_fn != 0 && !c->o->function,
+				c->rep->why, sizeof(c->rep->why)) == -EAGAIN) {
+		c->rep->refused++;
+		return -EAGAIN;
+	}
 	t0 = now_monotonic_ns();
 	if (ptrace(PTRACE_SEIZE, tid, 0, PTRACE_O_TRACESYSGOOD) < 0) {
 		if (errno == ESRCH)

@@ -176,10 +176,15 @@ static int copy_stack(const struct inject_opts *o, pid_t tid, const struct user_
 	return 0;
 }
 
-int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct user_regs_struct *r,
-			bool in_alloc_ok, char *why, size_t len)
+/*
+ * Judges the thread @tid whose registers are @r (only rsp and rip with
+ * @sp_pc_only): 0 when it may load the agent, -EAGAIN with @why when not,
+ * 1 when a walk from sp and pc alone cannot tell.
+ */
+static int judge_walk(const struct inject_opts *o, pid_t tid, const struct user_regs_struct *r,
+		      bool sp_pc_only, bool in_alloc_ok, char *why, size_t len)
 {
-	struct unwind_input in = { 0 };
+	struct unwind_input in = { .sp_pc_only = sp_pc_only };
 	uint64_t pcs[MAX_FRAMES];
 	bool root = false;
 	int n, k;
@@ -195,6 +200,8 @@ int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct use
 		return k;
 	n = unwinder_unwind(o->unw, &in, pcs, MAX_FRAMES);
 	free((void *)in.stack);
+	if (sp_pc_only && (n < 0 || unwinder_gave_out(o->unw)))
+		return 1;
 	if (n < 0) {
 		snprintf(why, len, "its stack could not be unwound");
 		return -EAGAIN;
@@ -211,6 +218,30 @@ int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct use
 		return -EAGAIN;
 	}
 	return 0;
+}
+
+int inject_judge_thread(const struct inject_opts *o, pid_t tid, const struct user_regs_struct *r,
+			bool in_alloc_ok, char *why, size_t len)
+{
+	return judge_walk(o, tid, r, false, in_alloc_ok, why, len);
+}
+
+int inject_judge_asleep(const struct inject_opts *o, pid_t pid, pid_t tid, bool in_alloc_ok,
+			char *why, size_t len)
+{
+	struct user_regs_struct r = { 0 };
+	struct target_call c;
+	char unsafe[200];
+	int k;
+
+	if (target_thread_call(pid, tid, &c) < 0 || c.nr < 0 || !c.sp)
+		return 0;
+	r.rsp = c.sp;
+	r.rip = c.pc;
+	k = judge_walk(o, tid, &r, true, in_alloc_ok, unsafe, sizeof(unsafe));
+	if (k == -EAGAIN)
+		snprintf(why, len, "asleep, seen without a stop: %s", unsafe);
+	return k == -EAGAIN ? k : 0;
 }
 
 /* System calls a thread can be taken out of and put back into with no

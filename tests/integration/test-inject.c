@@ -21,7 +21,9 @@
 #include <unistd.h>
 
 #include "agent/wire.h"
+#include "inject/inject-private.h"
 #include "inject/inject.h"
+#include "target/target.h"
 #include "testhelp.h"
 
 struct session {
@@ -488,5 +490,58 @@ Test(inject, sessions_on_a_target_that_cancels_threads)
 		    later - rounds);
 	cr_assert_geq(cleanups, rounds, "a cancelled thread ran no cleanup");
 	cr_assert_gt(later, rounds, "the program stopped cancelling threads");
+	th_kill(pid);
+}
+
+/* The thread of @pid named @name. */
+static pid_t thread_named(pid_t pid, const char *name)
+{
+	pid_t tids[64];
+	int n = th_task_list(pid, tids, 64);
+	char comm[64];
+
+	for (int i = 0; i < n; i++)
+		if (target_thread_name(pid, tids[i], comm, sizeof(comm)) == 0 && !strcmp(comm, name))
+			return tids[i];
+	cr_assert_fail("pid %d has no thread \"%s\"", pid, name);
+	return 0;
+}
+
+/*
+ * The judgement of a thread seen from outside, asleep: one asleep inside a
+ * signal handler (a signal frame below it) is refused without a stop, one
+ * asleep under plain frames is left to the judgement at its stop. Its
+ * naps are 20 ms: a look that finds it awake is tried again.
+ */
+Test(inject, a_thread_asleep_where_it_must_not_load_is_refused_without_a_stop)
+{
+	pid_t pid = TH_SPAWN("unwindmix", "30");
+	struct inject_opts o = { 0 };
+	struct session s = { 0 };
+	char why[256] = "";
+	int refused = 0, passed = 0;
+
+	skip_without_ptrace();
+	cr_assert_eq(maps_read(pid, &s.maps), 0);
+	cr_assert_eq(symbolizer_new(&s.sym, pid), 0);
+	cr_assert_eq(unwinder_new(&s.unw, symbolizer_dwfl(s.sym), pid), 0);
+	o.maps = &s.maps;
+	o.sym = s.sym;
+	o.unw = s.unw;
+	for (int i = 0; i < 20 && !refused; i++)
+		refused = inject_judge_asleep(&o, pid, thread_named(pid, "handler"), false, why,
+					      sizeof(why)) == -EAGAIN;
+	cr_assert(refused, "the thread asleep in a signal handler was not refused from outside");
+	cr_log_info("refused without a stop: %s", why);
+	cr_assert(strstr(why, "asleep, seen without a stop") && strstr(why, "__restore_rt"),
+		  "%s", why);
+	for (int i = 0; i < 20; i++)
+		passed += inject_judge_asleep(&o, pid, thread_named(pid, "nested"), false, why,
+					      sizeof(why)) == 0;
+	cr_assert_eq(passed, 20, "the thread asleep under plain frames was refused: %s", why);
+	cr_assert_eq(th_task_tracer(pid, thread_named(pid, "handler")), 0);
+	unwinder_free(s.unw);
+	symbolizer_unref(s.sym);
+	maps_release(&s.maps);
 	th_kill(pid);
 }
