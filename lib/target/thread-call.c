@@ -44,20 +44,23 @@ static int parse_call(const char *buf, struct target_call *ret)
 	return 0;
 }
 
-int target_thread_call(pid_t pid, pid_t tid, struct target_call *ret)
+/* /proc/@pid/task/@tid/@name into @buf; -ESRCH once the thread is gone. */
+static int read_task_file(pid_t pid, pid_t tid, const char *name, char *buf, size_t size)
 {
-	char path[80], buf[256];
-	size_t n;
+	char path[80];
 	int r;
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
-	r = proc_read(path, buf, sizeof(buf) - 1, &n);
-	if (r == -ENOENT)
-		return -ESRCH;
-	if (r < 0)
-		return r;
-	buf[n] = '\0';
-	return parse_call(buf, ret);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/%s", pid, tid, name);
+	r = proc_read(path, buf, size, NULL);
+	return r == -ENOENT ? -ESRCH : r;
+}
+
+int target_thread_call(pid_t pid, pid_t tid, struct target_call *ret)
+{
+	char buf[256];
+	int r = read_task_file(pid, tid, "syscall", buf, sizeof(buf));
+
+	return r < 0 ? r : parse_call(buf, ret);
 }
 
 bool target_call_same(const struct target_call *a, const struct target_call *b)
@@ -68,18 +71,12 @@ bool target_call_same(const struct target_call *a, const struct target_call *b)
 
 int target_thread_run_ns(pid_t pid, pid_t tid, uint64_t *ret)
 {
-	char path[80], buf[128];
+	char buf[128];
 	unsigned long long run;
-	size_t n;
-	int r;
+	int r = read_task_file(pid, tid, "schedstat", buf, sizeof(buf));
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", pid, tid);
-	r = proc_read(path, buf, sizeof(buf) - 1, &n);
-	if (r == -ENOENT)
-		return -ESRCH;
 	if (r < 0)
 		return r;
-	buf[n] = '\0';
 	if (sscanf(buf, "%llu", &run) != 1)
 		return -EIO;
 	*ret = run;
