@@ -37,9 +37,9 @@ static int open_module(pid_t pid, const struct map_entry *e)
 	return fd >= 0 ? fd : -errno;
 }
 
-/* Lowest address at which the file is mapped minus its first PT_LOAD's
- * page-aligned vaddr: what st_value must be added to. */
-static int load_bias(Elf *elf, uint64_t base, uint64_t *ret)
+/* What st_value must be added to: the PT_LOAD that maps the file from the
+ * executable mapping @x's offset is at @x's start. */
+static int load_bias(Elf *elf, const struct map_entry *x, uint64_t *ret)
 {
 	size_t n;
 
@@ -48,9 +48,10 @@ static int load_bias(Elf *elf, uint64_t base, uint64_t *ret)
 	for (size_t i = 0; i < n; i++) {
 		GElf_Phdr ph;
 
-		if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD)
+		if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD ||
+		    (ph.p_offset & ~(uint64_t)0xfff) != x->offset)
 			continue;
-		*ret = base - (ph.p_vaddr & ~(uint64_t)0xfff);
+		*ret = x->start - (ph.p_vaddr & ~(uint64_t)0xfff);
 		return 0;
 	}
 	return -ENOEXEC;
@@ -108,8 +109,13 @@ int inject_find_function(pid_t pid, const struct maps *m, const char *lib, const
 	Elf *elf;
 	int fd, r;
 
+	/*
+	 * The library's code as the loader mapped it: its executable mapping.
+	 * The same file may be mapped besides as data, from offset 0 (a
+	 * profiler, a debugger reading ELF files): a symbol there is no code.
+	 */
 	for (size_t i = 0; i < m->n; i++)
-		if (m->entries[i].offset == 0 && m->entries[i].path[0] == '/' &&
+		if ((m->entries[i].prot & MAPS_EXEC) && m->entries[i].path[0] == '/' &&
 		    name_starts(m->entries[i].path, lib)) {
 			e = &m->entries[i];
 			break;
@@ -125,7 +131,7 @@ int inject_find_function(pid_t pid, const struct maps *m, const char *lib, const
 		r = -ENOEXEC;
 		goto out_close;
 	}
-	r = load_bias(elf, e->start, &bias);
+	r = load_bias(elf, e, &bias);
 	if (r < 0)
 		goto out_end;
 	r = find_symbol(elf, name, &value);

@@ -545,3 +545,34 @@ Test(inject, a_thread_asleep_where_it_must_not_load_is_refused_without_a_stop)
 	maps_release(&s.maps);
 	th_kill(pid);
 }
+
+/*
+ * A target that maps its libc's file as data too, below the loaded one and
+ * from offset 0: cprof itself, whose libdw reads the libc of the process
+ * it profiles. The loader's functions must come from the code mapping: a
+ * `cprof wall` in its window used to be sent into the data copy and die
+ * of SIGSEGV.
+ */
+Test(inject, a_library_also_mapped_as_data_is_not_mistaken_for_its_code)
+{
+	pid_t demo = TH_SPAWN("demo", "60");
+	const char *argv[] = { CPROF_BIN, "wall", "-p", th_pid_str(demo), "-d", "8s", "-q", "-o",
+			       th_tmp_path("inner-wall.pb.gz"), NULL };
+	pid_t wall;
+	struct th_run r;
+	int st;
+
+	skip_without_ptrace();
+	wall = th_spawn_daemon(argv, th_tmp_path("inner-wall.log"));
+	th_sleep_ms(2000);
+	cr_assert(th_alive(wall), "cprof wall ended before the test began");
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(wall), "-d", "500ms", "-o",
+		 th_tmp_path("cprof-heap.pb.gz"));
+	th_run_log(&r, "cprof heap on cprof wall");
+	cr_expect_eq(r.exit_code, 0, "exit %d:\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+	st = th_wait_exit(wall, 20000);
+	cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the cprof wall profiled ended with status 0x%x", st);
+	th_kill(demo);
+}
