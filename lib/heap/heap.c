@@ -27,7 +27,7 @@ struct heap {
 	struct heap_opts opts;
 	struct heap_stats stats;
 	struct stack_table buckets;
-	struct u64map live; /* block address -> bucket index + 1; 0 once freed */
+	struct u64map live; /* block address -> bucket index + 1, until it is freed */
 	struct record_stacks stacks;
 	uint64_t pcs[MAX_FRAMES];
 	uint64_t agent_start, agent_end;
@@ -119,7 +119,10 @@ int heap_add_free(struct heap *h, const struct cprof_wire_free *f)
 	counts_of(b)->free_objects++;
 	counts_of(b)->free_bytes += b->key;
 	h->stats.frees++;
-	return u64map_put(&h->live, f->address, 0);
+	/* Gone, not kept as freed: a server that runs for days allocates
+	 * at ever new addresses. */
+	u64map_del(&h->live, f->address);
+	return 0;
 }
 
 int heap_add_live(struct heap *h, const struct cprof_wire_live *live, size_t n)

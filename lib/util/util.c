@@ -118,6 +118,37 @@ static int u64map_resize(struct u64map *m, size_t size)
 	return 0;
 }
 
+bool u64map_del(struct u64map *m, uint64_t key)
+{
+	size_t mask, i, j;
+
+	if (!m->size)
+		return false;
+	mask = m->size - 1;
+	i = u64map_slot(m, key);
+	if (!m->used[i])
+		return false;
+	m->used[i] = 0;
+	m->count--;
+	/*
+	 * No tombstones: each later entry of the probe run moves back into
+	 * the hole unless its home slot lies cyclically in (hole, entry],
+	 * so that every key stays reachable from its home without a gap.
+	 */
+	for (j = (i + 1) & mask; m->used[j]; j = (j + 1) & mask) {
+		size_t home = hash_u64(m->keys[j]) & mask;
+
+		if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
+			continue;
+		m->keys[i] = m->keys[j];
+		m->values[i] = m->values[j];
+		m->used[i] = 1;
+		m->used[j] = 0;
+		i = j;
+	}
+	return true;
+}
+
 int u64map_put(struct u64map *m, uint64_t key, uint64_t value)
 {
 	size_t i;

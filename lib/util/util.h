@@ -62,6 +62,8 @@ void u64map_release(struct u64map *m);
 bool u64map_get(const struct u64map *m, uint64_t key, uint64_t *ret_value);
 /* Inserts or replaces. Returns 0 or -ENOMEM. */
 int u64map_put(struct u64map *m, uint64_t key, uint64_t value);
+/* Removes @key; false when it was not there. */
+bool u64map_del(struct u64map *m, uint64_t key);
 
 /* 64-bit hash of a byte string (FNV-1a then a final mix). */
 uint64_t hash_bytes(const void *data, size_t len, uint64_t seed);

@@ -531,3 +531,35 @@ Test(profile, subtract_matches_stacks_and_labels)
 	profile_free(before);
 	profile_free(after);
 }
+
+/*
+ * u64map_del() without tombstones: after deleting every other key of many
+ * (runs of collisions included, the table's growth too), each key left is
+ * found with its value, each deleted one is gone, and the count agrees.
+ */
+Test(util, u64map_del_keeps_every_other_key_reachable)
+{
+	struct u64map m;
+	const uint64_t n = 20000;
+	uint64_t v;
+
+	u64map_init(&m);
+	for (uint64_t k = 0; k < n; k++)
+		cr_assert_eq(u64map_put(&m, k * 4096, k + 1), 0);
+	for (uint64_t k = 0; k < n; k += 2)
+		cr_assert(u64map_del(&m, k * 4096));
+	cr_assert(!u64map_del(&m, 0), "a key deleted twice");
+	cr_assert_eq(m.count, n / 2);
+	for (uint64_t k = 0; k < n; k++) {
+		bool found = u64map_get(&m, k * 4096, &v);
+
+		cr_assert_eq(found, k % 2 == 1, "key %llu: %s", (unsigned long long)k,
+			     found ? "found after its deletion" : "lost");
+		if (found)
+			cr_assert_eq(v, k + 1);
+	}
+	for (uint64_t k = 0; k < n; k += 2)
+		cr_assert_eq(u64map_put(&m, k * 4096, 7), 0);
+	cr_assert_eq(m.count, n);
+	u64map_release(&m);
+}
