@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pprof/pprof.h"
 #include "util/util.h"
 #include "view-private.h"
 
@@ -487,17 +486,24 @@ out:
 	return 0;
 }
 
+struct diff_svg_args {
+	const struct view_diff *diff;
+	size_t index;
+	const char *title;
+	const struct view_filter *filter;
+};
+
 /* The flame graph of a comparison: NEW's widths, coloured by NEW less OLD. */
-static int diff_svg_write(const struct view_diff *diff, size_t index, const char *title,
-			  const struct view_filter *filter, FILE *f)
+static int diff_svg_write(const void *arg, FILE *f)
 {
+	const struct diff_svg_args *a = arg;
 	struct view_tree t = { 0 }, d = { 0 };
 	int64_t *delta = NULL, max = 0;
 	int r;
 
-	r = view_tree_build(diff->cur, index, filter, &t);
+	r = view_tree_build(a->diff->cur, a->index, a->filter, &t);
 	if (r == 0)
-		r = view_tree_build(diff->merged, index, filter, &d);
+		r = view_tree_build(a->diff->merged, a->index, a->filter, &d);
 	if (r == 0)
 		r = node_deltas(&t, &d, &delta);
 	if (r < 0)
@@ -506,7 +512,8 @@ static int diff_svg_write(const struct view_diff *diff, size_t index, const char
 	for (size_t i = 0; i < d.stacks.n; i++)
 		if (abs_saturated(d.stacks.stacks[i].value) > max)
 			max = abs_saturated(d.stacks.stacks[i].value);
-	r = view_svg_write_tree(&t, diff->cur->sample_types[index].type, title, delta, max, f);
+	r = view_svg_write_tree(&t, a->diff->cur->sample_types[a->index].type, a->title, delta,
+				max, f);
 out:
 	free(delta);
 	view_tree_release(&t);
@@ -518,27 +525,12 @@ int view_diff_render(const struct view_diff *d, size_t index, enum view_format f
 		     size_t max_rows, const char *title, const struct view_filter *filter,
 		     char **ret, size_t *ret_len)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f;
-	int r;
+	const struct diff_svg_args a = { d, index, title, filter };
 
 	if (index >= d->merged->nsample_types)
 		return -EINVAL;
 	if (format != VIEW_SVG)
 		return view_render_filtered(d->merged, index, format, max_rows, title, filter, ret,
 					    ret_len);
-	f = open_memstream(&buf, &len);
-	if (!f)
-		return -errno;
-	r = diff_svg_write(d, index, title, filter, f);
-	if (fclose(f) != 0 && r == 0)
-		r = -ENOMEM;
-	if (r < 0) {
-		free(buf);
-		return r;
-	}
-	*ret = buf;
-	*ret_len = len;
-	return 0;
+	return view_render_stream(diff_svg_write, &a, ret, ret_len);
 }

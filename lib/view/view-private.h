@@ -109,6 +109,10 @@ const char *view_output_unit(const char *unit, const int64_t *values, size_t n, 
 /* pprof's percentage: "  100%", "%5.2f%%" from 1%, "%5.2g%%" below. */
 void view_format_percent(int64_t v, int64_t total, char *buf, size_t size);
 
+/* What @write writes to a memory stream, into a malloc'd *ret (format.c). */
+int view_render_stream(int (*write)(const void *arg, FILE *f), const void *arg, char **ret,
+		       size_t *ret_len);
+
 /* A stream's error flag as -EIO (format.c). */
 int view_stream_status(FILE *f);
 
