@@ -365,17 +365,38 @@ static size_t base_labelled(const struct profile *p)
 	return n;
 }
 
+/* The pair of diff_pair() compared; diff_close() frees all three. */
+struct diff_case {
+	struct profile *n, *o;
+	struct view_diff *d;
+};
+
+static struct diff_case diff_open(enum view_diff_mode mode, bool normalize)
+{
+	struct diff_case c = { 0 };
+	char why[256];
+
+	diff_pair(&c.n, &c.o);
+	cr_assert_eq(view_diff_new(c.n, c.o, mode, normalize, &c.d, why, sizeof(why)), 0, "%s",
+		     why);
+	return c;
+}
+
+static void diff_close(struct diff_case *c)
+{
+	view_diff_free(c->d);
+	profile_free(c->n);
+	profile_free(c->o);
+}
+
 /* --base: OLD negated and merged into NEW's samples of the same stack;
  * those that cancel go; folded values are signed. */
 Test(viewlib, diff_subtracts_and_folds_signed)
 {
-	struct profile *n, *o;
-	struct view_diff *d = NULL;
-	char why[256], *t;
+	struct diff_case c = diff_open(VIEW_DIFF_SUBTRACT, false);
+	const struct view_diff *d = c.d;
+	char *t;
 
-	diff_pair(&n, &o);
-	cr_assert_eq(view_diff_new(n, o, VIEW_DIFF_SUBTRACT, false, &d, why, sizeof(why)), 0,
-		     "%s", why);
 	cr_expect_eq(base_labelled(view_diff_profile(d)), 0);
 	cr_expect_eq(view_diff_profile(d)->nsamples, 3, "same cancels out: grow, shrink, gone");
 	cr_expect_eq(profile_total(view_diff_profile(d), 1), 90000000 - 100000000);
@@ -389,23 +410,19 @@ Test(viewlib, diff_subtracts_and_folds_signed)
 	cr_expect(strstr(t, "     -30ms 27.27% 18.18%      -30ms 27.27%  gone\n"), "%s", t);
 	cr_expect(!strstr(t, "same"), "a function of nothing is no row:\n%s", t);
 	free(t);
-	view_diff_free(d);
-	profile_free(n);
-	profile_free(o);
+	diff_close(&c);
 }
 
 /* --diff-base: OLD's samples stay apart, labelled, and percentages are of
  * OLD's total. */
 Test(viewlib, diff_base_labels_old_and_takes_its_total)
 {
-	struct profile *n, *o;
-	struct view_diff *d = NULL;
-	char why[256], *t;
+	struct diff_case c = diff_open(VIEW_DIFF_BASE, false);
+	const struct view_diff *d = c.d;
+	char *t;
 
-	diff_pair(&n, &o);
-	cr_assert_eq(view_diff_new(n, o, VIEW_DIFF_BASE, false, &d, why, sizeof(why)), 0);
-	cr_expect_eq(base_labelled(view_diff_profile(d)), o->nsamples);
-	cr_expect_eq(view_diff_profile(d)->nsamples, n->nsamples + o->nsamples);
+	cr_expect_eq(base_labelled(view_diff_profile(d)), c.o->nsamples);
+	cr_expect_eq(view_diff_profile(d)->nsamples, c.n->nsamples + c.o->nsamples);
 	t = render_diff(d, 1, VIEW_TOP);
 	cr_expect(strstr(t, "of 100ms total\n"), "%s", t);
 	cr_expect(strstr(t, "      50ms 50.00% 50.00%       50ms 50.00%  grow\n"), "%s", t);
@@ -413,25 +430,21 @@ Test(viewlib, diff_base_labels_old_and_takes_its_total)
 	t = render_diff(d, 1, VIEW_FOLDED);
 	cr_expect_str_eq(t, "main;gone -30000000\nmain;grow 50000000\nmain;shrink -30000000\n");
 	free(t);
-	view_diff_free(d);
-	profile_free(n);
-	profile_free(o);
+	diff_close(&c);
 }
 
 /* --normalize: NEW scaled by OLD's sum over NEW's, per sample type, each
  * value rounded (pprof's ScaleN). */
 Test(viewlib, diff_normalize_scales_new_to_old)
 {
-	struct profile *n, *o;
-	struct view_diff *d = NULL;
+	struct diff_case c = diff_open(VIEW_DIFF_SUBTRACT, true);
+	const struct view_diff *d = c.d;
 	double ratio[2];
-	char why[256], *t;
+	char *t;
 
-	diff_pair(&n, &o);
-	view_diff_ratios(n, o, ratio);
+	view_diff_ratios(c.n, c.o, ratio);
 	cr_expect_float_eq(ratio[0], 10.0 / 9.0, 1e-12);
 	cr_expect_float_eq(ratio[1], 100.0 / 90.0, 1e-12);
-	cr_assert_eq(view_diff_new(n, o, VIEW_DIFF_SUBTRACT, true, &d, why, sizeof(why)), 0);
 	/* grow: round(60 ms * 10/9) - 10 ms; same: round(20 ms * 10/9) - 20 ms. */
 	t = render_diff(d, 1, VIEW_FOLDED);
 	cr_expect_str_eq(t, "main;gone -30000000\nmain;grow 56666667\nmain;same 2222222\n"
@@ -439,9 +452,7 @@ Test(viewlib, diff_normalize_scales_new_to_old)
 	free(t);
 	/* Normalized, NEW sums to OLD: the difference sums to zero. */
 	cr_expect_leq(llabs((long long)profile_total(view_diff_profile(d), 1)), 1);
-	view_diff_free(d);
-	profile_free(n);
-	profile_free(o);
+	diff_close(&c);
 }
 
 Test(viewlib, diff_refuses_other_sample_types)
@@ -478,14 +489,11 @@ static void frame_fill(const char *svg, const char *name, char *buf, size_t size
 /* Red grew, blue shrank, white the same: flamegraph.pl's colours. */
 Test(viewlib, diff_flame_graph_red_grew_blue_shrank)
 {
-	struct profile *n, *o;
-	struct view_diff *d = NULL;
-	char why[256], fill[32], *t;
+	struct diff_case c = diff_open(VIEW_DIFF_SUBTRACT, false);
+	char fill[32], *t;
 	int r, g, b;
 
-	diff_pair(&n, &o);
-	cr_assert_eq(view_diff_new(n, o, VIEW_DIFF_SUBTRACT, false, &d, why, sizeof(why)), 0);
-	t = render_diff(d, 1, VIEW_SVG);
+	t = render_diff(c.d, 1, VIEW_SVG);
 	frame_fill(t, "grow", fill, sizeof(fill));
 	cr_assert_eq(sscanf(fill, "rgb(%d,%d,%d)", &r, &g, &b), 3, "%s", fill);
 	cr_expect(r == 255 && g == b && g < 255, "grow is red: %s", fill);
@@ -498,7 +506,5 @@ Test(viewlib, diff_flame_graph_red_grew_blue_shrank)
 	cr_expect(!strstr(t, "data-n=\"gone\""), "widths are NEW's: gone has none");
 	cr_expect(strstr(t, "<title>grow (60ms, 66.67%; change +50ms)</title>"), "%s", t);
 	free(t);
-	view_diff_free(d);
-	profile_free(n);
-	profile_free(o);
+	diff_close(&c);
 }
