@@ -240,7 +240,8 @@ Test(view, go_written_profiles_compared_as_pprof, .timeout = 300)
 	static const char *const heap_indexes[] = { "alloc_objects", "alloc_space",
 						    "inuse_objects", "inuse_space" };
 	char *cpu, *heap, *cpu2, *heap2, *svg = tmp_file("go-diff.svg");
-	struct th_run r;
+	char *merged = tmp_file("go-diff.pb.gz");
+	struct th_run r, again;
 	int rgb[3];
 
 	go_profiles_of(false, &cpu, &heap);
@@ -255,11 +256,24 @@ Test(view, go_written_profiles_compared_as_pprof, .timeout = 300)
 	TH_CPROF(&r, 60000, "view", cpu2, "--diff-base", cpu, "--svg", svg);
 	cr_assert_eq(r.exit_code, 0, "%s", r.err);
 	th_run_release(&r);
+	/* --pprof writes the merged profile (pprof's -proto): pprof::base labels
+	 * and all, its table is the comparison's. */
+	TH_CPROF(&r, 60000, "view", cpu2, "--diff-base", cpu, "--pprof", "-o", merged);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	th_view_agrees_with_pprof(merged, NULL, 0);
+	TH_CPROF(&r, 60000, "view", merged);
+	TH_CPROF(&again, 60000, "view", cpu2, "--diff-base", cpu);
+	cr_expect_str_eq(r.out, again.out, "the merged profile's table is the comparison's");
+	th_run_release(&r);
+	th_run_release(&again);
+
 	frame_rgb(svg, "main.churn", rgb);
 	cr_expect(rgb[0] == 255 && rgb[1] == rgb[2] && rgb[1] < 255, "churn grew: red");
 	frame_rgb(svg, "main.spin", rgb);
 	cr_expect(rgb[2] == 255 && rgb[0] == rgb[1] && rgb[0] < 255, "spin shrank: blue");
 	free(svg);
+	free(merged);
 	free(cpu);
 	free(heap);
 	free(cpu2);
