@@ -894,6 +894,27 @@ Test(view, tag_filters_on_a_wall_profile, .timeout = 300)
 	free(pb);
 }
 
+/* A comparison of one part of two profiles: as pprof, the filter applies
+ * to the merged profile (and the total stays OLD's). */
+static void expect_diff_filtered_like_pprof(const char *path, const char *base, const char *spec)
+{
+	char go_base[PATH_MAX + 16], go_filter[256];
+	const char *go_opts[3] = { go_base, go_filter, NULL };
+	char *go_out = NULL;
+	struct th_run r;
+
+	snprintf(go_base, sizeof(go_base), "-diff_base=%s", base);
+	snprintf(go_filter, sizeof(go_filter), "-tagfocus=%s", spec);
+	TH_CPROF(&r, 60000, "view", path, "--diff-base", base, "--tagfocus", spec);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	cr_assert_eq(th_pprof_top_ex(path, go_opts, &go_out), 0, "%s", go_out);
+	cr_expect(strstr(r.out, "Active filters:\n"), "%s", r.out);
+	cr_expect_str_eq(r.out, go_out, "--diff-base --tagfocus %s: cprof view and go tool pprof "
+			 "differ", spec);
+	th_run_release(&r);
+	free(go_out);
+}
+
 /* Two cprof wall profiles of two runs of wallmix: labels, threads and
  * states differ from one to the other. */
 Test(view, cprof_wall_profiles_compared_as_pprof, .timeout = 300)
@@ -904,6 +925,8 @@ Test(view, cprof_wall_profiles_compared_as_pprof, .timeout = 300)
 	wallmix_profile(b, "wallmix-b.report");
 	diff_agrees_with_pprof(b, a, NULL);
 	expect_folded_difference(b, a, NULL);
+	expect_diff_filtered_like_pprof(b, a, "state=sleeping");
+	expect_diff_filtered_like_pprof(b, a, "thread_name=sleeper,epoller");
 	free(a);
 	free(b);
 }
