@@ -1,6 +1,6 @@
 /* cprof view: a pprof file (cprof's or Go's, gzipped or not) as a -top
- * table, folded stacks, a call tree or a flame graph. The views are in
- * lib/view/. */
+ * table, folded stacks, a call tree or a flame graph; or its difference
+ * from another (--diff-base, --base). The views are in lib/view/. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -25,6 +25,9 @@ struct view_args {
 	bool format_given;
 	int64_t top; /* --top N: the table's rows; 0: every row, no table on stderr */
 	struct view_filter *filter; /* --tagfocus, --tagignore; NULL: none */
+	const char *base;           /* --diff-base or --base OLD; NULL: no comparison */
+	enum view_diff_mode diff_mode;
+	bool normalize;
 	bool help;
 };
 
@@ -32,12 +35,14 @@ static void view_help(void)
 {
 	printf("usage: cprof view FILE [--format FORMAT | --folded | --svg OUT.svg | --tree | "
 	       "--pprof] [--top N] [--index TYPE] [--tagfocus KEY=REGEX] [--tagignore KEY=REGEX] "
-	       "[-o OUT]\n"
+	       "[--diff-base OLD | --base OLD [--normalize]] [-o OUT]\n"
 	       "\n"
 	       "Show a pprof profile (cprof's or any other, such as Go's runtime/pprof;\n"
 	       "gzipped or not) without Go installed: the flat/cum table of\n"
 	       "'go tool pprof -top' (the default), folded stacks for flamegraph.pl,\n"
 	       "inferno or speedscope, a call tree, or an interactive flame graph.\n"
+	       "With --diff-base or --base, what changed from OLD to FILE, as\n"
+	       "'go tool pprof -diff_base OLD FILE' shows it.\n"
 	       "\n"
 	       "      --format FORMAT\n"
 	       "                    top (the default without -o), pprof (the profile,\n"
@@ -62,6 +67,13 @@ static void view_help(void)
 	       "                    repeated: all of them (go tool pprof's -tagfocus)\n"
 	       "      --tagignore KEY=REGEX\n"
 	       "                    leave out the samples --tagfocus would keep\n"
+	       "      --diff-base OLD\n"
+	       "                    show FILE less the profile OLD (signed values; a flame\n"
+	       "                    graph red where FILE has more, blue where less);\n"
+	       "                    percentages are of OLD's total (pprof's -diff_base)\n"
+	       "      --base OLD    FILE less OLD as a profile of its own: percentages of\n"
+	       "                    the difference (pprof's -base)\n"
+	       "      --normalize   scale FILE to OLD's total first (pprof's -normalize)\n"
 	       "  -o, --output OUT  where to write (default stdout, the table); - is stdout,\n"
 	       "                    the profile as any other name without an extension above\n"
 	       "  -h, --help        show this help\n");
@@ -104,6 +116,9 @@ static int parse_args(int argc, char **argv, struct view_args *a)
 		{ "index", required_argument, NULL, 'I' },
 		{ "tagfocus", required_argument, NULL, 'f' },
 		{ "tagignore", required_argument, NULL, 'i' },
+		{ "diff-base", required_argument, NULL, 'D' },
+		{ "base", required_argument, NULL, 'B' },
+		{ "normalize", no_argument, NULL, 'N' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
@@ -148,6 +163,17 @@ static int parse_args(int argc, char **argv, struct view_args *a)
 		case 'I':
 			a->index = optarg;
 			break;
+		case 'D':
+		case 'B':
+			if (a->base)
+				r = report_usage(CMD, "--diff-base and --base take one OLD profile, "
+						 "once");
+			a->base = optarg;
+			a->diff_mode = c == 'D' ? VIEW_DIFF_BASE : VIEW_DIFF_SUBTRACT;
+			break;
+		case 'N':
+			a->normalize = true;
+			break;
 		case 'o':
 			if (a->format == VIEW_SVG && a->output && strcmp(a->output, optarg))
 				r = report_usage(CMD, "--svg and -o name two different files");
@@ -170,6 +196,11 @@ static int parse_args(int argc, char **argv, struct view_args *a)
 	if (optind + 1 < argc)
 		return report_usage(CMD, "unexpected argument '%s'", argv[optind + 1]);
 	a->file = argv[optind];
+	if (a->normalize && !a->base)
+		return report_usage(CMD, "--normalize needs --diff-base or --base: the profile "
+				    "to scale FILE to");
+	if (a->base && !strcmp(a->base, "-") && !strcmp(a->file, "-"))
+		return report_usage(CMD, "FILE and OLD cannot both be standard input");
 	/* The output rule of every command (cprof(1)): -o's extension, else
 	 * pprof; without -o, the table on stdout. */
 	if (!a->format_given && a->output)
@@ -307,15 +338,24 @@ static void warn_if_nothing_kept(const struct profile *p, const struct view_filt
 		report_hint("the profile's samples have no labels");
 }
 
+/* A view of the profile, or of the comparison @d when there is one. */
+static int render(const struct profile *p, const struct view_diff *d, size_t index,
+		  enum view_format format, size_t max_rows, const char *title,
+		  const struct view_args *a, char **ret, size_t *ret_len)
+{
+	if (d)
+		return view_diff_render(d, index, format, max_rows, title, a->filter, ret, ret_len);
+	return view_render_filtered(p, index, format, max_rows, title, a->filter, ret, ret_len);
+}
+
 /* --top N beside another output: the table, as the collecting commands
  * print it after writing. */
-static int top_to_stderr(const struct profile *p, size_t index, const struct view_args *a,
-			 const char *title)
+static int top_to_stderr(const struct profile *p, const struct view_diff *d, size_t index,
+			 const struct view_args *a, const char *title)
 {
 	char *buf = NULL;
 	size_t len;
-	int r = view_render_filtered(p, index, VIEW_TOP, (size_t)a->top, title, a->filter, &buf,
-				     &len);
+	int r = render(p, d, index, VIEW_TOP, (size_t)a->top, title, a, &buf, &len);
 
 	if (r == 0) {
 		fflush(stderr);
@@ -329,13 +369,46 @@ static int top_to_stderr(const struct profile *p, size_t index, const struct vie
 	return EXIT_OK;
 }
 
+static const char *base_name(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	return base ? base + 1 : path;
+}
+
+/* --diff-base, --base: OLD read and merged with FILE's @p into *ret. */
+static int compare(const struct view_args *a, const struct profile *p, struct view_diff **ret)
+{
+	struct profile *old = NULL;
+	char why[512];
+	int r, code = load(a->base, &old);
+
+	if (code)
+		return code;
+	r = view_diff_new(p, old, a->diff_mode, a->normalize, ret, why, sizeof(why));
+	profile_free(old);
+	if (r == -EINVAL || r == -EOVERFLOW) {
+		report_error("cannot compare '%s' with '%s': %s", a->file, a->base, why);
+		if (r == -EINVAL)
+			report_hint("compare profiles of one kind: cpu with cpu, heap with heap, "
+				    "as go tool pprof does");
+		return EXIT_TARGET;
+	}
+	if (r < 0) {
+		report_error("cannot compare '%s' with '%s': %s", a->file, a->base, strerror(-r));
+		return EXIT_FAIL;
+	}
+	return 0;
+}
+
 int cmd_view(int argc, char **argv)
 {
 	struct profile *p = NULL;
+	const struct profile *shown;
+	struct view_diff *diff = NULL;
 	struct view_args a;
 	struct output out;
 	char why[1024], title[512], *buf = NULL;
-	const char *base;
 	size_t index, len;
 	int r, code;
 
@@ -347,12 +420,15 @@ int cmd_view(int argc, char **argv)
 		return code;
 	}
 	code = load(a.file, &p);
+	if (code == 0 && a.base)
+		code = compare(&a, p, &diff);
 	if (code)
 		goto out_free;
+	shown = diff ? view_diff_profile(diff) : p;
 	if (a.filter)
-		warn_if_nothing_kept(p, a.filter);
-	if (view_sample_index(p, a.index, &index) < 0) {
-		code = unknown_index(p, a.index);
+		warn_if_nothing_kept(shown, a.filter);
+	if (view_sample_index(shown, a.index, &index) < 0) {
+		code = unknown_index(shown, a.index);
 		goto out_free;
 	}
 	r = output_prepare(&out, a.output ? a.output : "-", a.format == VIEW_PPROF, why,
@@ -362,11 +438,14 @@ int cmd_view(int argc, char **argv)
 		code = EXIT_OUTPUT;
 		goto out_free;
 	}
-	base = strrchr(a.file, '/');
-	snprintf(title, sizeof(title), "%s: %s", base ? base + 1 : a.file,
-		 p->sample_types[index].type);
-	r = view_render_filtered(p, index, a.format, a.format == VIEW_TOP ? (size_t)a.top : 0,
-				 title, a.filter, &buf, &len);
+	if (diff)
+		snprintf(title, sizeof(title), "%s less %s: %s (red: more, blue: less)",
+			 base_name(a.file), base_name(a.base), shown->sample_types[index].type);
+	else
+		snprintf(title, sizeof(title), "%s: %s", base_name(a.file),
+			 shown->sample_types[index].type);
+	r = render(p, diff, index, a.format, a.format == VIEW_TOP ? (size_t)a.top : 0, title, &a,
+		   &buf, &len);
 	if (r == 0)
 		r = output_commit_bytes(&out, buf, len);
 	if (r < 0) {
@@ -376,9 +455,10 @@ int cmd_view(int argc, char **argv)
 		code = EXIT_FAIL;
 		goto out_free;
 	}
-	code = a.top && a.format != VIEW_TOP ? top_to_stderr(p, index, &a, title) : EXIT_OK;
+	code = a.top && a.format != VIEW_TOP ? top_to_stderr(p, diff, index, &a, title) : EXIT_OK;
 out_free:
 	free(buf);
+	view_diff_free(diff);
 	profile_free(p);
 	view_filter_free(a.filter);
 	return code;

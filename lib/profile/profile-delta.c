@@ -73,9 +73,8 @@ static bool all_zero(const struct profile *p, const struct profile_sample *s)
 	return true;
 }
 
-/* The samples that came to zero go; the dedup map is rebuilt for those
- * that stay (it holds indexes). */
-static int drop_zero_samples(struct profile *p)
+/* The dedup map is rebuilt for the samples that stay (it holds indexes). */
+int profile_drop_zero_samples(struct profile *p)
 {
 	size_t n = 0;
 
@@ -137,7 +136,7 @@ int profile_subtract(struct profile *p, const struct profile *base)
 					       s->nlabels);
 	}
 	if (r == 0)
-		r = drop_zero_samples(p);
+		r = profile_drop_zero_samples(p);
 	free(ids);
 	free(values);
 	return r;

@@ -176,4 +176,7 @@ int64_t profile_total(const struct profile *p, size_t i);
  */
 int profile_subtract(struct profile *p, const struct profile *base);
 
+/* Removes the samples whose every value is zero (pprof's Merge drops them). */
+int profile_drop_zero_samples(struct profile *p);
+
 #endif

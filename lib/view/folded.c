@@ -1,4 +1,5 @@
-/* Folded stacks: Brendan Gregg's collapsed format, one line per stack. */
+/* Folded stacks: Brendan Gregg's collapsed format, one line per stack;
+ * of a comparison, the values are signed (NEW less OLD). */
 #include <errno.h>
 
 #include "view-private.h"
@@ -19,6 +20,9 @@ int view_folded_write(const struct profile *p, size_t index, const struct view_f
 	for (size_t i = 0; i < vs.n; i++) {
 		const struct view_stack *s = &vs.stacks[i];
 
+		/* Samples of one stack that cancel out (NEW less OLD) say nothing. */
+		if (s->value == 0)
+			continue;
 		/* A sample without a frame still counts: the sum is the total. */
 		if (s->n == 0)
 			fputs("[no stack]", f);

@@ -74,41 +74,45 @@ static int encode_filtered(const struct profile *p, const struct view_filter *fi
 	return r;
 }
 
-int view_render_filtered(const struct profile *p, size_t index, enum view_format format,
-			 size_t max_rows, const char *title, const struct view_filter *filter,
-			 char **ret, size_t *ret_len)
+struct render_args {
+	const struct profile *p;
+	size_t index, max_rows;
+	enum view_format format;
+	const char *title;
+	const struct view_filter *filter;
+};
+
+static int write_view(const void *arg, FILE *f)
+{
+	const struct render_args *a = arg;
+
+	switch (a->format) {
+	case VIEW_TOP:
+		return view_top_write(a->p, a->index, a->max_rows, a->filter, f);
+	case VIEW_FOLDED:
+		return view_folded_write(a->p, a->index, a->filter, f);
+	case VIEW_TREE:
+		return view_tree_write(a->p, a->index, a->filter, f);
+	case VIEW_SVG:
+		return view_svg_write(a->p, a->index, a->title, a->filter, f);
+	default:
+		return -EINVAL;
+	}
+}
+
+int view_render_stream(int (*write)(const void *arg, FILE *f), const void *arg, char **ret,
+		       size_t *ret_len)
 {
 	char *buf = NULL;
 	size_t len = 0;
-	FILE *f;
+	FILE *f = open_memstream(&buf, &len);
 	int r;
 
-	if (format == VIEW_PPROF) {
-		r = encode_filtered(p, filter, &buf, &len);
-		goto out_done;
-	}
-	f = open_memstream(&buf, &len);
 	if (!f)
 		return -errno;
-	switch (format) {
-	case VIEW_TOP:
-		r = view_top_write(p, index, max_rows, filter, f);
-		break;
-	case VIEW_FOLDED:
-		r = view_folded_write(p, index, filter, f);
-		break;
-	case VIEW_TREE:
-		r = view_tree_write(p, index, filter, f);
-		break;
-	case VIEW_SVG:
-		r = view_svg_write(p, index, title, filter, f);
-		break;
-	default:
-		r = -EINVAL;
-	}
+	r = write(arg, f);
 	if (fclose(f) != 0 && r == 0)
 		r = -ENOMEM;
-out_done:
 	if (r < 0) {
 		free(buf);
 		return r;
@@ -116,4 +120,15 @@ out_done:
 	*ret = buf;
 	*ret_len = len;
 	return 0;
+}
+
+int view_render_filtered(const struct profile *p, size_t index, enum view_format format,
+			 size_t max_rows, const char *title, const struct view_filter *filter,
+			 char **ret, size_t *ret_len)
+{
+	const struct render_args a = { p, index, max_rows, format, title, filter };
+
+	if (format == VIEW_PPROF)
+		return encode_filtered(p, filter, ret, ret_len);
+	return view_render_stream(write_view, &a, ret, ret_len);
 }

@@ -223,12 +223,23 @@ static void merge_stacks(struct view_stacks *vs)
 	vs->n = w;
 }
 
+/* pprof's Sample.DiffBaseSample: OLD's samples under -diff_base. */
+static bool is_diff_base(const struct profile_sample *s)
+{
+	for (size_t i = 0; i < s->nlabels; i++)
+		if (s->labels[i].str && !strcmp(s->labels[i].key, VIEW_DIFF_BASE_LABEL) &&
+		    !strcmp(s->labels[i].str, "true"))
+			return true;
+	return false;
+}
+
 int view_stacks_collect(const struct profile *p, size_t index, const struct view_filter *filter,
 			struct view_stacks *ret)
 {
 	struct view_stacks vs = { 0 };
 	struct loc_prune *lp = NULL;
 	size_t nframes = 0, frames_alloc = 0, stacks_alloc = 0;
+	int64_t base_total = 0;
 	int r;
 
 	if (index >= p->nsample_types)
@@ -243,7 +254,9 @@ int view_stacks_collect(const struct profile *p, size_t index, const struct view
 		int64_t v = s->values[index];
 		size_t start = nframes, from;
 
-		vs.total = add_saturated(vs.total, v);
+		vs.total = add_saturated(vs.total, abs_saturated(v));
+		if (is_diff_base(s))
+			base_total = add_saturated(base_total, abs_saturated(v));
 		if (v == 0 || !view_filter_keeps(filter, s))
 			continue;
 		from = pruned_start(p, lp, s);
@@ -266,6 +279,8 @@ int view_stacks_collect(const struct profile *p, size_t index, const struct view
 		vs.stacks[vs.n++] = (struct view_stack){ .frames = (const char **)(uintptr_t)start,
 							 .n = nframes - start, .value = v };
 	}
+	if (base_total > 0)
+		vs.total = base_total;
 	merge_stacks(&vs);
 	free(lp);
 	*ret = vs;

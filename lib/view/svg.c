@@ -27,6 +27,8 @@ struct svg_writer {
 	const struct view_tree *t;
 	const char *type, *unit;
 	int64_t total;
+	const int64_t *delta; /* per node; NULL: not a comparison */
+	int64_t max_delta;
 	unsigned height;
 	FILE *f;
 };
@@ -68,6 +70,21 @@ static void frame_colour(const char *name, char *buf, size_t size)
 		 (int)(55 * v2));
 }
 
+/* flamegraph.pl's color_scale for a differential flame graph: white for
+ * no change, towards red (grew) or blue (shrank) as |@delta| nears @max. */
+static void delta_colour(int64_t delta, int64_t max, char *buf, size_t size)
+{
+	double x = max > 0 ? (double)abs_saturated(delta) / (double)max : 0;
+	int fade = (int)(210 * (1 - (x > 1 ? 1 : x)));
+
+	if (delta > 0)
+		snprintf(buf, size, "rgb(255,%d,%d)", fade, fade);
+	else if (delta < 0)
+		snprintf(buf, size, "rgb(%d,%d,255)", fade, fade);
+	else
+		snprintf(buf, size, "rgb(255,255,255)");
+}
+
 /* The label that fits in @w px (what the script's fit() computes). */
 static size_t label_chars(const char *name, double w, bool *dots)
 {
@@ -87,21 +104,29 @@ static void write_frame(const struct svg_writer *w, const struct view_node *n, i
 	double span = WIDTH - 2 * PAD, px = PAD + (double)x / (double)w->total * span,
 	       pw = (double)n->total / (double)w->total * span;
 	double y = (double)w->height - BOTTOM_PAD - (n->depth + 1) * FRAME_H;
-	char value[64], pct[32], fill[32];
+	char value[64], pct[32], fill[32], change[80] = "";
 	size_t chars;
 	bool dots;
 
 	view_format_value(n->total, w->unit, "auto", value, sizeof(value));
 	view_format_percent(n->total, w->total, pct, sizeof(pct));
-	frame_colour(n->name, fill, sizeof(fill));
+	if (w->delta) {
+		int64_t d = w->delta[n - w->t->nodes];
+
+		change[0] = d > 0 ? '+' : '\0';
+		view_format_value(d, w->unit, "auto", change + (d > 0), sizeof(change) - 1);
+		delta_colour(d, w->max_delta, fill, sizeof(fill));
+	} else {
+		frame_colour(n->name, fill, sizeof(fill));
+	}
 	fprintf(w->f, "<g class=\"f\" data-n=\"");
 	xml_text(w->f, n->name, SIZE_MAX);
 	fprintf(w->f, "\" data-x=\"%" PRId64 "\" data-w=\"%" PRId64 "\" data-d=\"%u\">\n<title>",
 		x, n->total, n->depth);
 	xml_text(w->f, n->name, SIZE_MAX);
-	fprintf(w->f, " (%s%s%s, %s)</title>", value,
+	fprintf(w->f, " (%s%s%s, %s%s%s)</title>", value,
 		!strcmp(w->unit, "count") ? " " : "", !strcmp(w->unit, "count") ? w->type : "",
-		pct + strspn(pct, " "));
+		pct + strspn(pct, " "), w->delta ? "; change " : "", change);
 	fprintf(w->f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
 		      "data-fill=\"%s\" rx=\"2\" ry=\"2\"/>", px, y, pw, FRAME_H - 1, fill, fill);
 	fprintf(w->f, "<text x=\"%.2f\" y=\"%.1f\">", px + 3, y + FRAME_H - 4.5);
@@ -184,19 +209,14 @@ int view_write_svg(const struct profile *p, size_t index, const char *title, FIL
 	return view_svg_write(p, index, title, NULL, f);
 }
 
-int view_svg_write(const struct profile *p, size_t index, const char *title,
-		   const struct view_filter *filter, FILE *f)
+int view_svg_write_tree(const struct view_tree *t, const char *type, const char *title,
+			const int64_t *delta, int64_t max_delta, FILE *f)
 {
-	struct view_tree t = { 0 };
-	struct svg_writer w;
-	int r;
+	struct svg_writer w = { .t = t, .type = type, .unit = t->stacks.unit,
+				.total = t->nodes[0].total, .delta = delta, .max_delta = max_delta,
+				.f = f, .height = (t->max_depth + 1) * FRAME_H + TOP_PAD + BOTTOM_PAD };
+	int r = 0;
 
-	r = view_tree_build(p, index, filter, &t);
-	if (r < 0)
-		return r;
-	w = (struct svg_writer){ .t = &t, .type = p->sample_types[index].type, .unit = t.stacks.unit,
-				 .total = t.nodes[0].total, .f = f,
-				 .height = (t.max_depth + 1) * FRAME_H + TOP_PAD + BOTTOM_PAD };
 	write_head(&w, title);
 	if (w.total > 0)
 		r = write_frames(&w);
@@ -206,6 +226,19 @@ int view_svg_write(const struct profile *p, size_t index, const char *title,
 	fprintf(f, "</svg>\n");
 	if (r == 0)
 		r = view_stream_status(f);
+	return r;
+}
+
+int view_svg_write(const struct profile *p, size_t index, const char *title,
+		   const struct view_filter *filter, FILE *f)
+{
+	struct view_tree t = { 0 };
+	int r;
+
+	r = view_tree_build(p, index, filter, &t);
+	if (r < 0)
+		return r;
+	r = view_svg_write_tree(&t, p->sample_types[index].type, title, NULL, 0, f);
 	view_tree_release(&t);
 	return r;
 }

@@ -59,7 +59,7 @@ static int note_edge(struct edges *es, const char *caller, size_t callee, uint8_
 static int function_sums(const struct view_stacks *vs, struct view_func **ret, size_t *ret_n)
 {
 	struct view_func *f = NULL;
-	size_t n = 0, alloc = 0, *stamp = NULL, stamp_alloc = 0;
+	size_t n = 0, w = 0, alloc = 0, *stamp = NULL, stamp_alloc = 0;
 	struct u64map slot;
 	int r = 0;
 
@@ -91,6 +91,12 @@ static int function_sums(const struct view_stacks *vs, struct view_func **ret, s
 			f[j].cum = add_saturated(f[j].cum, s->value);
 		}
 	}
+	/* pprof's selectNodesForGraph leaves out nodes of nothing: in a
+	 * comparison, those whose samples cancel out. */
+	for (size_t j = 0; j < n; j++)
+		if (f[j].flat || f[j].cum)
+			f[w++] = f[j];
+	n = w;
 	if (n > 1)
 		qsort(f, n, sizeof(*f), compare_flat_name);
 	*ret = f;

@@ -99,8 +99,11 @@ static int compare_total(const void *a, const void *b, void *arg)
 	const struct view_node *n = arg;
 	const struct view_node *x = &n[*(const size_t *)a], *y = &n[*(const size_t *)b];
 
-	if (x->total != y->total)
-		return x->total > y->total ? -1 : 1;
+	int64_t sx = abs_saturated(x->total), sy = abs_saturated(y->total);
+
+	/* By size: in a comparison, a loss counts as much as a gain. */
+	if (sx != sy)
+		return sx > sy ? -1 : 1;
 	return strcmp(x->name, y->name);
 }
 

@@ -5,6 +5,9 @@
 
 #include "view.h"
 
+/* The label pprof gives OLD's samples under -diff_base (Sample.DiffBaseSample). */
+#define VIEW_DIFF_BASE_LABEL "pprof::base"
+
 /* Of a sample type, the share of the total below which pprof drops a node. */
 #define VIEW_NODE_FRACTION 0.005
 
@@ -25,7 +28,9 @@ struct view_stack {
  * frames expanded), merged by their frame names and sorted root first,
  * leaving out stacks of value 0 and samples @filter drops (NULL: none).
  * @total is the sum of all sample values, those with no frames and those
- * the filter drops included (pprof's total: it is taken before the filters).
+ * the filter drops included (pprof's total: it is taken before the filters),
+ * each counted as its absolute value; where some samples are labelled
+ * pprof::base, of those alone (pprof's computeTotal).
  */
 struct view_stacks {
 	struct view_stack *stacks;
@@ -74,6 +79,15 @@ int view_tree_write(const struct profile *p, size_t index, const struct view_fil
 int view_svg_write(const struct profile *p, size_t index, const char *title,
 		   const struct view_filter *filter, FILE *f);
 
+/*
+ * The flame graph of a built tree. With @delta (per node of @t; NULL: an
+ * ordinary flame graph) each frame is coloured as flamegraph.pl colours a
+ * differential one: red by how much it grew, blue by how much it shrank,
+ * full colour at @max_delta.
+ */
+int view_svg_write_tree(const struct view_tree *t, const char *type, const char *title,
+			const int64_t *delta, int64_t max_delta, FILE *f);
+
 /* pprof's "Active filters:" lines: how many, and each "tagfocus=SPEC". */
 size_t view_filter_count(const struct view_filter *f);
 const char *view_filter_text(const struct view_filter *f, size_t i);
@@ -94,6 +108,10 @@ const char *view_output_unit(const char *unit, const int64_t *values, size_t n, 
 
 /* pprof's percentage: "  100%", "%5.2f%%" from 1%, "%5.2g%%" below. */
 void view_format_percent(int64_t v, int64_t total, char *buf, size_t size);
+
+/* What @write writes to a memory stream, into a malloc'd *ret (format.c). */
+int view_render_stream(int (*write)(const void *arg, FILE *f), const void *arg, char **ret,
+		       size_t *ret_len);
 
 /* A stream's error flag as -EIO (format.c). */
 int view_stream_status(FILE *f);

@@ -130,4 +130,39 @@ int view_render_filtered(const struct profile *p, size_t index, enum view_format
 			 size_t max_rows, const char *title, const struct view_filter *filter,
 			 char **ret, size_t *ret_len);
 
+/*
+ * Two profiles compared, as go tool pprof compares them: NEW less OLD,
+ * which every view shows with signed values. VIEW_DIFF_BASE is pprof's
+ * -diff_base: OLD's samples stay apart, labelled pprof::base=true, and
+ * percentages are of OLD's total. VIEW_DIFF_SUBTRACT is pprof's -base: the
+ * difference is a plain profile, percentages of the sum of its absolute
+ * values. @normalize (pprof's -normalize) first scales NEW's values so that
+ * each sample type sums to OLD's. The flame graph keeps NEW's widths and
+ * colours each frame by its change: red grew, blue shrank, white the same.
+ */
+enum view_diff_mode {
+	VIEW_DIFF_BASE,
+	VIEW_DIFF_SUBTRACT,
+};
+
+struct view_diff;
+
+/* -EINVAL with the reason in @why when the profiles cannot be compared
+ * (other sample or period types), -EOVERFLOW, -ENOMEM. Keeps no pointer to
+ * @cur or @base. */
+int view_diff_new(const struct profile *cur, const struct profile *base,
+		  enum view_diff_mode mode, bool normalize, struct view_diff **ret, char *why,
+		  size_t size);
+/* The merged profile (NEW's sample types): what --pprof writes. */
+const struct profile *view_diff_profile(const struct view_diff *d);
+/* view_render_filtered() of the comparison. */
+int view_diff_render(const struct view_diff *d, size_t index, enum view_format format,
+		     size_t max_rows, const char *title, const struct view_filter *filter,
+		     char **ret, size_t *ret_len);
+void view_diff_free(struct view_diff *d);
+
+/* pprof's Normalize factors: per sample type, OLD's sum / NEW's (0 when
+ * NEW's is 0), into @ret[cur->nsample_types]. */
+void view_diff_ratios(const struct profile *cur, const struct profile *base, double *ret);
+
 #endif

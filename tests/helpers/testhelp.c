@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1333,15 +1334,23 @@ struct agreement {
 	bool same_table; /* from the header line "flat  flat%" on, byte for byte */
 };
 
-void th_view_agrees_with_pprof(const char *path, const char *index, int top)
+/* @view_extra and @go_extra: options of a comparison (NULL-terminated, at
+ * most 3; NULL: none); with them the whole outputs must be the same. */
+static void view_agrees(const char *path, const char *const *view_extra,
+			const char *const *go_extra, const char *index, int top)
 {
 	static struct row go_rows[512], view_rows[512];
-	const char *view_args[8] = { "view", path }, *go_opts[4] = { NULL };
+	const char *view_args[12] = { "view", path }, *go_opts[8] = { NULL };
 	char sample_index[128], nodecount[32], top_arg[32];
 	struct agreement a = { 0 };
 	size_t nv = 2, ng = 0;
 	struct th_run r;
 	char *go_out = NULL, *go_top;
+
+	for (size_t i = 0; view_extra && view_extra[i] && nv < 5; i++)
+		view_args[nv++] = view_extra[i];
+	for (size_t i = 0; go_extra && go_extra[i] && ng < 3; i++)
+		go_opts[ng++] = go_extra[i];
 
 	if (index) {
 		view_args[nv++] = "--index";
@@ -1381,9 +1390,11 @@ void th_view_agrees_with_pprof(const char *path, const char *index, int top)
 		cr_expect_str_eq(view_rows[j].flat, go_rows[i].flat, "%s: flat of %s", path,
 				 go_rows[i].name);
 	}
-	fprintf(stderr, "view: %s%s%s%s%s: go tool pprof -top %zu rows, cprof view %zu rows; "
+	fprintf(stderr, "view: %s%s%s%s%s%s%s%s%s: go tool pprof -top %zu rows, cprof view %zu rows; "
 			"flat equal %zu/%zu, cum equal %zu/%zu, whole table %s\n",
-		strrchr(path, '/') + 1, index ? " --index " : "", index ? index : "",
+		strrchr(path, '/') + 1, go_extra ? " " : "", go_extra ? go_extra[0] : "",
+		go_extra && go_extra[1] ? " " : "", go_extra && go_extra[1] ? go_extra[1] : "",
+		index ? " --index " : "", index ? index : "",
 		top ? " --top " : "", top ? top_arg : "", a.go_rows, a.view_rows, a.flat_same,
 		a.go_rows, a.cum_same, a.go_rows, a.same_table ? "identical" : "differs");
 	cr_expect_gt(a.go_rows, 0, "pprof's table is empty");
@@ -1391,8 +1402,28 @@ void th_view_agrees_with_pprof(const char *path, const char *index, int top)
 	cr_expect_eq(a.missing, 0);
 	cr_expect_eq(a.flat_same, a.go_rows);
 	cr_expect(a.same_table, "the tables differ:\n%s\nvs pprof's:\n%s", r.out, go_top);
+	if (go_extra)
+		cr_expect_str_eq(r.out, go_out, "%s: the whole outputs differ", path);
 	free(go_out);
 	th_run_release(&r);
+}
+
+void th_view_agrees_with_pprof(const char *path, const char *index, int top)
+{
+	view_agrees(path, NULL, NULL, index, top);
+}
+
+void th_view_diff_agrees_with_pprof(const char *path, const char *base, bool subtract,
+				    bool normalize, const char *index)
+{
+	const char *view_extra[4] = { subtract ? "--base" : "--diff-base", base,
+				      normalize ? "--normalize" : NULL, NULL };
+	const char *go_extra[3] = { NULL, normalize ? "-normalize" : NULL, NULL };
+	char opt[PATH_MAX + 16];
+
+	snprintf(opt, sizeof(opt), "-%s=%s", subtract ? "base" : "diff_base", base);
+	go_extra[0] = opt;
+	view_agrees(path, view_extra, go_extra, index, 0);
 }
 
 /* ---- the truth, measured from outside ---------------------------------- */

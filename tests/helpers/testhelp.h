@@ -266,6 +266,14 @@ void th_assert_pprof_ok(const char *path);
  * byte. Skips the test when go is not installed.
  */
 void th_view_agrees_with_pprof(const char *path, const char *index, int top);
+/*
+ * The same for a comparison: `cprof view @path --diff-base @base` (--base
+ * with @subtract) [--normalize] against `go tool pprof -top
+ * -diff_base=@base` (-base) [-normalize]; the whole outputs, header lines
+ * included, must be the same.
+ */
+void th_view_diff_agrees_with_pprof(const char *path, const char *base, bool subtract,
+				    bool normalize, const char *index);
 
 /* The path of @prog in $PATH (malloc'd), or NULL when it is not there. */
 char *th_find_in_path(const char *prog);

@@ -121,19 +121,31 @@ static const char go_program[] =
 	"\tfor end := time.Now().Add(d); time.Now().Before(end); {\n\t\ts += burn(200000)\n\t}\n"
 	"\treturn s\n}\n\n"
 	"//go:noinline\n"
+	"func churn(d time.Duration) uint64 {\n\tvar s uint64\n"
+	"\tfor end := time.Now().Add(d); time.Now().Before(end); {\n\t\ts += burn(100000)\n\t}\n"
+	"\treturn s\n}\n\n"
+	"//go:noinline\n"
 	"func allocate(n, size int) {\n\tfor i := 0; i < n; i++ {\n"
 	"\t\tsink = append(sink, make([]byte, size))\n\t}\n}\n\n"
 	"func main() {\n\truntime.MemProfileRate = 4096\n"
 	"\tcpu, err := os.Create(os.Args[1])\n\tif err != nil {\n\t\tpanic(err)\n\t}\n"
 	"\tif err := pprof.StartCPUProfile(cpu); err != nil {\n\t\tpanic(err)\n\t}\n"
-	"\ts := spin(800 * time.Millisecond)\n\tallocate(3000, 4096)\n\tallocate(500, 64)\n"
+	"\tvar s uint64\n"
+	"\tif len(os.Args) > 3 {\n" /* the other side of a comparison */
+	"\t\ts = spin(300*time.Millisecond) + churn(500*time.Millisecond)\n"
+	"\t\tallocate(1000, 4096)\n\t\tallocate(3000, 64)\n"
+	"\t} else {\n"
+	"\t\ts = spin(800 * time.Millisecond)\n\t\tallocate(3000, 4096)\n\t\tallocate(500, 64)\n"
+	"\t}\n"
 	"\tpprof.StopCPUProfile()\n\tcpu.Close()\n\truntime.GC()\n"
 	"\theap, err := os.Create(os.Args[2])\n\tif err != nil {\n\t\tpanic(err)\n\t}\n"
 	"\tif err := pprof.WriteHeapProfile(heap); err != nil {\n\t\tpanic(err)\n\t}\n"
 	"\theap.Close()\n\tprintln(s, len(sink))\n}\n";
 
-/* Builds and runs the Go program: *ret_cpu, *ret_heap are its profiles. */
-static void go_profiles(char **ret_cpu, char **ret_heap)
+/* Builds and runs the Go program: *ret_cpu, *ret_heap are its profiles;
+ * with @other, of its other workload (less spin, some churn, other
+ * allocations), to compare with. */
+static void go_profiles_of(bool other, char **ret_cpu, char **ret_heap)
 {
 	const char *dir = th_tmp_dir("goprog");
 	char *src, *bin, *cpu, *heap, *gohome, *gocache, *gopath;
@@ -152,8 +164,8 @@ static void go_profiles(char **ret_cpu, char **ret_heap)
 	setenv("GO111MODULE", "off", 1); /* one file, the standard library only */
 	cr_assert(asprintf(&src, "%s/main.go", dir) > 0);
 	cr_assert(asprintf(&bin, "%s/prog", dir) > 0);
-	cr_assert(asprintf(&cpu, "%s/go-cpu.pprof", dir) > 0);
-	cr_assert(asprintf(&heap, "%s/go-heap.pprof", dir) > 0);
+	cr_assert(asprintf(&cpu, "%s/go-cpu%s.pprof", dir, other ? "-other" : "") > 0);
+	cr_assert(asprintf(&heap, "%s/go-heap%s.pprof", dir, other ? "-other" : "") > 0);
 	write_text(src, go_program);
 	th_run_cmd_ex(&r, 300000, 0, 0,
 		      (const char *const[]){ "/usr/bin/env", "go", "build", "-o", bin, src, NULL });
@@ -161,7 +173,8 @@ static void go_profiles(char **ret_cpu, char **ret_heap)
 		TH_SKIP_MISSING("go is not installed (Debian's golang-go): no Go-written profiles");
 	cr_assert_eq(r.exit_code, 0, "go build: %s%s", r.out, r.err);
 	th_run_release(&r);
-	th_run_cmd_ex(&r, 60000, 0, 0, (const char *const[]){ bin, cpu, heap, NULL });
+	th_run_cmd_ex(&r, 60000, 0, 0,
+		      (const char *const[]){ bin, cpu, heap, other ? "other" : NULL, NULL });
 	cr_assert_eq(r.exit_code, 0, "the Go program: %s", r.err);
 	th_run_release(&r);
 	free(src);
@@ -171,6 +184,100 @@ static void go_profiles(char **ret_cpu, char **ret_heap)
 	free(gopath);
 	*ret_cpu = cpu;
 	*ret_heap = heap;
+}
+
+static void go_profiles(char **ret_cpu, char **ret_heap)
+{
+	go_profiles_of(false, ret_cpu, ret_heap);
+}
+
+/* The fill of the first frame of function @name in the flame graph @svg. */
+static void frame_rgb(const char *svg, const char *name, int rgb[3])
+{
+	char *t = read_text(svg), want[256];
+	const char *at;
+
+	snprintf(want, sizeof(want), "data-n=\"%s\"", name);
+	at = strstr(t, want);
+	cr_assert_not_null(at, "%s: no frame %s", svg, name);
+	at = strstr(at, " fill=\"rgb(");
+	cr_assert_not_null(at);
+	cr_assert_eq(sscanf(at + 11, "%d,%d,%d", &rgb[0], &rgb[1], &rgb[2]), 3, "%.40s", at);
+	free(t);
+}
+
+/* Every way of comparing @path with @base, as go tool pprof does them. */
+static void diff_agrees_with_pprof(const char *path, const char *base, const char *index)
+{
+	th_view_diff_agrees_with_pprof(path, base, false, false, index);
+	th_view_diff_agrees_with_pprof(path, base, true, false, index);
+	th_view_diff_agrees_with_pprof(path, base, false, true, index);
+	th_view_diff_agrees_with_pprof(path, base, true, true, index);
+}
+
+/* Signed folded stacks of a comparison add up to NEW's total less OLD's. */
+static void expect_folded_difference(const char *path, const char *base, const char *index)
+{
+	struct profile *n = th_load_profile(path), *o = th_load_profile(base);
+	struct th_run r;
+	size_t i;
+
+	cr_assert_eq(view_sample_index(n, index, &i), 0);
+	TH_CPROF(&r, 60000, "view", path, "--base", base, "--folded", "--index",
+		 n->sample_types[i].type);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	cr_expect_eq(folded_sum(r.out), profile_total(n, i) - profile_total(o, i),
+		     "%s less %s: folded sum vs the totals' difference", path, base);
+	th_run_release(&r);
+	profile_free(n);
+	profile_free(o);
+}
+
+/* Two of Go's own CPU profiles and two heap profiles: what changed, as go
+ * tool pprof -diff_base, -base and -normalize show it. */
+Test(view, go_written_profiles_compared_as_pprof, .timeout = 300)
+{
+	static const char *const heap_indexes[] = { "alloc_objects", "alloc_space",
+						    "inuse_objects", "inuse_space" };
+	char *cpu, *heap, *cpu2, *heap2, *svg = tmp_file("go-diff.svg");
+	char *merged = tmp_file("go-diff.pb.gz");
+	struct th_run r, again;
+	int rgb[3];
+
+	go_profiles_of(false, &cpu, &heap);
+	go_profiles_of(true, &cpu2, &heap2);
+	diff_agrees_with_pprof(cpu2, cpu, NULL);
+	for (size_t i = 0; i < sizeof(heap_indexes) / sizeof(heap_indexes[0]); i++)
+		diff_agrees_with_pprof(heap2, heap, heap_indexes[i]);
+	expect_folded_difference(cpu2, cpu, NULL);
+	expect_folded_difference(heap2, heap, "alloc_space");
+
+	/* churn is new, spin lost most of its time: red and blue. */
+	TH_CPROF(&r, 60000, "view", cpu2, "--diff-base", cpu, "--svg", svg);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	/* --pprof writes the merged profile (pprof's -proto): pprof::base labels
+	 * and all, its table is the comparison's. */
+	TH_CPROF(&r, 60000, "view", cpu2, "--diff-base", cpu, "--pprof", "-o", merged);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	th_run_release(&r);
+	th_view_agrees_with_pprof(merged, NULL, 0);
+	TH_CPROF(&r, 60000, "view", merged);
+	TH_CPROF(&again, 60000, "view", cpu2, "--diff-base", cpu);
+	cr_expect_str_eq(r.out, again.out, "the merged profile's table is the comparison's");
+	th_run_release(&r);
+	th_run_release(&again);
+
+	frame_rgb(svg, "main.churn", rgb);
+	cr_expect(rgb[0] == 255 && rgb[1] == rgb[2] && rgb[1] < 255, "churn grew: red");
+	frame_rgb(svg, "main.spin", rgb);
+	cr_expect(rgb[2] == 255 && rgb[0] == rgb[1] && rgb[0] < 255, "spin shrank: blue");
+	free(svg);
+	free(merged);
+	free(cpu);
+	free(heap);
+	free(cpu2);
+	free(heap2);
 }
 
 Test(view, go_written_profiles_agree_with_pprof, .timeout = 300)
@@ -227,6 +334,27 @@ Test(view, cprof_written_profile_agrees_with_pprof, .timeout = 300)
 	cr_assert_eq(r.exit_code, 0);
 	cr_expect(strstr(r.out, "  worker\n") && strstr(r.out, "  compress_block\n"), "%s", r.out);
 	th_run_release(&r);
+}
+
+/* Two cprof CPU profiles of two runs of the demo (their own address
+ * layouts: the merge must match code by mapping and offset). */
+Test(view, cprof_profiles_compared_as_pprof, .timeout = 300)
+{
+	const char *out[2] = { th_tmp_path("demo-a.pb.gz"), th_tmp_path("demo-b.pb.gz") };
+	struct th_run r;
+
+	th_require_perf(false);
+	for (size_t i = 0; i < 2; i++) {
+		pid_t pid = TH_SPAWN("demo", "20", i ? "3" : "1");
+
+		TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(pid), "-d", "2s", "-o", out[i], "-q");
+		cr_assert_eq(r.exit_code, 0, "%s", r.err);
+		th_run_release(&r);
+		th_kill(pid);
+	}
+	diff_agrees_with_pprof(out[1], out[0], NULL);
+	diff_agrees_with_pprof(out[1], out[0], "samples");
+	expect_folded_difference(out[1], out[0], NULL);
 }
 
 /* ---- the flame graph ---------------------------------------------------- */
@@ -403,9 +531,10 @@ Test(view, demo_flame_graph_in_chromium, .timeout = 300)
 
 Test(view, bad_input_says_why)
 {
-	const char *junk = th_tmp_path("junk.pb.gz"), *good = th_tmp_path("good.pb.gz");
+	const char *junk = th_tmp_path("junk.pb.gz"), *good = th_tmp_path("good.pb.gz"),
+		   *heap_path = th_tmp_path("heap.pb.gz");
 	struct profile *p = NULL;
-	struct profile_value_type t = { "cpu", "nanoseconds" };
+	struct profile_value_type t = { "cpu", "nanoseconds" }, heap = { "alloc_space", "bytes" };
 	struct th_run r;
 
 	write_text(junk, "this is not a profile\n");
@@ -426,6 +555,28 @@ Test(view, bad_input_says_why)
 	cr_expect_eq(r.exit_code, 64, "unknown --index: exit %d", r.exit_code);
 	cr_expect(strstr(r.err, "invalid --index 'alloc_space'"), "%s", r.err);
 	cr_expect(strstr(r.err, "hint: its sample types are: cpu"), "%s", r.err);
+	th_run_release(&r);
+
+	/* A comparison of profiles of other kinds, as pprof refuses it. */
+	cr_assert_eq(profile_new(&p, &heap, 1), 0);
+	write_profile(heap_path, p);
+	profile_free(p);
+	TH_CPROF(&r, 10000, "view", good, "--diff-base", heap_path);
+	cr_expect_eq(r.exit_code, 2, "incompatible: exit %d", r.exit_code);
+	cr_expect(strstr(r.err, "cannot compare") &&
+		  strstr(r.err, "incompatible sample types [cpu/nanoseconds] and "
+				"[alloc_space/bytes]"), "%s", r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 10000, "view", good, "--base", junk);
+	cr_expect_eq(r.exit_code, 2, "OLD not pprof: exit %d", r.exit_code);
+	cr_expect(strstr(r.err, "not a pprof profile"), "%s", r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 10000, "view", good, "--normalize");
+	cr_expect_eq(r.exit_code, 64);
+	cr_expect(strstr(r.err, "--normalize needs --diff-base or --base"), "%s", r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 10000, "view", good, "--base", good, "--diff-base", good);
+	cr_expect_eq(r.exit_code, 64);
 	th_run_release(&r);
 
 	TH_CPROF(&r, 10000, "view", good, "--svg", TEST_TMPDIR "/no-such-dir/x.svg");
@@ -741,6 +892,43 @@ Test(view, tag_filters_on_a_wall_profile, .timeout = 300)
 	expect_filtered_like_pprof(pb, true, "state=sleeping", 0);
 	expect_filtered_like_pprof(pb, false, "thread_name=sleeper,epoller", 10);
 	free(pb);
+}
+
+/* A comparison of one part of two profiles: as pprof, the filter applies
+ * to the merged profile (and the total stays OLD's). */
+static void expect_diff_filtered_like_pprof(const char *path, const char *base, const char *spec)
+{
+	char go_base[PATH_MAX + 16], go_filter[256];
+	const char *go_opts[3] = { go_base, go_filter, NULL };
+	char *go_out = NULL;
+	struct th_run r;
+
+	snprintf(go_base, sizeof(go_base), "-diff_base=%s", base);
+	snprintf(go_filter, sizeof(go_filter), "-tagfocus=%s", spec);
+	TH_CPROF(&r, 60000, "view", path, "--diff-base", base, "--tagfocus", spec);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	cr_assert_eq(th_pprof_top_ex(path, go_opts, &go_out), 0, "%s", go_out);
+	cr_expect(strstr(r.out, "Active filters:\n"), "%s", r.out);
+	cr_expect_str_eq(r.out, go_out, "--diff-base --tagfocus %s: cprof view and go tool pprof "
+			 "differ", spec);
+	th_run_release(&r);
+	free(go_out);
+}
+
+/* Two cprof wall profiles of two runs of wallmix: labels, threads and
+ * states differ from one to the other. */
+Test(view, cprof_wall_profiles_compared_as_pprof, .timeout = 300)
+{
+	char *a = tmp_file("wallmix-a.pb.gz"), *b = tmp_file("wallmix-b.pb.gz");
+
+	wallmix_profile(a, "wallmix-a.report");
+	wallmix_profile(b, "wallmix-b.report");
+	diff_agrees_with_pprof(b, a, NULL);
+	expect_folded_difference(b, a, NULL);
+	expect_diff_filtered_like_pprof(b, a, "state=sleeping");
+	expect_diff_filtered_like_pprof(b, a, "thread_name=sleeper,epoller");
+	free(a);
+	free(b);
 }
 
 /* -o picks the format by its extension, as every command's does: .txt is

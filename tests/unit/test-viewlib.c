@@ -311,3 +311,200 @@ Test(viewlib, tag_filters)
 		view_filter_free(f);
 	}
 }
+
+/* ---- two profiles compared (diff.c) ------------------------------------- */
+
+/* main -> NAME samples of @count and @ms milliseconds, at fixed addresses
+ * so that the same function is the same location in both profiles. */
+static void diff_sample(struct profile *p, const char *name, int64_t count, int64_t ms)
+{
+	static const char *const names[] = { "grow", "same", "shrink", "gone" };
+	uint64_t m = location(p, 0x100, "main"), at = 0x200;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(names[i], name))
+			at = 0x200 + 0x100 * i;
+	sample(p, (uint64_t[]){ location(p, at, name), m }, 2, count, ms * 1000000);
+}
+
+/* NEW: grow 60 ms, same 20, shrink 10 (90 ms in 9 samples); OLD: grow 10,
+ * same 20, shrink 40, gone 30 (100 ms in 10 samples). */
+static void diff_pair(struct profile **ret_new, struct profile **ret_old)
+{
+	struct profile *n = new_profile(), *o = new_profile();
+
+	diff_sample(n, "grow", 6, 60);
+	diff_sample(n, "same", 2, 20);
+	diff_sample(n, "shrink", 1, 10);
+	diff_sample(o, "grow", 1, 10);
+	diff_sample(o, "same", 2, 20);
+	diff_sample(o, "shrink", 4, 40);
+	diff_sample(o, "gone", 3, 30);
+	*ret_new = n;
+	*ret_old = o;
+}
+
+static char *render_diff(const struct view_diff *d, size_t index, enum view_format f)
+{
+	char *buf = NULL;
+	size_t len = 0;
+
+	cr_assert_eq(view_diff_render(d, index, f, 0, "t", NULL, &buf, &len), 0);
+	cr_assert_eq(strlen(buf), len);
+	return buf;
+}
+
+static size_t base_labelled(const struct profile *p)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < p->nsamples; i++)
+		for (size_t l = 0; l < p->samples[i].nlabels; l++)
+			n += !strcmp(p->samples[i].labels[l].key, "pprof::base") &&
+			     !strcmp(p->samples[i].labels[l].str, "true");
+	return n;
+}
+
+/* The pair of diff_pair() compared; diff_close() frees all three. */
+struct diff_case {
+	struct profile *n, *o;
+	struct view_diff *d;
+};
+
+static struct diff_case diff_open(enum view_diff_mode mode, bool normalize)
+{
+	struct diff_case c = { 0 };
+	char why[256];
+
+	diff_pair(&c.n, &c.o);
+	cr_assert_eq(view_diff_new(c.n, c.o, mode, normalize, &c.d, why, sizeof(why)), 0, "%s",
+		     why);
+	return c;
+}
+
+static void diff_close(struct diff_case *c)
+{
+	view_diff_free(c->d);
+	profile_free(c->n);
+	profile_free(c->o);
+}
+
+/* --base: OLD negated and merged into NEW's samples of the same stack;
+ * those that cancel go; folded values are signed. */
+Test(viewlib, diff_subtracts_and_folds_signed)
+{
+	struct diff_case c = diff_open(VIEW_DIFF_SUBTRACT, false);
+	const struct view_diff *d = c.d;
+	char *t;
+
+	cr_expect_eq(base_labelled(view_diff_profile(d)), 0);
+	cr_expect_eq(view_diff_profile(d)->nsamples, 3, "same cancels out: grow, shrink, gone");
+	cr_expect_eq(profile_total(view_diff_profile(d), 1), 90000000 - 100000000);
+	t = render_diff(d, 1, VIEW_FOLDED);
+	cr_expect_str_eq(t, "main;gone -30000000\nmain;grow 50000000\nmain;shrink -30000000\n");
+	free(t);
+	/* The total is of absolute values: 30 + 50 + 30 ms. */
+	t = render_diff(d, 1, VIEW_TOP);
+	cr_expect(strstr(t, "Showing nodes accounting for -10ms, 9.09% of 110ms total\n"), "%s", t);
+	cr_expect(strstr(t, "      50ms 45.45% 45.45%       50ms 45.45%  grow\n"), "%s", t);
+	cr_expect(strstr(t, "     -30ms 27.27% 18.18%      -30ms 27.27%  gone\n"), "%s", t);
+	cr_expect(!strstr(t, "same"), "a function of nothing is no row:\n%s", t);
+	free(t);
+	diff_close(&c);
+}
+
+/* --diff-base: OLD's samples stay apart, labelled, and percentages are of
+ * OLD's total. */
+Test(viewlib, diff_base_labels_old_and_takes_its_total)
+{
+	struct diff_case c = diff_open(VIEW_DIFF_BASE, false);
+	const struct view_diff *d = c.d;
+	char *t;
+
+	cr_expect_eq(base_labelled(view_diff_profile(d)), c.o->nsamples);
+	cr_expect_eq(view_diff_profile(d)->nsamples, c.n->nsamples + c.o->nsamples);
+	t = render_diff(d, 1, VIEW_TOP);
+	cr_expect(strstr(t, "of 100ms total\n"), "%s", t);
+	cr_expect(strstr(t, "      50ms 50.00% 50.00%       50ms 50.00%  grow\n"), "%s", t);
+	free(t);
+	t = render_diff(d, 1, VIEW_FOLDED);
+	cr_expect_str_eq(t, "main;gone -30000000\nmain;grow 50000000\nmain;shrink -30000000\n");
+	free(t);
+	diff_close(&c);
+}
+
+/* --normalize: NEW scaled by OLD's sum over NEW's, per sample type, each
+ * value rounded (pprof's ScaleN). */
+Test(viewlib, diff_normalize_scales_new_to_old)
+{
+	struct diff_case c = diff_open(VIEW_DIFF_SUBTRACT, true);
+	const struct view_diff *d = c.d;
+	double ratio[2];
+	char *t;
+
+	view_diff_ratios(c.n, c.o, ratio);
+	cr_expect_float_eq(ratio[0], 10.0 / 9.0, 1e-12);
+	cr_expect_float_eq(ratio[1], 100.0 / 90.0, 1e-12);
+	/* grow: round(60 ms * 10/9) - 10 ms; same: round(20 ms * 10/9) - 20 ms. */
+	t = render_diff(d, 1, VIEW_FOLDED);
+	cr_expect_str_eq(t, "main;gone -30000000\nmain;grow 56666667\nmain;same 2222222\n"
+			    "main;shrink -28888889\n");
+	free(t);
+	/* Normalized, NEW sums to OLD: the difference sums to zero. */
+	cr_expect_leq(llabs((long long)profile_total(view_diff_profile(d), 1)), 1);
+	diff_close(&c);
+}
+
+Test(viewlib, diff_refuses_other_sample_types)
+{
+	static const struct profile_value_type heap[] = { { "alloc_space", "bytes" } };
+	struct profile *n = new_profile(), *o = NULL;
+	struct view_diff *d = NULL;
+	char why[256];
+
+	cr_assert_eq(profile_new(&o, heap, 1), 0);
+	cr_expect_eq(view_diff_new(n, o, VIEW_DIFF_BASE, false, &d, why, sizeof(why)), -EINVAL);
+	cr_expect_null(d);
+	cr_expect_str_eq(why, "incompatible sample types [samples/count cpu/nanoseconds] and "
+			      "[alloc_space/bytes]");
+	profile_free(n);
+	profile_free(o);
+}
+
+/* The fill of frame @name in a flame graph. */
+static void frame_fill(const char *svg, const char *name, char *buf, size_t size)
+{
+	char want[64];
+	const char *at, *fill;
+
+	snprintf(want, sizeof(want), "data-n=\"%s\"", name);
+	at = strstr(svg, want);
+	cr_assert_not_null(at, "no frame %s", name);
+	fill = strstr(at, " fill=\"");
+	cr_assert_not_null(fill);
+	fill += 7;
+	snprintf(buf, size, "%.*s", (int)strcspn(fill, "\""), fill);
+}
+
+/* Red grew, blue shrank, white the same: flamegraph.pl's colours. */
+Test(viewlib, diff_flame_graph_red_grew_blue_shrank)
+{
+	struct diff_case c = diff_open(VIEW_DIFF_SUBTRACT, false);
+	char fill[32], *t;
+	int r, g, b;
+
+	t = render_diff(c.d, 1, VIEW_SVG);
+	frame_fill(t, "grow", fill, sizeof(fill));
+	cr_assert_eq(sscanf(fill, "rgb(%d,%d,%d)", &r, &g, &b), 3, "%s", fill);
+	cr_expect(r == 255 && g == b && g < 255, "grow is red: %s", fill);
+	cr_expect_eq(g, 0, "the largest change is the full colour: %s", fill);
+	frame_fill(t, "shrink", fill, sizeof(fill));
+	cr_assert_eq(sscanf(fill, "rgb(%d,%d,%d)", &r, &g, &b), 3, "%s", fill);
+	cr_expect(b == 255 && r == g && r < 255 && r > 0, "shrink is blue, lighter: %s", fill);
+	frame_fill(t, "same", fill, sizeof(fill));
+	cr_expect_str_eq(fill, "rgb(255,255,255)");
+	cr_expect(!strstr(t, "data-n=\"gone\""), "widths are NEW's: gone has none");
+	cr_expect(strstr(t, "<title>grow (60ms, 66.67%; change +50ms)</title>"), "%s", t);
+	free(t);
+	diff_close(&c);
+}
