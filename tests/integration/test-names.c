@@ -4,7 +4,9 @@
  *  - code the compiler copied or split (clone_*.isra.0, .constprop.0,
  *    .part.0, .cold of tests/targets/clones.c) is named by its function;
  *  - the vDSO's functions by its own names (__vdso_clock_gettime, as perf
- *    says), held against the vDSO's symbols read here with libelf.
+ *    says), held against the vDSO's symbols read here with libelf;
+ *  - code no symbol covers (a stripped binary) by its function's start,
+ *    "file+0xSTART", the same at every address of the function.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -236,5 +238,62 @@ Test(names, vdso_functions_by_their_own_names)
 	free(funcs);
 	th_elf_close(elf);
 	profile_free(p);
+	th_kill(pid);
+}
+
+/*
+ * In a stripped copy of busy, every address of work_a, work_b and work_c
+ * (their extent from the unstripped binary) is named alike, by the start of
+ * the function: FILE+0xSTART, at offset address - start.
+ */
+Test(names, a_stripped_function_has_one_name)
+{
+	static const char *const funcs_wanted[] = { "work_a", "work_b", "work_c" };
+	const char *path = th_tmp_path("busy-stripped");
+	char src[4096];
+	struct th_elf_func *funcs;
+	struct symbolizer *s;
+	uint64_t start, end, load;
+	struct th_run r;
+	size_t nfuncs;
+	Elf *elf;
+	pid_t pid;
+
+	snprintf(src, sizeof(src), "%s/busy", TARGETS_DIR);
+	th_run_cmd_ex(&r, 10000, 0, 0,
+		      (const char *const[]){ "/usr/bin/strip", "--strip-all", "-o", path, src,
+					     NULL });
+	cr_assert_eq(r.exit_code, 0, "strip: %s", r.err);
+	th_run_release(&r);
+	elf = th_elf_open(src);
+	nfuncs = th_elf_functions(elf, &funcs);
+	load = th_elf_load_vaddr(elf);
+	pid = th_spawn_path(path, (const char *const[]){ "1", "30", NULL });
+	cr_assert_eq(symbolizer_new(&s, pid), 0);
+	cr_assert_eq(symbolizer_module_range(s, "busy-stripped", &start, &end), 0);
+	for (size_t w = 0; w < ARRAY_SIZE(funcs_wanted); w++) {
+		const struct th_elf_func *f = NULL;
+		char want[4096];
+
+		for (size_t i = 0; i < nfuncs && !f; i++)
+			if (!strcmp(funcs[i].name, funcs_wanted[w]))
+				f = &funcs[i];
+		cr_assert_not_null(f, "no %s in busy", funcs_wanted[w]);
+		cr_assert_gt(f->size, 0);
+		snprintf(want, sizeof(want), "%s+%#llx", strrchr(path, '/') + 1,
+			 (unsigned long long)f->value);
+		for (uint64_t a = f->value; a < f->value + f->size; a++) {
+			struct symbol_info si;
+
+			cr_assert_eq(symbolizer_lookup(s, start + a - load, &si), 0);
+			cr_assert_eq(si.nframes, 1);
+			cr_assert_str_eq(si.frames[0].function, want, "%s+%#llx is %s", f->name,
+					 (unsigned long long)(a - f->value), si.frames[0].function);
+			cr_assert_eq(si.offset_in_function, a - f->value);
+		}
+	}
+	symbolizer_unref(s);
+	free(funcs);
+	th_elf_close(elf);
 	th_kill(pid);
 }
