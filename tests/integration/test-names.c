@@ -93,7 +93,7 @@ Test(names, every_address_of_a_clone_names_its_function)
 			addresses++;
 		}
 	}
-	cr_log_info("clones: %zu addresses of copies, all named by their function", addresses);
+	cr_log_info("measured: clones: %zu addresses of copies, all named by their function", addresses);
 	for (size_t i = 0; i < ARRAY_SIZE(clone_suffixes); i++)
 		cr_assert(kinds & (1u << i), "the compiler made no %s copy in clones",
 			  clone_suffixes[i]);
@@ -151,8 +151,9 @@ Test(names, a_profile_names_each_function_once)
 	for (size_t i = 0; i < ARRAY_SIZE(copied); i++)
 		cum[i] = th_func_get(sums, n, copied[i]).cum;
 	free(sums);
-	cr_log_info("clones: cum ms %s %.0f, %s %.0f, %s %.0f, %s %.0f", copied[0], cum[0] / 1e6,
-		    copied[1], cum[1] / 1e6, copied[2], cum[2] / 1e6, copied[3], cum[3] / 1e6);
+	cr_log_info("measured: clones: cum ms %s %.0f, %s %.0f, %s %.0f, %s %.0f", copied[0],
+		    cum[0] / 1e6, copied[1], cum[1] / 1e6, copied[2], cum[2] / 1e6, copied[3],
+		    cum[3] / 1e6);
 	for (size_t i = 0; i < ARRAY_SIZE(copied); i++)
 		cr_expect_gt(cum[i], 0, "no samples in %s", copied[i]);
 	profile_free(p);
@@ -225,7 +226,7 @@ Test(names, vdso_functions_by_their_own_names)
 			unexported += w;
 		}
 	}
-	cr_log_info("vdsoloop: %lld samples, %lld with a vDSO leaf: %lld named by its symbol, "
+	cr_log_info("measured: vdsoloop: %lld samples, %lld with a vDSO leaf: %lld named by its symbol, "
 		    "%lld in code it does not export; %lld of those reach read_clock/read_tod; "
 		    "%lld reach main",
 		    (long long)total, (long long)vdso, (long long)named,
@@ -257,8 +258,8 @@ Test(names, a_stripped_function_has_one_name)
 	struct th_elf_func *funcs;
 	struct symbolizer *s;
 	uint64_t start, end, load;
+	size_t nfuncs, addresses = 0;
 	struct th_run r;
-	size_t nfuncs;
 	Elf *elf;
 	pid_t pid;
 
@@ -293,8 +294,12 @@ Test(names, a_stripped_function_has_one_name)
 			cr_assert_str_eq(si.frames[0].function, want, "%s+%#llx is %s", f->name,
 					 (unsigned long long)(a - f->value), si.frames[0].function);
 			cr_assert_eq(si.offset_in_function, a - f->value);
+			addresses++;
 		}
 	}
+	cr_log_info("measured: busy-stripped: %zu addresses of work_a/b/c, each named by "
+		    "its function's start",
+		    addresses);
 	symbolizer_unref(s);
 	free(funcs);
 	th_elf_close(elf);
