@@ -245,10 +245,27 @@ Test(names, vdso_functions_by_their_own_names)
 	th_kill(pid);
 }
 
+/* Go's text frame of @pc, one past the start of function @name, says
+ * "@name+0x1": the offset after the name that carries the start. */
+static void expect_text_offset(struct symbolizer *s, uint64_t pc, const char *name)
+{
+	char *text = NULL, want[4200];
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	cr_assert_not_null(f);
+	symbolizer_write_frames(s, &pc, 1, f);
+	fclose(f);
+	snprintf(want, sizeof(want), "\t%s+0x1\t", name);
+	cr_expect(strstr(text, want), "no \"%s\" in %s", want, text);
+	free(text);
+}
+
 /*
  * In a stripped copy of busy, every address of work_a, work_b and work_c
  * (their extent from the unstripped binary) is named alike, by the start of
- * the function: FILE+0xSTART, at offset address - start.
+ * the function: FILE+0xSTART, at offset address - start, which Go's text
+ * format writes after it.
  */
 Test(names, a_stripped_function_has_one_name)
 {
@@ -296,6 +313,7 @@ Test(names, a_stripped_function_has_one_name)
 			cr_assert_eq(si.offset_in_function, a - f->value);
 			addresses++;
 		}
+		expect_text_offset(s, start + f->value + 1 - load, want);
 	}
 	cr_log_info("measured: busy-stripped: %zu addresses of work_a/b/c, each named by "
 		    "its function's start",
