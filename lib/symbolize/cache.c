@@ -11,9 +11,10 @@
 
 #include "symbolize/symbolize-private.h"
 
-/* A frame from the ELF symbol, or "module+0xoff" when there is none. */
+/* A frame from the ELF symbol, or "module+0xoff" when there is none: the
+ * offset of the function's start (@start) by its FDE, else of @address. */
 static int symbol_frame(struct symbolizer *s, struct sym_module *m,
-			const struct symtab_entry *sym, uint64_t address,
+			const struct symtab_entry *sym, uint64_t start,
 			struct symbol_frame *ret)
 {
 	char buf[512];
@@ -26,7 +27,7 @@ static int symbol_frame(struct symbolizer *s, struct sym_module *m,
 		ret->function = d ? d : ret->system_name;
 	} else {
 		/* The ELF address, so that `addr2line -e FILE 0xoff` agrees. */
-		snprintf(buf, sizeof(buf), "%s+0x%" PRIx64, m->base_name, address - m->bias);
+		snprintf(buf, sizeof(buf), "%s+0x%" PRIx64, m->base_name, start - m->bias);
 		ret->function = ret->system_name = strpool_intern(&s->strings, buf);
 	}
 	return ret->function ? 0 : -ENOMEM;
@@ -38,6 +39,7 @@ static int resolve_in_module(struct symbolizer *s, struct sym_module *m, uint64_
 	const struct symtab_entry *sym;
 	struct dwarf_frames df;
 	struct symbol_frame f;
+	uint64_t start = 0;
 	int r;
 
 	sym_module_prepare(m);
@@ -45,13 +47,15 @@ static int resolve_in_module(struct symbolizer *s, struct sym_module *m, uint64_
 	r = lines_frames(s, m, address, &df);
 	if (r < 0)
 		return r;
+	if (!sym && !df.complete && !fde_function_start(m, address, &start))
+		start = address;
 
 	if (df.n && df.complete) {
 		*ret_n = df.n;
 	} else {
 		/* No DWARF function, or inlined frames whose container has no
 		 * name: the ELF symbol is the outermost frame. */
-		r = symbol_frame(s, m, sym, address, &f);
+		r = symbol_frame(s, m, sym, start, &f);
 		if (r < 0)
 			return r;
 		if (df.n) {
@@ -70,6 +74,8 @@ static int resolve_in_module(struct symbolizer *s, struct sym_module *m, uint64_
 		ret->offset_in_function = address - sym->addr;
 	else if (df.entry && address >= df.entry)
 		ret->offset_in_function = address - df.entry;
+	else if (start)
+		ret->offset_in_function = address - start;
 	ret->module = &m->pub;
 	return 0;
 }

@@ -508,6 +508,8 @@ void sym_module_prepare(struct sym_module *m)
 	/* Out of memory leaves the module without symbols, not broken. */
 	if (m->has_elf && symtab_build(&m->symtab, m->mod) < 0)
 		symtab_release(&m->symtab);
+	if (m->has_elf)
+		fde_table_find(m);
 	m->pub.has_symbols = m->symtab.nr > 0;
 	/* Looks in /usr/lib/debug (by build-id too) once; libdw remembers. */
 	m->pub.has_lines = m->has_elf && dwfl_module_getdwarf(m->mod, &bias) != NULL;

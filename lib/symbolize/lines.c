@@ -1,7 +1,9 @@
 /*
- * file:line and inline frames from DWARF. dwarf_getscopes() lists the DIEs
+ * file:line and inline frames from DWARF. physical_scopes() lists the DIEs
  * that contain an address, innermost first; each DW_TAG_inlined_subroutine
- * is one frame, and the DW_TAG_subprogram that holds them the last. The
+ * is one frame, and the DW_TAG_subprogram that holds them the last: named
+ * by its origin, so that a compiler's clone of a function (f.isra.0,
+ * f.constprop.0, f.part.0, f.cold) keeps the function's one name. The
  * innermost frame's line comes from the line table; each outer frame's line
  * is where it called the frame inside it: that inlined callee's
  * DW_AT_call_file/DW_AT_call_line (what eu-addr2line -i does too).
@@ -69,6 +71,38 @@ static const char *call_file(Dwarf_Die *cu, Dwarf_Die *inlined, Dwarf_Files **fi
 	return dwarf_filesrc(*files, idx, NULL, NULL);
 }
 
+/*
+ * The DIEs that contain @pc as they nest in the unit, innermost first.
+ * dwarf_getscopes() leaves the nesting at the innermost inlined call and
+ * goes on with the scopes of its callee's abstract definition: the unit,
+ * where the function that holds the call is out of line (a .isra,
+ * .constprop, .part clone, a .cold part). The nesting of its innermost
+ * scope (dwarf_getscopes_die(), as eu-addr2line -i does) reaches the
+ * DW_TAG_subprogram that holds the code, whose name is its origin's. That
+ * walks the unit again: only where an inlined call comes first.
+ */
+static int physical_scopes(Dwarf_Die *cu, Dwarf_Addr pc, Dwarf_Die **ret)
+{
+	Dwarf_Die *scopes = NULL, inner;
+	int n = dwarf_getscopes(cu, pc, &scopes);
+
+	for (int i = 0; i < n; i++) {
+		int tag = dwarf_tag(&scopes[i]);
+
+		if (tag == DW_TAG_inlined_subroutine)
+			break;
+		if (tag == DW_TAG_subprogram || i == n - 1) {
+			*ret = scopes;
+			return n;
+		}
+	}
+	if (n <= 0)
+		return n;
+	inner = scopes[0];
+	free(scopes);
+	return dwarf_getscopes_die(&inner, ret);
+}
+
 int scratch_push(struct symbolizer *s, size_t n, const struct symbol_frame *f)
 {
 	int r = GROW(s->scratch, n + 1, s->scratch_alloc);
@@ -116,7 +150,7 @@ int lines_frames(struct symbolizer *s, struct sym_module *m, uint64_t address,
 	cu = dwfl_module_addrdie(m->mod, address, &bias);
 	if (!cu)
 		return 0;
-	nscopes = dwarf_getscopes(cu, address - bias, &scopes);
+	nscopes = physical_scopes(cu, address - bias, &scopes);
 	if (nscopes <= 0)
 		return 0;
 	if (!lines_file_line(s, m, address, &file, &line)) {

@@ -40,7 +40,17 @@ struct sym_module {
 	Dwarf_Addr bias; /* address - bias = ELF virtual address */
 	bool prepared;   /* symtab built, DWARF looked for */
 	struct symtab symtab;
+	/* fde.c: .eh_frame_hdr's table of function starts, in the ELF's data. */
+	const unsigned char *fde_table;
+	size_t fde_count;	/* 0: none read */
+	uint64_t fde_base;	/* the address its offsets are from */
 };
+
+/* fde.c: finds @m's table of function starts, if it has the usual one. */
+void fde_table_find(struct sym_module *m);
+/* The start of the function whose code holds @address, by the FDE that
+ * covers it; false when none does. */
+bool fde_function_start(struct sym_module *m, uint64_t address, uint64_t *ret_start);
 
 /* perfmap.c: /tmp/perf-PID.map, sorted by start. */
 struct perfmap_entry {

@@ -103,7 +103,9 @@ const struct symbol_module *symbolizer_program(struct symbolizer *s);
 
 /* The frame's source file, else its module's path, else "?". */
 const char *symbol_file_or_module(const struct symbol_frame *f, const struct symbol_info *info);
-/* "libfoo.so+0x1234" and "0x7f..." names (no symbol) carry their own offset. */
+/* "libfoo.so+0x1234" and "0x7f..." names (no symbol) carry their own
+ * offset; writers still add offset_in_function where it is not 0 (0x1234
+ * is then the start of the function, by its FDE). */
 bool symbol_name_has_offset(const char *name);
 /*
  * The name ends with its own parameter list, as a demangled C++ name does:

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <gelf.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,11 +37,19 @@ static int binding_rank(int binding)
 	}
 }
 
+/* The vDSO's own name of a function: the kernel defines __vdso_NAME and
+ * NAME as its weak alias; libc and Go look up the __vdso_ name, perf shows
+ * it, and it keeps the vDSO's code apart from libc's NAME that calls it. */
+static bool is_vdso_name(const char *name)
+{
+	return !strncmp(name, "__vdso_", 7);
+}
+
 /*
- * By address; among aliases of one address the best name first: the one a
- * person would call (getpid over __getpid), then global over weak over local,
- * then the shorter, then any fixed order so that results do not depend on
- * the symbol table's order.
+ * By address; among aliases of one address the best name first: a vDSO
+ * function's own name, then the one a person would call (getpid over
+ * __getpid), then global over weak over local, then the shorter, then any
+ * fixed order so that results do not depend on the symbol table's order.
  */
 static int candidate_cmp(const void *a, const void *b)
 {
@@ -49,6 +58,8 @@ static int candidate_cmp(const void *a, const void *b)
 
 	if (x->e.addr != y->e.addr)
 		return x->e.addr < y->e.addr ? -1 : 1;
+	if (is_vdso_name(x->e.name) != is_vdso_name(y->e.name))
+		return is_vdso_name(x->e.name) ? -1 : 1;
 	ux = leading_underscores(x->e.name);
 	uy = leading_underscores(y->e.name);
 	if (ux != uy)

@@ -73,8 +73,10 @@ void symbolizer_write_frames(struct symbolizer *s, const uint64_t *pcs, size_t n
 			const struct symbol_frame *fr = &info.frames[k];
 
 			fprintf(f, "#\t%#llx\t", (unsigned long long)pcs[j]);
-			/* "libfoo.so+0x1234" and "0x..." names carry their own offset. */
-			if (symbol_name_has_offset(fr->function))
+			/* "0x..." names carry their own offset, and so do
+			 * "libfoo.so+0x1234" ones, unless 0x1234 is where the
+			 * function starts (by its FDE): then the offset follows. */
+			if (symbol_name_has_offset(fr->function) && !info.offset_in_function)
 				fputs(fr->function, f);
 			else
 				fprintf(f, "%s+%#llx", fr->function,

@@ -279,8 +279,10 @@ int threads_write_debug2(const struct threads_snapshot *s, FILE *f)
 				fprintf(f, "%s%s\n\t%s:%d", fr->function,
 					symbol_name_has_params(fr->function) ? "" : "(...)",
 					symbol_file_or_module(fr, &info), fr->line);
-				/* The offset belongs to the real (outermost) frame only. */
-				if (k + 1 == info.nframes && !symbol_name_has_offset(fr->function))
+				/* The offset belongs to the real (outermost) frame
+				 * only; as in symbolizer_write_frames(). */
+				if (k + 1 == info.nframes &&
+				    (!symbol_name_has_offset(fr->function) || info.offset_in_function))
 					fprintf(f, " +%#llx", (unsigned long long)info.offset_in_function);
 				fputc('\n', f);
 			}
