@@ -1,6 +1,7 @@
 /* Taking the threads snapshot: everything slow happens before the threads
  * are stopped (modules, /proc reads) or after they are let go (unwinding). */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +23,15 @@
 /* An injection's look for a safe thread and its call, at their longest. */
 #define CLAIM_WAIT_MS 15000
 
-/* State, name and CPU time of one thread, from /proc/PID/task/TID/stat. */
+/* State, name, CPU time and last cpu of one thread, from
+ * /proc/PID/task/TID/stat. */
 static void read_thread_proc(pid_t pid, struct thread_record *t)
 {
 	char path[80], buf[1024];
 	unsigned long utime = 0, stime = 0;
 	const char *p;
 	long hz = sysconf(_SC_CLK_TCK);
+	int cpu = -1;
 
 	if (target_thread_name(pid, t->tid, t->name, sizeof(t->name)) < 0)
 		snprintf(t->name, sizeof(t->name), "?");
@@ -38,11 +41,38 @@ static void read_thread_proc(pid_t pid, struct thread_record *t)
 		return;
 	}
 	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
-			 &t->state, &utime, &stime) != 3)
+	t->cpu = -1;
+	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu"
+			 " %*d %*d %*d %*d %*d %*d %*u %*u %*d %*u %*u %*u %*u %*u %*u %*u"
+			 " %*u %*u %*u %*u %*u %*u %*d %d",
+			 &t->state, &utime, &stime, &cpu) < 3)
 		return;
+	t->cpu = cpu;
 	if (hz > 0)
 		t->cpu_ns = (uint64_t)(utime + stime) * (1000000000ULL / (uint64_t)hz);
+}
+
+/*
+ * Moves the calling thread (and the tracers it starts, which inherit it)
+ * off the cpus the target's running threads were last on, where others are
+ * allowed: what the snapshot costs in cpu then delays none of them, as it
+ * does, up to a scheduler tick at a time, beside them. @saved gets the
+ * affinity to restore; returns how many cpus it left, 0 when none.
+ */
+static int keep_off_running(const struct thread_record *t, size_t n, cpu_set_t *saved)
+{
+	cpu_set_t off;
+
+	if (sched_getaffinity(0, sizeof(*saved), saved) < 0)
+		return 0;
+	off = *saved;
+	for (size_t i = 0; i < n; i++)
+		if (t[i].state == 'R' && t[i].cpu >= 0 && t[i].cpu < CPU_SETSIZE)
+			CPU_CLR(t[i].cpu, &off);
+	if (CPU_COUNT(&off) == 0 || CPU_EQUAL(&off, saved) ||
+	    sched_setaffinity(0, sizeof(off), &off) < 0)
+		return 0;
+	return CPU_COUNT(saved) - CPU_COUNT(&off);
 }
 
 /* TracerPid of one thread: another debugger may hold just that one. */
@@ -242,6 +272,7 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 	struct threads_snapshot *s;
 	struct maps maps = { 0 };
 	size_t nbefore = 0;
+	cpu_set_t affinity;
 	int r, late_r = 0;
 
 	s = calloc(1, sizeof(*s));
@@ -269,6 +300,7 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 		snprintf(err, errlen, "cannot list the threads of pid %d: %s", pid, strerror(-r));
 		goto out_free;
 	}
+	s->cpus_kept_off = keep_off_running(before, nbefore, &affinity);
 	/* Those asleep in a call are read now, and not stopped. */
 	r = asleep_look(&asleep, pid, before, nbefore, po.maps, unw);
 	if (r < 0) {
@@ -321,6 +353,8 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 		r = -ESRCH;
 		goto out_free;
 	}
+	if (s->cpus_kept_off)
+		sched_setaffinity(0, sizeof(affinity), &affinity);
 	ptrace_snapshot_release(&ps);
 	ptrace_snapshot_release(&late);
 	asleep_release(&asleep);
@@ -330,6 +364,8 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 	return 0;
 
 out_free:
+	if (s->cpus_kept_off)
+		sched_setaffinity(0, sizeof(affinity), &affinity);
 	ptrace_snapshot_release(&ps);
 	ptrace_snapshot_release(&late);
 	asleep_release(&asleep);

@@ -30,6 +30,7 @@ struct thread_record {
 	int64_t syscall;     /* the system call it was stopped in, -1 for none */
 	uint64_t syscall_arg[2];
 	uint64_t cpu_ns;     /* user + system time so far */
+	int cpu;             /* the cpu it last ran on, -1 unknown */
 	uint64_t *pcs;       /* leaf first: PC, then return addresses - 1 */
 	size_t npcs;
 };
@@ -46,6 +47,7 @@ struct threads_snapshot {
 	int asleep_refused; /* -errno: /proc would not show sleeping threads, all stopped */
 	uint64_t pause_ns; /* the longest any thread was stopped */
 	uint64_t stopping_ns; /* of which: until every thread had stopped */
+	int cpus_kept_off; /* the running threads' cpus its own work kept off */
 	int64_t time_nanos;
 	struct symbolizer *sym;
 };

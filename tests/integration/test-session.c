@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "profiler/profiler.h"
 #include "session/profiler.h"
 #include "session/session.h"
+#include "threads/threads.h"
 #include "testhelp.h"
 #include "util/util.h"
 #include "wall/wall-profiler.h"
@@ -481,4 +483,38 @@ Test(session, contention_kinds, .timeout = 120)
 		th_assert_let_go(pid, false, kinds[i].mode);
 		th_kill(pid);
 	}
+}
+
+/*
+ * A snapshot's own work (its look at the threads, its tracers, the
+ * unwinding) keeps off the cpu of a running thread where another cpu is
+ * allowed, and gives the caller its affinity back afterwards: a library
+ * call leaves its caller as it found it.
+ */
+Test(session, threads_snapshot_keeps_off_the_running_cpu)
+{
+	struct threads_snapshot *s = NULL;
+	cpu_set_t before, after;
+	char err[512];
+	pid_t pid;
+	int r, kept = 0;
+
+	if (geteuid() != 0)
+		TH_SKIP_MISSING("a snapshot stops threads with ptrace: run as root");
+	cr_assert_eq(sched_getaffinity(0, sizeof(before), &before), 0);
+	if (CPU_COUNT(&before) < 2)
+		TH_SKIP_MISSING("one cpu: no other cpu to keep the snapshot's work on");
+	pid = TH_SPAWN("busy", "1", "30");
+	th_sleep_ms(200);
+	/* The spinner may be between two runs: a few snapshots. */
+	for (int i = 0; i < 5 && !kept; i++) {
+		r = threads_snapshot_take(&s, pid, NULL, err, sizeof(err));
+		cr_assert_eq(r, 0, "snapshot: %s", err);
+		kept = s->cpus_kept_off;
+		threads_snapshot_free(s);
+		cr_assert_eq(sched_getaffinity(0, sizeof(after), &after), 0);
+		cr_assert(CPU_EQUAL(&before, &after), "the caller's affinity was not given back");
+	}
+	cr_expect_eq(kept, 1, "the spinning thread's cpu was not kept off (%d)", kept);
+	th_kill(pid);
 }
