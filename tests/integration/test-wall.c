@@ -272,7 +272,7 @@ Test(wall, functions_and_states_of_each_thread)
 	} sleepers[] = {
 		{ "sleeper", "sleeper_nap", "clock_nanosleep" },
 		{ "condwait", "__futex_abstimed_wait_common", "futex" },
-		{ "piperead", "read", "read" },
+		{ "piperead", "__libc_read", "read" },
 		{ "epoller", "epoll_wait", "epoll_wait" },
 		{ "signaler", "__clock_nanosleep", "clock_nanosleep" },
 	};
