@@ -123,7 +123,7 @@ static bool reaches_main(const struct profile *p, const struct profile_sample *s
 
 Test(jit, node_code_is_named_as_jit_not_as_node)
 {
-	double total = 0, jit = 0, named_by_node = 0;
+	double total = 0, jit = 0, named_by_node = 0, reached = 0;
 	struct profile *p;
 	pid_t pid;
 
@@ -138,17 +138,22 @@ Test(jit, node_code_is_named_as_jit_not_as_node)
 		if (strncmp(leaf, "[JIT] 0x", 8) != 0)
 			continue;
 		jit += v;
+		if (reaches_main(p, s))
+			reached += v;
 		cr_expect_eq(l->mapping_id, 0, "%s has a mapping", leaf);
 		for (size_t m = 0; m < p->nmappings; m++)
 			if (p->mappings[m].start <= l->address && l->address < p->mappings[m].limit &&
 			    p->mappings[m].file && strstr(p->mappings[m].file, "node"))
 				named_by_node += v;
 	}
-	cr_log_info("measured: node fib: %.1f%% of the samples' leaves in JIT code",
-		    100 * jit / total);
+	cr_log_info("measured: node fib: %.1f%% of the samples' leaves in JIT code, %.1f%% of "
+		    "those reach main", 100 * jit / total, jit ? 100 * reached / jit : 0);
 	cr_assert_gt(total, 0);
 	cr_expect_geq(jit / total, JIT_LEAF_MIN, "only %.1f%% of the leaves named as JIT code",
 		      100 * jit / total);
+	/* The walk needs no names. */
+	cr_expect_geq(reached, JIT_REACH_MAIN_MIN * jit,
+		      "only %.1f%% of JIT code's stacks go on to main", jit ? 100 * reached / jit : 0);
 	cr_expect_eq(named_by_node, 0, "a mapping of node claims JIT code");
 	cr_expect(th_has_comment(p, "--perf-basic-prof"), "no note of the missing perf map");
 	profile_free(p);
