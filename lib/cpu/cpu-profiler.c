@@ -145,6 +145,8 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	}
 	if (n > 1)
 		p->stats.unwound++;
+	if (n > 1 && unwinder_by_frame_pointers(p->unw))
+		p->stats.by_frame_pointers++;
 	n += (int)s->nkernel;
 	for (int i = 0; i < n; i++) {
 		r = profile_location_for_address(p->profile, p->pcs[i], &p->locs[i]);
@@ -384,6 +386,13 @@ int cpu_profiler_finish(struct cpu_profiler *p, struct profile **ret)
 	if (p->stats.lost) {
 		snprintf(comment, sizeof(comment), "lost %llu %s: sample buffers overflowed",
 			 (unsigned long long)p->stats.lost, plural(p->stats.lost, "record", "records"));
+		r = profile_add_comment(p->profile, comment);
+		if (r < 0)
+			return r;
+	}
+	if (p->stats.by_frame_pointers) {
+		unwind_frame_pointer_note(comment, sizeof(comment), p->stats.by_frame_pointers,
+					  p->stats.samples);
 		r = profile_add_comment(p->profile, comment);
 		if (r < 0)
 			return r;

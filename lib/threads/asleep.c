@@ -86,6 +86,7 @@ static bool look_at(struct asleep *a, pid_t pid, const struct maps *maps, struct
 		return false;
 	memcpy(a->pcs, pcs, (size_t)n * sizeof(*pcs));
 	a->npcs = (size_t)n;
+	a->by_frame_pointers = n > 1 && unwinder_by_frame_pointers(unw);
 	return true;
 }
 

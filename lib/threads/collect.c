@@ -166,6 +166,9 @@ static int record_stopped(struct threads_snapshot *s, const struct ptrace_snapsh
 			pcs[0] = pt->user.regs[UNWIND_REG_RIP];
 			n = 1;
 		}
+		s->nstacks++;
+		if (n > 1 && unwinder_by_frame_pointers(unw))
+			s->nframe_pointers++;
 		if (take_pcs(t, pcs, (size_t)n) < 0)
 			return -ENOMEM;
 	}
@@ -200,6 +203,8 @@ static int record_asleep(struct threads_snapshot *s, const struct asleep_set *as
 		settle_state(t);
 		s->nstopped++;
 		s->nasleep++;
+		s->nstacks++;
+		s->nframe_pointers += a->by_frame_pointers;
 		if (take_pcs(t, a->pcs, a->npcs) < 0)
 			return -ENOMEM;
 	}

@@ -20,6 +20,7 @@ struct asleep {
 	uint64_t run_ns;  /* its time on a cpu when its stack was read */
 	uint64_t *pcs;    /* leaf first, as unwinder_unwind() gives them */
 	size_t npcs;
+	bool by_frame_pointers; /* unwinder_by_frame_pointers() */
 	bool confirmed;   /* slept through the snapshot: asleep_confirm() */
 };
 

@@ -44,6 +44,8 @@ struct threads_snapshot {
 	size_t nstopped;  /* threads read, with a stop or without */
 	size_t nasleep;   /* of which: read asleep, without a stop */
 	size_t nwoke;     /* asleep when looked at, stopped after they woke */
+	size_t nstacks;   /* threads whose stacks were walked */
+	size_t nframe_pointers; /* of which through code without CFI by rbp */
 	int asleep_refused; /* -errno: /proc would not show sleeping threads, all stopped */
 	uint64_t pause_ns; /* the longest any thread was stopped */
 	uint64_t stopping_ns; /* of which: until every thread had stopped */

@@ -5,6 +5,7 @@
 
 #include "symbolize/symbolize.h"
 #include "threads/threads.h"
+#include "unwind/unwind.h"
 #include "util/util.h"
 
 static bool has_stack(const struct thread_record *t)
@@ -55,15 +56,21 @@ static void unstopped_text(const struct threads_snapshot *s, bool list_tids, FIL
 		fprintf(f, ", %zu stopped after %s woke", s->nwoke, s->nwoke == 1 ? "it" : "they");
 }
 
-/* The first line of both texts. */
+/* The first line of both texts, and the walk's note when it has one. */
 static void pause_line(const struct threads_snapshot *s, bool list_tids, FILE *f)
 {
+	char note[256];
+
 	fprintf(f, "# paused %.3f ms for %zu %s of pid %d (%s): %.3f ms until all had "
 		   "stopped",
 		(double)s->pause_ns / 1e6, s->nstopped, plural(s->nstopped, "thread", "threads"),
 		s->pid, s->comm, (double)s->stopping_ns / 1e6);
 	unstopped_text(s, list_tids, f);
 	fputc('\n', f);
+	if (s->nframe_pointers) {
+		unwind_frame_pointer_note(note, sizeof(note), s->nframe_pointers, s->nstacks);
+		fprintf(f, "# %s\n", note);
+	}
 }
 
 int threads_build_profile(const struct threads_snapshot *s, const char *command_line,
@@ -98,6 +105,12 @@ int threads_build_profile(const struct threads_snapshot *s, const char *command_
 		goto out_free;
 	if (command_line && (r = profile_add_comment(p, command_line)) < 0)
 		goto out_free;
+	if (s->nframe_pointers) {
+		unwind_frame_pointer_note(buf, sizeof(buf), s->nframe_pointers, s->nstacks);
+		r = profile_add_comment(p, buf);
+		if (r < 0)
+			goto out_free;
+	}
 	for (size_t i = 0; i < s->nthreads; i++) {
 		const struct thread_record *t = &s->threads[i];
 		struct profile_label label = { .key = "state", .str = buf };

@@ -1,7 +1,8 @@
 /*
  * Unwinding from copies: registers and stack bytes taken from a thread (by
  * perf's PERF_SAMPLE_REGS_USER|STACK_USER or by ptrace) -> return addresses,
- * with DWARF CFI (.eh_frame / .debug_frame) through libdw's dwfl_frame API.
+ * with DWARF CFI (.eh_frame / .debug_frame) through libdw's dwfl_frame API,
+ * and through code without CFI (generated code) by its frame pointers.
  * Works after the thread has been let go: it never touches the live target,
  * only the copy and the ELF files. No symbol names here (lib/symbolize/).
  */
@@ -54,7 +55,8 @@ void unwinder_free(struct unwinder *u);
  * PC; each caller's entry is its return address - 1, so that it falls inside
  * the call instruction (what symbolization and pprof want). Returns the number
  * of frames (>= 1), or -errno when not even the first frame is usable.
- * Stops quietly where CFI or the copied stack ends.
+ * Stops quietly where CFI (or, without CFI, the rbp chain) or the copied
+ * stack ends.
  */
 int unwinder_unwind(struct unwinder *u, const struct unwind_input *in, uint64_t *ret_pcs,
 		    size_t max);
@@ -72,6 +74,18 @@ size_t unwinder_stack_used(const struct unwinder *u, bool *ret_ran_off);
  * input did not have (sp_pc_only) gave out.
  */
 bool unwinder_gave_out(const struct unwinder *u);
+
+/*
+ * The last unwinder_unwind() stepped over a frame whose pc has no CFI
+ * (generated code: a JIT's, V8's builtins) by its frame pointer, as
+ * libdw's x86-64 backend does there: the stack's callers from there on
+ * are as right as the code's frame pointers.
+ */
+bool unwinder_by_frame_pointers(const struct unwinder *u);
+
+/* The profile's comment when @n of @stacks stacks went by frame pointers
+ * (unwinder_by_frame_pointers()), into @buf of @size bytes. */
+void unwind_frame_pointer_note(char *buf, size_t size, uint64_t n, uint64_t stacks);
 
 /* The stack pointer of each frame of the last unwinder_unwind(), as many
  * as it returned (0 where libdw did not say): frame i > 0 was called from

@@ -185,6 +185,7 @@ static int unwind_into(struct unwinder *unw, const struct wall_look *look, const
 		return -ENOMEM;
 	memcpy(st->pcs, pcs, (size_t)n * sizeof(*pcs));
 	st->npcs = (size_t)n;
+	st->by_frame_pointers = n > 1 && unwinder_by_frame_pointers(unw);
 	sps = unwinder_frame_sps(unw);
 	for (int i = 1; i < n; i++)
 		st->slots[i - 1] = sps && sps[i] >= 8 ? sps[i] - 8 : 0;

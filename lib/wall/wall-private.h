@@ -78,6 +78,7 @@ struct wall_off_stack {
 	size_t npcs, pcs_alloc;
 	uint64_t *slots;  /* where pcs[i + 1] + 1 was read from: the chain */
 	size_t slots_alloc;
+	bool by_frame_pointers; /* unwinder_by_frame_pointers() */
 	bool valid;
 };
 

@@ -211,6 +211,9 @@ static int on_sample(const struct perf_sample *s, void *arg)
 		p->pcs[0] = s->user.regs[UNWIND_REG_RIP];
 		n = 1;
 	}
+	p->stats.run_stacks++;
+	if (n > 1 && unwinder_by_frame_pointers(p->unw))
+		p->stats.by_frame_pointers++;
 	p->stats.bytes_read += s->user.stack_size + sizeof(s->user.regs);
 	return keep_run_stack(p, s->tid, p->pcs, (size_t)n, s->period);
 }
@@ -368,6 +371,8 @@ static void take_off_stack(struct wall_profiler *p, struct wall_thread *t,
 	p->stats.bytes_read += bytes;
 	if (r == 1)
 		p->stats.off_stacks++;
+	if (r == 1 && t->off.by_frame_pointers)
+		p->stats.by_frame_pointers++;
 	else if (r == 0)
 		p->stats.off_reused++;
 }
@@ -900,6 +905,11 @@ static int add_comments(struct wall_profiler *p)
 	if (r == 0 && p->stats.lost) {
 		snprintf(c, sizeof(c), "lost %llu perf %s: buffers overflowed",
 			 (unsigned long long)p->stats.lost, plural(p->stats.lost, "record", "records"));
+		r = profile_add_comment(p->profile, c);
+	}
+	if (r == 0 && p->stats.by_frame_pointers) {
+		unwind_frame_pointer_note(c, sizeof(c), p->stats.by_frame_pointers,
+					  p->stats.run_stacks + p->stats.off_stacks);
 		r = profile_add_comment(p->profile, c);
 	}
 	return r;

@@ -51,6 +51,8 @@ struct wall_profiler_stats {
 	uint64_t ticks;          /* looks at every thread */
 	uint64_t lost;           /* perf records the kernel dropped */
 	uint64_t off_stacks;     /* off-CPU stacks taken (copied and unwound) */
+	uint64_t run_stacks;     /* CPU samples' stacks unwound */
+	uint64_t by_frame_pointers; /* of both, through code without CFI by rbp */
 	uint64_t off_reused;     /* off-CPU intervals given a stack taken before */
 	uint64_t off_unknown;    /* off-CPU intervals with no stack (woke first) */
 	uint64_t bytes_read;     /* stack bytes and perf data read from the target */

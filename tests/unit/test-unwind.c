@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -279,6 +280,7 @@ Test(unwind, nested_calls_on_a_thread)
 	if (i < 0)
 		cr_log_warn("no start_thread by name: libc without symbols (libc6-dbg)?");
 	expect_same_as_backtrace(pcs, n);
+	cr_assert(!unwinder_by_frame_pointers(unw), "CFI all the way, yet said by rbp");
 }
 
 Test(unwind, through_libc_qsort)
@@ -299,6 +301,7 @@ Test(unwind, through_libc_qsort)
 	cr_assert_gt(libc, 0, "no libc frame between cmp_ints and sort_some");
 	cr_assert_str_eq(fn(pcs[s + 1]), "thread_main");
 	expect_same_as_backtrace(pcs, n);
+	cr_assert(!unwinder_by_frame_pointers(unw), "CFI all the way, yet said by rbp");
 }
 
 Test(unwind, through_a_signal_frame)
@@ -509,6 +512,51 @@ Test(unwind, no_cfi_falls_back_to_frame_pointers)
 	cr_assert_eq(n, 2);
 	cr_assert_eq(pcs[0], 0x1000);
 	cr_assert_eq(pcs[1], 0x2000);
+	cr_assert(unwinder_by_frame_pointers(unw));
+}
+
+/*
+ * Generated code, as a JIT makes it: in anonymous memory, no CFI, a frame
+ * pointer kept. push rbp; mov rbp, rsp; call *rdi; pop rbp; ret. It
+ * calls level3(), which takes the copy.
+ */
+static const uint8_t generated[] = { 0x55, 0x48, 0x89, 0xe5, 0xff, 0xd7, 0x5d, 0xc3 };
+
+/* The walk steps over the generated frame by rbp and goes on by CFI from
+ * its C caller, down to the thread's start, as backtrace() cannot. */
+Test(unwind, through_generated_code_by_frame_pointers)
+{
+	uint64_t pcs[MAX_FRAMES], code;
+	void (*call)(void (*)(void));
+	void *page;
+	int n, c;
+
+	page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(page, MAP_FAILED);
+	memcpy(page, generated, sizeof(generated));
+	cr_assert_eq(mprotect(page, 4096, PROT_READ | PROT_EXEC), 0);
+	code = (uint64_t)(uintptr_t)page;
+	call = (void (*)(void (*)(void)))page;
+	memset(&cap, 0, sizeof(cap));
+	cap.stack_top = stack_top();
+	call(level3);
+	n = unwinder_unwind(unw, &cap.in, pcs, MAX_FRAMES);
+	munmap(page, 4096);
+
+	c = find_frame(pcs, n, 0, "level3");
+	cr_assert_eq(c, 1);
+	if (n < c + 4)
+		dump(pcs, n);
+	cr_assert_geq(n, c + 4, "the walk ended at the generated code");
+	cr_assert(pcs[c + 1] >= code && pcs[c + 1] < code + sizeof(generated),
+		  "frame %d: %#" PRIx64 " is not the generated code's", c + 1, pcs[c + 1]);
+	if (!strstr(fn(pcs[c + 2]), "through_generated_code_by_frame_pointers"))
+		dump(pcs, n);
+	cr_assert(strstr(fn(pcs[c + 2]), "through_generated_code_by_frame_pointers"),
+		  "frame %d: %s", c + 2, fn(pcs[c + 2]));
+	cr_assert(unwinder_by_frame_pointers(unw));
+	/* Below, CFI again: Criterion's runner, main, libc's start, _start. */
+	cr_assert_str_eq(fn(pcs[n - 1]), "_start");
 }
 
 Test(unwind, one_unwinder_per_dwfl)
