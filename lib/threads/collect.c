@@ -31,7 +31,6 @@ static void read_thread_proc(pid_t pid, struct thread_record *t)
 	unsigned long utime = 0, stime = 0;
 	const char *p;
 	long hz = sysconf(_SC_CLK_TCK);
-	int cpu = -1;
 
 	if (target_thread_name(pid, t->tid, t->name, sizeof(t->name)) < 0)
 		snprintf(t->name, sizeof(t->name), "?");
@@ -45,9 +44,8 @@ static void read_thread_proc(pid_t pid, struct thread_record *t)
 	if (!p || sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu"
 			 " %*d %*d %*d %*d %*d %*d %*u %*u %*d %*u %*u %*u %*u %*u %*u %*u"
 			 " %*u %*u %*u %*u %*u %*u %*d %d",
-			 &t->state, &utime, &stime, &cpu) < 3)
+			 &t->state, &utime, &stime, &t->cpu) < 3)
 		return;
-	t->cpu = cpu;
 	if (hz > 0)
 		t->cpu_ns = (uint64_t)(utime + stime) * (1000000000ULL / (uint64_t)hz);
 }
