@@ -369,12 +369,12 @@ static void take_off_stack(struct wall_profiler *p, struct wall_thread *t,
 						&t->off, &bytes);
 	}
 	p->stats.bytes_read += bytes;
-	if (r == 1)
+	if (r == 1) {
 		p->stats.off_stacks++;
-	if (r == 1 && t->off.by_frame_pointers)
-		p->stats.by_frame_pointers++;
-	else if (r == 0)
+		p->stats.by_frame_pointers += t->off.by_frame_pointers;
+	} else if (r == 0) {
 		p->stats.off_reused++;
+	}
 }
 
 /* What the thread does now; if it sleeps, on which stack. */
