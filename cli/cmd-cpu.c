@@ -2,6 +2,7 @@
  * The work is in lib/cpu/cpu-profiler.c. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -137,8 +138,23 @@ static void summary(const void *ctx, const struct run *run)
 	report_note("wrote %s: %llu %s, %.2fs of CPU in a %s window (%d Hz); "
 		    "symbolized in %.0f ms",
 		    output_name(&run->out), (unsigned long long)st->samples,
-		    plural(st->samples, "sample", "samples"), (double)st->sampled_ns / 1e9,
+		    plural(st->samples, "sample", "samples"), (double)st->cpu_ns / 1e9,
 		    window, a->hz, (double)st->symbolize_ns / 1e6);
+	/* A count of samples is not a clock: say when the two differ. */
+	if (st->weighed && st->sampled_ns &&
+	    fabs((double)st->clocks_ns / (double)st->sampled_ns - 1) > 0.01)
+		report_note("the samples stood for %.2fs of CPU, the sampled threads' own clocks "
+			    "say %.2fs (%+.1f%%): each thread's samples are weighed by its clock "
+			    "(a sampling timer that fires late takes one sample for the periods "
+			    "it missed)",
+			    (double)st->sampled_ns / 1e9, (double)st->clocks_ns / 1e9,
+			    100 * ((double)st->clocks_ns / (double)st->sampled_ns - 1));
+	if (!st->weighed)
+		report_note("CPU not weighed by the threads' own clocks (schedstat unreadable): "
+			    "the samples' periods as they are");
+	if (st->unsampled_ns)
+		report_note("%.2fs of CPU in threads that ended between two samples: "
+			    "[unsampled: short-lived threads]", (double)st->unsampled_ns / 1e9);
 	if (st->lost)
 		report_warning("%llu %s lost: the sample buffers overflowed; try a lower -F",
 			       (unsigned long long)st->lost, plural(st->lost, "sample", "samples"));

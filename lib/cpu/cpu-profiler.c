@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/thread-clocks.h"
 #include "kernel/kernel.h"
 #include "symbolize/symbolize.h"
 #include "target/target.h"
@@ -21,6 +22,11 @@
  * 1 MiB in 60 ms: a busy machine can keep cprof off the cpu that long.
  */
 #define RING_PAGES(hz) ((hz) <= 100 ? 256 : 1024)
+/* Frames of CPU no sample caught; their addresses are never a PC. */
+#define ADDR_ENDED 0
+#define ADDR_QUIET 1
+#define ENDED_FRAME "[unsampled: short-lived threads]"
+#define QUIET_FRAME "[unsampled: too little CPU to sample]"
 /* How often to look whether the target still exists. */
 #define LIVENESS_NS (100ULL * 1000 * 1000)
 
@@ -43,6 +49,7 @@ struct cpu_profiler {
 	clockid_t cpu_clock;
 	bool have_cpu_clock;
 	uint64_t cpu_clock_start, cpu_clock_last;
+	struct cpu_clocks clocks; /* what each thread's samples are weighed by */
 	uint64_t start_mono, end_mono, last_liveness;
 	bool running;
 	uint64_t rng; /* drain jitter */
@@ -161,8 +168,11 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	labels[2] = (struct profile_label){ .key = "ns_thread_id", .num = nstid };
 	values[0] = 1;
 	values[1] = (int64_t)s->period;
+	r = profile_add_sample(p->profile, p->locs, (size_t)n, values, labels, nstid ? 3 : 2);
+	if (r < 0)
+		return r;
 	p->stats.sampled_ns += s->period;
-	return profile_add_sample(p->profile, p->locs, (size_t)n, values, labels, nstid ? 3 : 2);
+	return cpu_clocks_sample(&p->clocks, s->tid, s->time, s->period);
 }
 
 static int drain(struct cpu_profiler *p)
@@ -191,6 +201,7 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 	p->rng = now_monotonic_ns() ^ (uint64_t)o->pid;
 	u64map_init(&p->thread_names);
 	u64map_init(&p->ns_tids);
+	cpu_clocks_init(&p->clocks, o->pid);
 	p->other_pidns = target_other_pidns(o->pid);
 	p->popts = (struct perf_opts){
 		.pid = o->pid,
@@ -232,6 +243,10 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 		goto out_free;
 	}
 	p->have_cpu_clock = clock_getcpuclockid(o->pid, &p->cpu_clock) == 0;
+	if (cpu_clocks_open(&p->clocks) == -ENOMEM) {
+		r = -ENOMEM;
+		goto out_free;
+	}
 	*ret = p;
 	return 0;
 
@@ -244,9 +259,16 @@ int cpu_profiler_start(struct cpu_profiler *p)
 {
 	int r;
 
+	/* The window is the threads' clocks': read first, in a row. Without
+	 * them the samples stand as they are. */
 	p->profile->time_nanos = (int64_t)now_realtime_ns();
 	p->start_mono = now_monotonic_ns();
 	p->last_liveness = p->start_mono;
+	r = cpu_clocks_start(&p->clocks);
+	if (r == -ENOMEM)
+		return r;
+	/* Inside the threads' reads, so that what the threads that end
+	 * are given from it is never more than they had. */
 	read_cpu_clock(p, &p->cpu_clock_start);
 	p->cpu_clock_last = p->cpu_clock_start;
 	r = perf_session_enable(p->perf);
@@ -287,6 +309,7 @@ int cpu_profiler_poll(struct cpu_profiler *p, int timeout_ms)
 		return r;
 	read_cpu_clock(p, &p->cpu_clock_last);
 	now = now_monotonic_ns();
+	cpu_clocks_tick(&p->clocks, now);
 	p->stats.window_ns = now - p->start_mono;
 	if (now - p->last_liveness >= LIVENESS_NS) {
 		p->last_liveness = now;
@@ -307,50 +330,133 @@ int cpu_profiler_stop(struct cpu_profiler *p)
 		r = perf_session_disable(p->perf);
 		p->running = false;
 	}
-	window_end(p);
 	if (read_cpu_clock(p, &p->cpu_clock_last) == false && !p->stats.target_exited)
 		p->stats.target_exited = !target_alive(p->opts.pid);
 	if (p->have_cpu_clock)
 		p->stats.process_cpu_ns = p->cpu_clock_last - p->cpu_clock_start;
+	if (cpu_clocks_stop(&p->clocks) < 0 && r == 0)
+		r = -ENOMEM;
+	window_end(p);
 	if (drain(p) < 0 && r == 0)
 		r = -EIO;
 	return r;
 }
 
-/*
- * Per-thread events never sample a thread that lives less than one period
- * (each new thread restarts the count). The process CPU clock still knows the
- * true total: show the difference as an explicit frame rather than let a
- * partial profile pass for a complete one.
- */
-static int add_unsampled(struct cpu_profiler *p)
+/* @ns of CPU that no sample caught, in a frame of its own: @tid 0 (and
+ * @name as its thread's) for threads gone by the window's end. */
+static int add_unsampled(struct cpu_profiler *p, uint64_t addr, const char *frame, pid_t tid,
+			 uint64_t ns)
 {
-	static const char name[] = "[unsampled: short-lived threads]";
-	/* No one thread: thread_id 0, so that every sample has both labels. */
-	struct profile_label labels[2] = { { .key = "thread_id", .num = 0 },
-					   { .key = "thread_name", .str = name } };
-	uint64_t missing, loc;
-	int64_t values[2];
+	struct profile_label labels[2] = { { .key = "thread_id", .num = tid },
+					   { .key = "thread_name", .str = frame } };
+	int64_t values[2] = { 0, (int64_t)ns };
+	uint64_t loc;
+	int r;
+
+	if (tid)
+		labels[1].str = thread_name(p, tid);
+	if (!labels[1].str)
+		return -ENOMEM;
+	r = profile_named_location(p->profile, addr, frame, &loc);
+	if (r < 0)
+		return r;
+	return profile_add_sample(p->profile, &loc, 1, values, labels, 2);
+}
+
+/*
+ * Without the threads' clocks, per-thread events still never sample a
+ * thread that lives less than one period (each new thread restarts the
+ * count): the process's clock tells the difference, shown as such.
+ */
+static int add_unweighed(struct cpu_profiler *p)
+{
+	uint64_t missing;
 	char comment[256];
 	int r;
 
-	if (p->opts.scope != PERF_SCOPE_THREAD || !p->stats.process_cpu_ns ||
+	snprintf(comment, sizeof(comment),
+		 "cpu/nanoseconds is the samples' periods, not weighed by the threads' own "
+		 "clocks: %s", strerror(-p->clocks.refused));
+	r = profile_add_comment(p->profile, comment);
+	if (r < 0 || p->opts.scope != PERF_SCOPE_THREAD || !p->stats.process_cpu_ns ||
 	    p->stats.process_cpu_ns <= p->stats.sampled_ns + p->popts.period_ns)
-		return 0;
+		return r;
 	missing = p->stats.process_cpu_ns - p->stats.sampled_ns;
-	r = profile_named_location(p->profile, 0, name, &loc);
+	r = add_unsampled(p, ADDR_ENDED, ENDED_FRAME, 0, missing);
 	if (r < 0)
 		return r;
-	values[0] = 0;
-	values[1] = (int64_t)missing;
-	r = profile_add_sample(p->profile, &loc, 1, values, labels, 2);
-	if (r < 0)
-		return r;
+	p->stats.unsampled_ns = missing;
 	snprintf(comment, sizeof(comment),
 		 "per-thread sampling: %.3fs of %.3fs process CPU was in threads too short to "
 		 "sample; run as root (system-wide sampling) to attribute it",
 		 (double)missing / 1e9, (double)p->stats.process_cpu_ns / 1e9);
 	return profile_add_comment(p->profile, comment);
+}
+
+/* What weigh() did, in the profile's words. */
+static int weigh_comments(struct cpu_profiler *p, const struct cpu_clocks_totals *t)
+{
+	char c[320];
+	int r;
+
+	snprintf(c, sizeof(c),
+		 "cpu/nanoseconds is each thread's own CPU time in the window (the kernel's "
+		 "clock of it, schedstat) divided among its samples: their periods added to "
+		 "%.3fs, the clocks of the threads sampled to %.3fs (%+.1f%%)",
+		 (double)t->sampled_ns / 1e9, (double)t->weighed_ns / 1e9,
+		 t->sampled_ns ? 100.0 * ((double)t->weighed_ns / (double)t->sampled_ns - 1) : 0.0);
+	r = profile_add_comment(p->profile, c);
+	if (r == 0 && t->quiet_threads) {
+		snprintf(c, sizeof(c), "%.3fs of CPU in %u %s that no sample caught: %s",
+			 (double)t->quiet_ns / 1e9, t->quiet_threads,
+			 plural(t->quiet_threads, "thread", "threads"), QUIET_FRAME);
+		r = profile_add_comment(p->profile, c);
+	}
+	if (r == 0 && p->stats.unsampled_ns) {
+		snprintf(c, sizeof(c), "%.3fs of %.3fs process CPU was in threads that ended "
+			 "between two samples: %s",
+			 (double)p->stats.unsampled_ns / 1e9,
+			 (double)p->stats.process_cpu_ns / 1e9, ENDED_FRAME);
+		r = profile_add_comment(p->profile, c);
+	}
+	return r;
+}
+
+/*
+ * Each thread's samples, weighed so that they add up to its own CPU time in
+ * the window; shares within a thread stay those of its samples. The
+ * samples/count values stay the counts.
+ */
+static int weigh(struct cpu_profiler *p)
+{
+	struct cpu_clocks_totals t;
+	int r = 0;
+
+	cpu_clocks_settle(&p->clocks, p->stats.process_cpu_ns, &t);
+	if (p->clocks.refused)
+		return add_unweighed(p);
+	for (size_t i = 0; i < p->profile->nsamples; i++) {
+		struct profile_sample *s = &p->profile->samples[i];
+		const struct profile_label *tid = profile_sample_label(s, "thread_id");
+
+		if (tid && !tid->str)
+			s->values[1] = (int64_t)cpu_clocks_weigh(&p->clocks, (pid_t)tid->num,
+								 (uint64_t)s->values[1]);
+	}
+	for (size_t i = 0; i < p->clocks.n && r == 0; i++) {
+		const struct cpu_thread *ct = &p->clocks.v[i];
+
+		if (ct->alive && !ct->sampled_ns && ct->own_ns)
+			r = add_unsampled(p, ADDR_QUIET, QUIET_FRAME, ct->tid, ct->own_ns);
+	}
+	/* Below a period: the reads' own spread, not a thread. */
+	if (r == 0 && t.ended_ns > p->popts.period_ns) {
+		r = add_unsampled(p, ADDR_ENDED, ENDED_FRAME, 0, t.ended_ns);
+		p->stats.unsampled_ns = t.ended_ns;
+	}
+	p->stats.weighed = true;
+	p->stats.clocks_ns = t.weighed_ns;
+	return r < 0 ? r : weigh_comments(p, &t);
 }
 
 /*
@@ -402,9 +508,10 @@ int cpu_profiler_finish(struct cpu_profiler *p, struct profile **ret)
 	r = fill_locations(p);
 	if (r < 0)
 		return r;
-	r = add_unsampled(p);
+	r = weigh(p);
 	if (r < 0)
 		return r;
+	p->stats.cpu_ns = (uint64_t)profile_total(p->profile, 1);
 	p->stats.symbolize_ns = now_monotonic_ns() - t0;
 	*ret = p->profile;
 	p->profile = NULL;
@@ -427,5 +534,6 @@ void cpu_profiler_free(struct cpu_profiler *p)
 	u64map_release(&p->thread_names);
 	kallsyms_release(&p->ksyms);
 	u64map_release(&p->ns_tids);
+	cpu_clocks_release(&p->clocks);
 	free(p);
 }

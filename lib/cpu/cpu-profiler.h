@@ -35,6 +35,10 @@ struct cpu_profiler_stats {
 	uint64_t lost;          /* records the kernel dropped */
 	uint64_t foreign;       /* other processes' samples (system scope) */
 	uint64_t sampled_ns;    /* samples x period */
+	uint64_t cpu_ns;        /* the profile's CPU: each thread's clock, when weighed */
+	uint64_t clocks_ns;     /* the clocks of the threads sampled, when weighed */
+	uint64_t unsampled_ns;  /* of cpu_ns, in threads that ended unsampled */
+	bool weighed;           /* samples weighed by their threads' clocks */
 	uint64_t process_cpu_ns; /* the process's own CPU clock over the window, 0 if unknown */
 	uint64_t window_ns;     /* sampling window so far */
 	uint64_t symbolize_ns;  /* time spent building the profile after sampling */

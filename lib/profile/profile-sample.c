@@ -158,6 +158,14 @@ out_free_stored:
 	return r;
 }
 
+const struct profile_label *profile_sample_label(const struct profile_sample *s, const char *key)
+{
+	for (size_t i = 0; i < s->nlabels; i++)
+		if (!strcmp(s->labels[i].key, key))
+			return &s->labels[i];
+	return NULL;
+}
+
 int64_t profile_total(const struct profile *p, size_t i)
 {
 	int64_t total = 0;

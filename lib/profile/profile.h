@@ -157,6 +157,9 @@ int profile_add_sample(struct profile *p, const uint64_t *location_ids, size_t n
 		       const int64_t *values, const struct profile_label *labels,
 		       size_t nlabels);
 
+/* Sample @s's label @key, or NULL. */
+const struct profile_label *profile_sample_label(const struct profile_sample *s, const char *key);
+
 /*
  * profile-process.c: the period @type/@unit/@period, the process's name
  * interned (@ret_process_name, for threads gone by then) and the command

@@ -71,6 +71,21 @@ bool target_call_same(const struct target_call *a, const struct target_call *b);
  */
 int target_thread_run_ns(pid_t pid, pid_t tid, uint64_t *ret);
 
+/*
+ * thread-clock.c: thread @tid's clocks, kept by the scheduler and never
+ * sampled. The descriptor from target_clock_open() (or -errno: -ESRCH when
+ * the thread is gone) is read again and again; a read of a thread that has
+ * exited is -ESRCH. Run time lags by at most one scheduler tick for a
+ * thread on a CPU now (the kernel adds it at ticks and switches).
+ */
+struct target_clock {
+	uint64_t run_ns;   /* on a CPU */
+	uint64_t delay_ns; /* on a run queue, waiting for a CPU */
+};
+
+int target_clock_open(pid_t pid, pid_t tid);
+int target_clock_read(int fd, struct target_clock *ret);
+
 /* The comm of the process owning @pid, and its name, for error messages. */
 int target_process_name(pid_t pid, char *buf, size_t size);
 
