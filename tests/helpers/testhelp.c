@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "pprof/pprof.h"
+#include "../targets/truth.h"
 
 #ifndef CPROF_BIN
 #error "CPROF_BIN must be defined by the build"
@@ -1599,6 +1600,186 @@ int64_t th_cpuclock_between(const struct th_cpuclock *c, int64_t t0, int64_t t1)
 	if (a < 0 || b < 0)
 		return -1;
 	return b - a;
+}
+
+/* ---- the truth, reported by the target itself --------------------------- */
+
+struct th_truth {
+	int nthreads;
+	pid_t tids[TRUTH_MAX_THREADS];
+	bool fifo;
+	bool final;
+	size_t n;	/* records */
+	size_t stride;	/* int64_t per record: stamp, process, threads */
+	int64_t *v;	/* record k at v[k * stride] */
+};
+
+/* Copies the whole records of the ring @h (mapped, @size bytes, validated)
+ * into @t, oldest first. */
+static void truth_copy(struct th_truth *t, const struct truth_header *h)
+{
+	const uint8_t *ring = (const uint8_t *)h + h->header_size;
+	size_t ring_size = (size_t)h->capacity * h->record_size;
+	uint8_t *copy = malloc(ring_size);
+
+	cr_assert(copy);
+	/* final is stored after the last record's count: read it first. */
+	t->final = __atomic_load_n(&h->final, __ATOMIC_ACQUIRE) != 0;
+	uint64_t w0 = __atomic_load_n(&h->written, __ATOMIC_ACQUIRE);
+	memcpy(copy, ring, ring_size);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	uint64_t w1 = __atomic_load_n(&h->written, __ATOMIC_ACQUIRE);
+	/* The writer may be filling the slot of record w1: it held w1 - capacity. */
+	uint64_t lo = w1 + 1 > h->capacity ? w1 + 1 - h->capacity : 0;
+
+	t->stride = 2 + (size_t)t->nthreads;
+	t->v = calloc(w0 > lo ? w0 - lo : 1, t->stride * sizeof(int64_t));
+	cr_assert(t->v);
+	for (uint64_t i = lo; i < w0; i++) {
+		const struct truth_record *r =
+			(const struct truth_record *)(copy + (i % h->capacity) * h->record_size);
+		int64_t *out = &t->v[t->n * t->stride];
+		int64_t rt = r->rt_before + (r->rt_after - r->rt_before) / 2;
+
+		/* Keep the stamps in order (a step of the realtime clock would
+		 * break the search): such a record is dropped. */
+		if (t->n > 0 && rt < out[-(ptrdiff_t)t->stride])
+			continue;
+		out[0] = rt;
+		out[1] = r->process;
+		for (int k = 0; k < t->nthreads; k++)
+			out[2 + k] = r->thread[k];
+		t->n++;
+	}
+	free(copy);
+}
+
+struct th_truth *th_truth_read(const char *path)
+{
+	struct th_truth *t = calloc(1, sizeof(*t));
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	cr_assert(t);
+	cr_assert(fd >= 0, "truth file %s: %s", path, strerror(errno));
+	cr_assert(fstat(fd, &st) == 0 && st.st_size >= TRUTH_HEADER_SIZE,
+		  "truth file %s: too short for a header", path);
+	const struct truth_header *h =
+		mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	cr_assert(h != MAP_FAILED, "mmap %s: %s", path, strerror(errno));
+	close(fd);
+	/* Bounded like any input from outside, before any of it is used. */
+	cr_assert(h->magic == TRUTH_MAGIC && h->version == TRUTH_VERSION &&
+			  h->header_size == TRUTH_HEADER_SIZE,
+		  "%s: not a truth file of version %d", path, TRUTH_VERSION);
+	cr_assert(h->nthreads <= TRUTH_MAX_THREADS &&
+			  h->record_size == sizeof(struct truth_record) + 8 * h->nthreads &&
+			  h->capacity > 0 &&
+			  (uint64_t)st.st_size >= (uint64_t)h->header_size +
+							  (uint64_t)h->capacity * h->record_size,
+		  "%s: inconsistent header (%u threads, records of %u bytes, %u of them)", path,
+		  h->nthreads, h->record_size, h->capacity);
+	t->nthreads = (int)h->nthreads;
+	for (int i = 0; i < t->nthreads; i++)
+		t->tids[i] = h->tids[i];
+	t->fifo = h->fifo != 0;
+	truth_copy(t, h);
+	munmap((void *)h, (size_t)st.st_size);
+	cr_assert_gt(t->n, 0, "%s: no record", path);
+	return t;
+}
+
+void th_truth_free(struct th_truth *t)
+{
+	if (!t)
+		return;
+	free(t->v);
+	free(t);
+}
+
+int th_truth_nthreads(const struct th_truth *t)
+{
+	return t->nthreads;
+}
+
+pid_t th_truth_tid(const struct th_truth *t, int i)
+{
+	return i >= 0 && i < t->nthreads ? t->tids[i] : -1;
+}
+
+bool th_truth_fifo(const struct th_truth *t)
+{
+	return t->fifo;
+}
+
+/*
+ * Column @col of the records at realtime @t, interpolated, or -1 when not
+ * covered; the width of the interval it lay in goes to *@ret_gap, and how
+ * far the column went in it to *@ret_step (NULL: not wanted).
+ */
+static int64_t truth_at(const struct th_truth *t, size_t col, int64_t at, int64_t *ret_gap,
+			int64_t *ret_step)
+{
+	const int64_t *first = t->v, *last = &t->v[(t->n - 1) * t->stride];
+	int64_t step_;
+
+	if (!ret_step)
+		ret_step = &step_;
+	*ret_gap = 0;
+	*ret_step = 0;
+	if (at < first[0])
+		return -1;
+	if (at >= last[0])
+		return at == last[0] || t->final ? last[col] : -1;
+	size_t lo = 0, hi = t->n - 1; /* rt[lo] <= at < rt[hi] */
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (t->v[mid * t->stride] <= at)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	const int64_t *a = &t->v[lo * t->stride], *b = &t->v[hi * t->stride];
+	*ret_gap = b[0] - a[0];
+	if (a[col] < 0 || b[col] < 0)
+		return -1; /* the thread was gone */
+	*ret_step = b[col] - a[col];
+	return a[col] + (int64_t)((double)(b[col] - a[col]) * (double)(at - a[0]) /
+				  (double)(b[0] - a[0]));
+}
+
+int64_t th_truth_between(const struct th_truth *t, int i, int64_t t0, int64_t t1)
+{
+	int64_t g0, g1;
+
+	if (i < TH_TRUTH_PROCESS || i >= t->nthreads || t1 < t0)
+		return -1;
+	size_t col = i == TH_TRUTH_PROCESS ? 1 : 2 + (size_t)i;
+	int64_t a = truth_at(t, col, t0, &g0, NULL), b = truth_at(t, col, t1, &g1, NULL);
+	if (a < 0 || b < 0)
+		return -1;
+	return b - a;
+}
+
+int64_t th_truth_gap(const struct th_truth *t, int64_t t0, int64_t t1)
+{
+	int64_t g0, g1;
+
+	truth_at(t, 1, t0, &g0, NULL);
+	truth_at(t, 1, t1, &g1, NULL);
+	return g0 > g1 ? g0 : g1;
+}
+
+int64_t th_truth_slack(const struct th_truth *t, int i, int64_t t0, int64_t t1)
+{
+	int64_t g, s0, s1;
+
+	if (i < TH_TRUTH_PROCESS || i >= t->nthreads)
+		return -1;
+	size_t col = i == TH_TRUTH_PROCESS ? 1 : 2 + (size_t)i;
+	if (truth_at(t, col, t0, &g, &s0) < 0 || truth_at(t, col, t1, &g, &s1) < 0)
+		return -1;
+	return s0 + s1;
 }
 
 void th_cpustat_read(struct th_cpustat *s)

@@ -301,6 +301,57 @@ int64_t th_cpuclock_between(const struct th_cpuclock *c, int64_t t0, int64_t t1)
  * over so far (ns): the precision of the truth is about this times the cores. */
 int64_t th_cpuclock_gap(const struct th_cpuclock *c);
 
+/* ---- the truth, reported by the target itself --------------------------- */
+
+/*
+ * What a target's "truth" thread recorded (tests/targets/truth.h: busy's
+ * and churn's TRUTHFILE argument): its process CPU clock and each reported
+ * thread's CLOCK_THREAD_CPUTIME_ID, read by the target every ~1 ms with
+ * CLOCK_REALTIME stamps. Unlike th_cpuclock, nothing outside the target
+ * reads these clocks: not cprof, not /proc.
+ *
+ * th_truth_read() takes a snapshot of the records the file holds now (the
+ * target may still be writing; only whole records are kept, the last
+ * ~35 s). It fails the test when @path is missing, not such a file, or
+ * holds no record. Free it with th_truth_free() (NULL is fine).
+ */
+struct th_truth;
+struct th_truth *th_truth_read(const char *path);
+void th_truth_free(struct th_truth *t);
+
+/* How many thread clocks each record has, and the kernel thread id (the
+ * profile's thread_id label) of clock @i. */
+int th_truth_nthreads(const struct th_truth *t);
+pid_t th_truth_tid(const struct th_truth *t, int i);
+/* Whether the target's reporter ran at SCHED_FIFO (its readings on time
+ * however loaded the machine). */
+bool th_truth_fifo(const struct th_truth *t);
+
+#define TH_TRUTH_PROCESS (-1)
+/*
+ * CPU time of thread clock @i (TH_TRUTH_PROCESS: the whole process, exited
+ * threads included) between realtime @t0 and @t1 (ns since the epoch), each
+ * interpolated linearly between the two records around it (a record is
+ * stamped with the middle of its reading). Returns -1 when [t0, t1] is not
+ * covered: a record at or before t0 is needed, and one at or after t1 unless
+ * the target marked its last record final (it exited by itself: its clocks
+ * stood still from there on).
+ */
+int64_t th_truth_between(const struct th_truth *t, int i, int64_t t0, int64_t t1);
+/*
+ * The wider of the two intervals between records around @t0 and @t1 (ns):
+ * what th_truth_between() interpolated over (0 at an end past a final
+ * record).
+ */
+int64_t th_truth_gap(const struct th_truth *t, int64_t t0, int64_t t1);
+/*
+ * How far clock @i went in those two intervals (ns), -1 when not covered:
+ * th_truth_between(@t, @i, @t0, @t1) is that clock's CPU over [t0, t1]
+ * within this much (a thread that ran through a whole interval moved its
+ * clock by the interval; one that waited there, by nothing).
+ */
+int64_t th_truth_slack(const struct th_truth *t, int i, int64_t t0, int64_t t1);
+
 /*
  * The machine's CPU use, to tell whether other tenants of a shared machine
  * took it during a measurement: /proc/stat's busy time (user, nice, system,

@@ -15,6 +15,12 @@
  *
  * Prints "ready" once every thread runs, exits by itself after SECONDS
  * (default 20). With SECONDS < 0 it never does: for manual use only.
+ *
+ * busy K SECONDS TRUTHFILE: the same, and a thread "truth" reports the
+ * process's CPU clock and each busy-N thread's own, every ~1 ms, into
+ * TRUTHFILE (truth-reporter.h; K at most TRUTH_MAX_THREADS): the truth a
+ * profile's totals are judged against, read by the target itself. The file
+ * is there before "ready"; on exiting by itself busy takes a last record.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -26,11 +32,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "truth-reporter.h"
+
 #define CHUNK_NS 50000ULL
 #define SEG_MIN_NS 100000ULL
 #define SEG_MAX_NS 400000ULL
 
 static atomic_int started;
+static pid_t tids[1024]; /* of each busy-N, set before it counts as started */
 static uint64_t iters_per_chunk = 20000;
 
 static uint64_t thread_cpu_ns(void)
@@ -103,6 +112,7 @@ static void *worker(void *arg)
 	uint64_t rng = 0x9e3779b97f4a7c15ULL ^ ((uintptr_t)arg * 0x100000001b3ULL);
 	uint64_t seed = rng;
 
+	tids[(uintptr_t)arg - 1] = gettid();
 	atomic_fetch_add(&started, 1);
 	for (;;) {
 		int f = 0;
@@ -142,29 +152,39 @@ int main(int argc, char **argv)
 {
 	int k = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 1;
 	double seconds = argc > 2 ? strtod(argv[2], NULL) : 20;
+	const char *truth_path = argc > 3 ? argv[3] : NULL;
+	pthread_t threads[1024];
 	pthread_attr_t attr;
 
-	if (k < 1 || k > 1024) {
-		fprintf(stderr, "usage: busy K [SECONDS]\n");
+	if (k < 1 || k > 1024 || (truth_path && k > TRUTH_MAX_THREADS)) {
+		fprintf(stderr, "usage: busy K [SECONDS [TRUTHFILE]]\n");
 		return 64;
 	}
 	calibrate();
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	for (int i = 0; i < k; i++) {
-		pthread_t t;
 		char name[16];
 
-		if (pthread_create(&t, &attr, worker, (void *)(uintptr_t)(i + 1)) != 0) {
+		if (pthread_create(&threads[i], &attr, worker, (void *)(uintptr_t)(i + 1)) != 0) {
 			perror("pthread_create");
 			return 1;
 		}
 		snprintf(name, sizeof(name), "busy-%d", i);
-		pthread_setname_np(t, name);
+		pthread_setname_np(threads[i], name);
 	}
 	while (atomic_load(&started) < k) {
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
+	}
+	if (truth_path) {
+		int err = truth_start(truth_path, threads, tids, k);
+
+		if (err < 0) {
+			fprintf(stderr, "busy: cannot report the truth to %s: %s\n", truth_path,
+				strerror(-err));
+			return 1;
+		}
 	}
 	printf("ready\n");
 	fflush(stdout);
@@ -181,5 +201,6 @@ int main(int argc, char **argv)
 	}
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &end, NULL) == EINTR)
 		;
+	truth_finish();
 	return 0;
 }

@@ -15,6 +15,11 @@
  *
  * Prints "ready" once the first thread runs, exits by itself after SECONDS
  * (default 20).
+ *
+ * churn SECONDS PERIOD_US BURN_US TRUTHFILE: the same, and a thread "truth"
+ * reports the process CPU clock every ~1 ms into TRUTHFILE (truth-reporter.h,
+ * no thread clocks: the churning threads live too short to be named), read
+ * by the target itself; there before "ready", with a last record on exit.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -22,7 +27,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#include "truth-reporter.h"
 
 #define MAX_ALIVE 64
 
@@ -84,8 +92,17 @@ int main(int argc, char **argv)
 	if (argc > 3)
 		burn_ns = strtoull(argv[3], NULL, 10) * 1000;
 	if (seconds <= 0 || period_ns == 0 || burn_ns == 0) {
-		fprintf(stderr, "usage: churn [SECONDS] [PERIOD_US] [BURN_US]\n");
+		fprintf(stderr, "usage: churn [SECONDS] [PERIOD_US] [BURN_US] [TRUTHFILE]\n");
 		return 64;
+	}
+	if (argc > 4) {
+		int err = truth_start(argv[4], NULL, NULL, 0);
+
+		if (err < 0) {
+			fprintf(stderr, "churn: cannot report the truth to %s: %s\n", argv[4],
+				strerror(-err));
+			return 1;
+		}
 	}
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	end = next;
@@ -123,5 +140,6 @@ int main(int argc, char **argv)
 			pthread_join(threads[i], NULL);
 			alive--;
 		}
+	truth_finish();
 	return 0;
 }
