@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "kernel/kernel.h"
+#include "session/agent-task.h"
 #include "symbolize/symbolize.h"
 #include "target/target.h"
 #include "unwind/unwind.h"
@@ -38,6 +39,8 @@ struct cpu_profiler {
 	struct profile *profile;
 	struct u64map thread_names; /* tid -> const char * interned in profile */
 	struct u64map ns_tids;      /* tid -> tid in the target's PID namespace */
+	struct agent_tasks agent;   /* the cprof agent's task: in no sample */
+	uint64_t agent_samples;     /* its samples, left out */
 	bool other_pidns;           /* the target is in a container */
 	const char *process_name;
 	clockid_t cpu_clock;
@@ -88,10 +91,14 @@ static const char *thread_name(struct cpu_profiler *p, pid_t tid)
 	if (u64map_get(&p->thread_names, (uint64_t)tid, &v))
 		return (const char *)(uintptr_t)v;
 	/* A thread gone already keeps the process's name: better than none. */
-	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) < 0)
+	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) < 0) {
 		name = p->process_name;
-	else
+	} else {
 		name = profile_intern(p->profile, buf);
+		/* A new thread's name: the first sign of the agent's task. */
+		if (agent_tasks_saw_name(&p->agent, buf) < 0)
+			return NULL;
+	}
 	if (name && u64map_put(&p->thread_names, (uint64_t)tid, (uintptr_t)name) < 0)
 		return NULL;
 	return name;
@@ -120,6 +127,7 @@ static void on_comm(pid_t tid, const char *name, void *arg)
 
 	if (s)
 		u64map_put(&p->thread_names, (uint64_t)tid, (uintptr_t)s);
+	agent_tasks_saw_name(&p->agent, name); /* out of memory: known later, or not */
 }
 
 static int on_sample(const struct perf_sample *s, void *arg)
@@ -128,9 +136,17 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	struct profile_label labels[3];
 	int64_t values[2];
 	uint64_t *user = p->pcs + s->nkernel;
+	const char *name = thread_name(p, s->tid);
 	int n = 0, r;
 	pid_t nstid;
 
+	if (!name)
+		return -ENOMEM;
+	/* cprof's own cost: said in a comment, not in the stacks. */
+	if (agent_tasks_has(&p->agent, s->tid)) {
+		p->agent_samples++;
+		return 0;
+	}
 	/* Kernel frames on top, leaf first; callers are return addresses. */
 	for (unsigned i = 0; i < s->nkernel; i++)
 		p->pcs[i] = i ? s->kernel_ips[i] - 1 : s->kernel_ips[i];
@@ -154,9 +170,7 @@ static int on_sample(const struct perf_sample *s, void *arg)
 			return r;
 	}
 	labels[0] = (struct profile_label){ .key = "thread_id", .num = s->tid };
-	labels[1] = (struct profile_label){ .key = "thread_name", .str = thread_name(p, s->tid) };
-	if (!labels[1].str)
-		return -ENOMEM;
+	labels[1] = (struct profile_label){ .key = "thread_name", .str = name };
 	nstid = ns_tid(p, s->tid);
 	labels[2] = (struct profile_label){ .key = "ns_thread_id", .num = nstid };
 	values[0] = 1;
@@ -172,7 +186,7 @@ static int drain(struct cpu_profiler *p)
 	int r = perf_session_drain(p->perf, &h);
 
 	ps = perf_session_stats(p->perf);
-	p->stats.samples = ps->samples;
+	p->stats.samples = ps->samples - MIN(ps->samples, p->agent_samples);
 	p->stats.lost = ps->lost;
 	p->stats.foreign = ps->foreign;
 	return r;
@@ -191,6 +205,7 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 	p->rng = now_monotonic_ns() ^ (uint64_t)o->pid;
 	u64map_init(&p->thread_names);
 	u64map_init(&p->ns_tids);
+	agent_tasks_init(&p->agent, o->pid);
 	p->other_pidns = target_other_pidns(o->pid);
 	p->popts = (struct perf_opts){
 		.pid = o->pid,
@@ -244,6 +259,9 @@ int cpu_profiler_start(struct cpu_profiler *p)
 {
 	int r;
 
+	r = agent_tasks_search(&p->agent, NULL, AGENT_TASK_START_WAIT_MS);
+	if (r < 0)
+		return r;
 	p->profile->time_nanos = (int64_t)now_realtime_ns();
 	p->start_mono = now_monotonic_ns();
 	p->last_liveness = p->start_mono;
@@ -295,6 +313,10 @@ int cpu_profiler_poll(struct cpu_profiler *p, int timeout_ms)
 			window_end(p);
 			return -ESRCH;
 		}
+		/* The agent's task's clock, and a new one's tid. */
+		r = agent_tasks_refresh(&p->agent, 0);
+		if (r < 0)
+			return r;
 	}
 	return 0;
 }
@@ -312,9 +334,34 @@ int cpu_profiler_stop(struct cpu_profiler *p)
 		p->stats.target_exited = !target_alive(p->opts.pid);
 	if (p->have_cpu_clock)
 		p->stats.process_cpu_ns = p->cpu_clock_last - p->cpu_clock_start;
+	if (agent_tasks_refresh(&p->agent, 0) == -ENOMEM && r == 0)
+		r = -ENOMEM;
 	if (drain(p) < 0 && r == 0)
 		r = -EIO;
 	return r;
+}
+
+/*
+ * Samples of a thread known as the agent's task only after they were
+ * taken (seen while it was being started, before it named itself) go.
+ */
+static int drop_agent_samples(struct cpu_profiler *p)
+{
+	bool any = false;
+
+	for (size_t i = 0; i < p->profile->nsamples; i++) {
+		struct profile_sample *s = &p->profile->samples[i];
+
+		if (s->nlabels == 0 || s->labels[0].str ||
+		    !agent_tasks_has(&p->agent, (pid_t)s->labels[0].num))
+			continue;
+		p->stats.sampled_ns -= MIN(p->stats.sampled_ns, (uint64_t)s->values[1]);
+		p->stats.samples -= MIN(p->stats.samples, (uint64_t)s->values[0]);
+		p->agent_samples += (uint64_t)s->values[0];
+		s->values[0] = s->values[1] = 0;
+		any = true;
+	}
+	return any ? profile_drop_zero_samples(p->profile) : 0;
 }
 
 /*
@@ -329,15 +376,18 @@ static int add_unsampled(struct cpu_profiler *p)
 	/* No one thread: thread_id 0, so that every sample has both labels. */
 	struct profile_label labels[2] = { { .key = "thread_id", .num = 0 },
 					   { .key = "thread_name", .str = name } };
+	/* The clock counts the agent's task too: cprof's, not the program's. */
+	uint64_t process = p->stats.process_cpu_ns -
+			   MIN(p->stats.process_cpu_ns, agent_tasks_cpu_ns(&p->agent));
 	uint64_t missing, loc;
 	int64_t values[2];
 	char comment[256];
 	int r;
 
-	if (p->opts.scope != PERF_SCOPE_THREAD || !p->stats.process_cpu_ns ||
-	    p->stats.process_cpu_ns <= p->stats.sampled_ns + p->popts.period_ns)
+	if (p->opts.scope != PERF_SCOPE_THREAD || !process ||
+	    process <= p->stats.sampled_ns + p->popts.period_ns)
 		return 0;
-	missing = p->stats.process_cpu_ns - p->stats.sampled_ns;
+	missing = process - p->stats.sampled_ns;
 	r = profile_named_location(p->profile, 0, name, &loc);
 	if (r < 0)
 		return r;
@@ -349,7 +399,7 @@ static int add_unsampled(struct cpu_profiler *p)
 	snprintf(comment, sizeof(comment),
 		 "per-thread sampling: %.3fs of %.3fs process CPU was in threads too short to "
 		 "sample; run as root (system-wide sampling) to attribute it",
-		 (double)missing / 1e9, (double)p->stats.process_cpu_ns / 1e9);
+		 (double)missing / 1e9, (double)process / 1e9);
 	return profile_add_comment(p->profile, comment);
 }
 
@@ -383,6 +433,11 @@ int cpu_profiler_finish(struct cpu_profiler *p, struct profile **ret)
 	char comment[256];
 	int r;
 
+	r = drop_agent_samples(p);
+	if (r == 0)
+		r = agent_tasks_note(&p->agent, true, p->profile);
+	if (r < 0)
+		return r;
 	if (p->stats.lost) {
 		snprintf(comment, sizeof(comment), "lost %llu %s: sample buffers overflowed",
 			 (unsigned long long)p->stats.lost, plural(p->stats.lost, "record", "records"));
@@ -425,6 +480,7 @@ void cpu_profiler_free(struct cpu_profiler *p)
 	symbolizer_unref(p->sym);
 	profile_free(p->profile);
 	u64map_release(&p->thread_names);
+	agent_tasks_release(&p->agent);
 	kallsyms_release(&p->ksyms);
 	u64map_release(&p->ns_tids);
 	free(p);
