@@ -1,5 +1,6 @@
 /*
- * The entry points of cprof-agent.so, the only symbols it exports.
+ * The entry points of cprof-agent.so, the symbols it exports (one a word
+ * cprof reads).
  *
  * cprof loads the agent into a running process (a remote dlopen, lib/inject/)
  * and calls these functions remotely: their arguments are plain integers (no
@@ -64,5 +65,9 @@ CPROF_AGENT_API int cprof_agent_jemalloc_dump(const char *path);
 
 /* The wire format version this agent writes (CPROF_WIRE_VERSION). */
 CPROF_AGENT_API uint32_t cprof_agent_version(void);
+
+/* Not a function: the tid of the agent's own task, which cprof reads from
+ * outside to leave it out of every profile (wire.h, CPROF_WIRE_TASK_SYMBOL). */
+extern CPROF_AGENT_API int32_t cprof_agent_task_tid;
 
 #endif

@@ -15,8 +15,14 @@
  * a lasting slowdown after cprof has left. So everything it runs keeps to
  * raw.h's rules: no thread-local state, no errno, no libc lock, no loader
  * lock. It blocks every signal (the program's handlers must never run on a
- * thread without a TLS of its own), and the kernel clears watchdog_tid when
- * it is gone, which is when its stack may serve the next one.
+ * thread without a TLS of its own), and the kernel clears its tid
+ * (cprof_agent_task_tid) when it is gone, which is when its stack may serve
+ * the next one.
+ *
+ * It is cprof's, not the program's: cprof reads that tid from outside and
+ * shows the task in no profile (wire.h, CPROF_WIRE_TASK_SYMBOL). So the
+ * task stores it itself, once it carries its name, and the kernel clears
+ * it: the word names the task exactly while it lives under that name.
  */
 #include <errno.h>
 #include <linux/futex.h>
@@ -28,13 +34,15 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "cprof-agent.h"
 #include "raw.h"
 
 #define WATCHDOG_TICK_MS 100
 #define WATCHDOG_STACK (64u << 10)
 
-/* The task's kernel id while it lives (CLONE_PARENT_SETTID, _CHILD_CLEARTID). */
-static pid_t watchdog_tid;
+/* The task's kernel id while it lives (stored by the task, cleared by the
+ * kernel: CLONE_CHILD_CLEARTID); -1 while it is being started; 0: none. */
+CPROF_AGENT_API int32_t cprof_agent_task_tid;
 static uint8_t watchdog_stack[WATCHDOG_STACK] __attribute__((aligned(64)));
 
 struct watch {
@@ -83,7 +91,9 @@ static int watchdog_main(void *arg)
 	uint64_t silence_ns = (w->pidfd >= 0 ? CPROF_WIRE_HEARTBEAT_TIMEOUT_MS
 					     : CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS) * 1000000ull;
 
-	RAW2(SYS_prctl, PR_SET_NAME, "cprof-agent");
+	RAW2(SYS_prctl, PR_SET_NAME, CPROF_WIRE_TASK_COMM);
+	/* Published once named: a reader that finds this tid finds the name. */
+	__atomic_store_n(&cprof_agent_task_tid, (int32_t)RAW0(SYS_gettid), __ATOMIC_RELEASE);
 	for (;;) {
 		bool gone = peer_gone(w);
 		uint64_t now = raw_now_ns(), beat;
@@ -126,7 +136,7 @@ static bool watchdog_wait_gone(int ms)
 	uint64_t until = raw_now_ns() + (uint64_t)ms * 1000000ull;
 
 	for (;;) {
-		pid_t tid = __atomic_load_n(&watchdog_tid, __ATOMIC_ACQUIRE);
+		int32_t tid = __atomic_load_n(&cprof_agent_task_tid, __ATOMIC_ACQUIRE);
 		uint64_t now = raw_now_ns();
 		struct timespec left;
 
@@ -136,14 +146,14 @@ static bool watchdog_wait_gone(int ms)
 			return false;
 		left.tv_sec = (time_t)((until - now) / 1000000000ull);
 		left.tv_nsec = (long)((until - now) % 1000000000ull);
-		RAW4(SYS_futex, &watchdog_tid, FUTEX_WAIT, tid, &left);
+		RAW4(SYS_futex, &cprof_agent_task_tid, FUTEX_WAIT, tid, &left);
 	}
 }
 
 int watchdog_start(pid_t cprof_pid, uint64_t session)
 {
 	const int flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
-			  CLONE_SYSVSEM | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID;
+			  CLONE_SYSVSEM | CLONE_CHILD_CLEARTID;
 	uint64_t all = ~(uint64_t)0, old = 0;
 	long tid;
 
@@ -163,12 +173,12 @@ int watchdog_start(pid_t cprof_pid, uint64_t session)
 	 * cancellation here, the session's lock held, and so would the task.
 	 */
 	RAW4(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof(all));
-	__atomic_store_n(&watchdog_tid, -1, __ATOMIC_RELAXED);
-	tid = clone(watchdog_main, watchdog_stack + sizeof(watchdog_stack), flags, &watch,
-		    &watchdog_tid, NULL, &watchdog_tid);
+	__atomic_store_n(&cprof_agent_task_tid, -1, __ATOMIC_RELAXED);
+	tid = clone(watchdog_main, watchdog_stack + sizeof(watchdog_stack), flags, &watch, NULL,
+		    NULL, &cprof_agent_task_tid);
 	if (tid < 0) {
 		tid = -errno;
-		__atomic_store_n(&watchdog_tid, 0, __ATOMIC_RELEASE);
+		__atomic_store_n(&cprof_agent_task_tid, 0, __ATOMIC_RELEASE);
 	}
 	RAW4(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof(old));
 	if (tid < 0 && watch.pidfd >= 0)
@@ -179,5 +189,5 @@ int watchdog_start(pid_t cprof_pid, uint64_t session)
 void watchdog_forget(void)
 {
 	/* A fork child has no such task: only the thread that forked is. */
-	watchdog_tid = 0;
+	cprof_agent_task_tid = 0;
 }

@@ -206,6 +206,24 @@ static inline unsigned cprof_wire_first_kind(uint32_t events)
 #define CPROF_WIRE_BLOCK_RATE_DEFAULT 10000u
 #define CPROF_WIRE_MUTEX_RATE_DEFAULT 1u
 
+/*
+ * The agent's own task (watchdog.c) is a member of the target's thread
+ * group, and cprof's, not the program's: no profile shows it as one of the
+ * program's threads, and no snapshot stops it. The agent exports the int32_t
+ * CPROF_WIRE_TASK_SYMBOL (.dynsym) in its data, which cprof reads from
+ * outside:
+ *   > 0  the task's tid, stored by the task itself once it has named itself
+ *        CPROF_WIRE_TASK_COMM;
+ *   -1   a task is being started: /proc lists it already, under the name of
+ *        the thread that made it, and its tid comes within moments;
+ *   0    none (the kernel clears the word as the task exits:
+ *        CLONE_CHILD_CLEARTID).
+ * A tid is cprof's to leave out only when that thread of the target bears
+ * the name too: a stray value never hides a thread of the program.
+ */
+#define CPROF_WIRE_TASK_SYMBOL "cprof_agent_task_tid"
+#define CPROF_WIRE_TASK_COMM "cprof-agent"
+
 /* Record types. */
 enum cprof_wire_record_type {
 	CPROF_REC_PAD = 0,   /* skip `size` bytes (to the end of the ring) */

@@ -8,6 +8,7 @@
 
 #include "cpu/thread-clocks.h"
 #include "kernel/kernel.h"
+#include "session/agent-task.h"
 #include "symbolize/symbolize.h"
 #include "target/target.h"
 #include "unwind/unwind.h"
@@ -50,6 +51,8 @@ struct cpu_profiler {
 	bool have_cpu_clock;
 	uint64_t cpu_clock_start, cpu_clock_last;
 	struct cpu_clocks clocks; /* what each thread's samples are weighed by */
+	struct agent_tasks agent;   /* the cprof agent's task: in no sample */
+	uint64_t agent_samples;     /* its samples, left out */
 	uint64_t start_mono, end_mono, last_liveness;
 	bool running;
 	uint64_t rng; /* drain jitter */
@@ -95,10 +98,14 @@ static const char *thread_name(struct cpu_profiler *p, pid_t tid)
 	if (u64map_get(&p->thread_names, (uint64_t)tid, &v))
 		return (const char *)(uintptr_t)v;
 	/* A thread gone already keeps the process's name: better than none. */
-	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) < 0)
+	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) < 0) {
 		name = p->process_name;
-	else
+	} else {
 		name = profile_intern(p->profile, buf);
+		/* A new thread's name: the first sign of the agent's task. */
+		if (agent_tasks_saw_name(&p->agent, buf) < 0)
+			return NULL;
+	}
 	if (name && u64map_put(&p->thread_names, (uint64_t)tid, (uintptr_t)name) < 0)
 		return NULL;
 	return name;
@@ -127,6 +134,7 @@ static void on_comm(pid_t tid, const char *name, void *arg)
 
 	if (s)
 		u64map_put(&p->thread_names, (uint64_t)tid, (uintptr_t)s);
+	agent_tasks_saw_name(&p->agent, name); /* out of memory: known later, or not */
 }
 
 static int on_sample(const struct perf_sample *s, void *arg)
@@ -135,8 +143,17 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	struct profile_label labels[3];
 	int64_t values[2];
 	uint64_t *user = p->pcs + s->nkernel;
+	const char *name = thread_name(p, s->tid);
 	int n = 0, r;
 	pid_t nstid;
+
+	if (!name)
+		return -ENOMEM;
+	/* cprof's own cost: said in a comment, not in the stacks. */
+	if (agent_tasks_has(&p->agent, s->tid)) {
+		p->agent_samples++;
+		return 0;
+	}
 
 	/* Kernel frames on top, leaf first; callers are return addresses. */
 	for (unsigned i = 0; i < s->nkernel; i++)
@@ -161,9 +178,7 @@ static int on_sample(const struct perf_sample *s, void *arg)
 			return r;
 	}
 	labels[0] = (struct profile_label){ .key = "thread_id", .num = s->tid };
-	labels[1] = (struct profile_label){ .key = "thread_name", .str = thread_name(p, s->tid) };
-	if (!labels[1].str)
-		return -ENOMEM;
+	labels[1] = (struct profile_label){ .key = "thread_name", .str = name };
 	nstid = ns_tid(p, s->tid);
 	labels[2] = (struct profile_label){ .key = "ns_thread_id", .num = nstid };
 	values[0] = 1;
@@ -182,7 +197,7 @@ static int drain(struct cpu_profiler *p)
 	int r = perf_session_drain(p->perf, &h);
 
 	ps = perf_session_stats(p->perf);
-	p->stats.samples = ps->samples;
+	p->stats.samples = ps->samples - MIN(ps->samples, p->agent_samples);
 	p->stats.lost = ps->lost;
 	p->stats.foreign = ps->foreign;
 	return r;
@@ -202,6 +217,7 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 	u64map_init(&p->thread_names);
 	u64map_init(&p->ns_tids);
 	cpu_clocks_init(&p->clocks, o->pid);
+	agent_tasks_init(&p->agent, o->pid);
 	p->other_pidns = target_other_pidns(o->pid);
 	p->popts = (struct perf_opts){
 		.pid = o->pid,
@@ -259,6 +275,9 @@ int cpu_profiler_start(struct cpu_profiler *p)
 {
 	int r;
 
+	r = agent_tasks_search(&p->agent, NULL, AGENT_TASK_START_WAIT_MS);
+	if (r < 0)
+		return r;
 	/* The window is the threads' clocks': read first, in a row. Without
 	 * them the samples stand as they are. */
 	p->profile->time_nanos = (int64_t)now_realtime_ns();
@@ -318,6 +337,10 @@ int cpu_profiler_poll(struct cpu_profiler *p, int timeout_ms)
 			window_end(p);
 			return -ESRCH;
 		}
+		/* The agent's task's clock, and a new one's tid. */
+		r = agent_tasks_refresh(&p->agent, 0);
+		if (r < 0)
+			return r;
 	}
 	return 0;
 }
@@ -337,9 +360,34 @@ int cpu_profiler_stop(struct cpu_profiler *p)
 	if (cpu_clocks_stop(&p->clocks) < 0 && r == 0)
 		r = -ENOMEM;
 	window_end(p);
+	if (agent_tasks_refresh(&p->agent, 0) == -ENOMEM && r == 0)
+		r = -ENOMEM;
 	if (drain(p) < 0 && r == 0)
 		r = -EIO;
 	return r;
+}
+
+/*
+ * Samples of a thread known as the agent's task only after they were
+ * taken (seen while it was being started, before it named itself) go.
+ */
+static int drop_agent_samples(struct cpu_profiler *p)
+{
+	bool any = false;
+
+	for (size_t i = 0; i < p->profile->nsamples; i++) {
+		struct profile_sample *s = &p->profile->samples[i];
+
+		if (s->nlabels == 0 || s->labels[0].str ||
+		    !agent_tasks_has(&p->agent, (pid_t)s->labels[0].num))
+			continue;
+		p->stats.sampled_ns -= MIN(p->stats.sampled_ns, (uint64_t)s->values[1]);
+		p->stats.samples -= MIN(p->stats.samples, (uint64_t)s->values[0]);
+		p->agent_samples += (uint64_t)s->values[0];
+		s->values[0] = s->values[1] = 0;
+		any = true;
+	}
+	return any ? profile_drop_zero_samples(p->profile) : 0;
 }
 
 /* @ns of CPU that no sample caught, in a frame of its own: @tid 0 (and
@@ -368,7 +416,7 @@ static int add_unsampled(struct cpu_profiler *p, uint64_t addr, const char *fram
  * thread that lives less than one period (each new thread restarts the
  * count): the process's clock tells the difference, shown as such.
  */
-static int add_unweighed(struct cpu_profiler *p)
+static int add_unweighed(struct cpu_profiler *p, uint64_t process)
 {
 	uint64_t missing;
 	char comment[256];
@@ -378,10 +426,10 @@ static int add_unweighed(struct cpu_profiler *p)
 		 "cpu/nanoseconds is the samples' periods, not weighed by the threads' own "
 		 "clocks: %s", strerror(-p->clocks.refused));
 	r = profile_add_comment(p->profile, comment);
-	if (r < 0 || p->opts.scope != PERF_SCOPE_THREAD || !p->stats.process_cpu_ns ||
-	    p->stats.process_cpu_ns <= p->stats.sampled_ns + p->popts.period_ns)
+	if (r < 0 || p->opts.scope != PERF_SCOPE_THREAD || !process ||
+	    process <= p->stats.sampled_ns + p->popts.period_ns)
 		return r;
-	missing = p->stats.process_cpu_ns - p->stats.sampled_ns;
+	missing = process - p->stats.sampled_ns;
 	r = add_unsampled(p, ADDR_ENDED, ENDED_FRAME, 0, missing);
 	if (r < 0)
 		return r;
@@ -389,7 +437,7 @@ static int add_unweighed(struct cpu_profiler *p)
 	snprintf(comment, sizeof(comment),
 		 "per-thread sampling: %.3fs of %.3fs process CPU was in threads too short to "
 		 "sample; run as root (system-wide sampling) to attribute it",
-		 (double)missing / 1e9, (double)p->stats.process_cpu_ns / 1e9);
+		 (double)missing / 1e9, (double)process / 1e9);
 	return profile_add_comment(p->profile, comment);
 }
 
@@ -430,11 +478,17 @@ static int weigh_comments(struct cpu_profiler *p, const struct cpu_clocks_totals
 static int weigh(struct cpu_profiler *p)
 {
 	struct cpu_clocks_totals t;
+	/* The process's clock counts the agent's task too: cprof's. */
+	uint64_t process = p->stats.process_cpu_ns -
+			   MIN(p->stats.process_cpu_ns, agent_tasks_cpu_ns(&p->agent));
 	int r = 0;
 
-	cpu_clocks_settle(&p->clocks, p->stats.process_cpu_ns, &t);
+	for (size_t i = 0; i < p->clocks.n; i++)
+		if (agent_tasks_has(&p->agent, p->clocks.v[i].tid))
+			cpu_clocks_forget(&p->clocks, p->clocks.v[i].tid);
+	cpu_clocks_settle(&p->clocks, process, &t);
 	if (p->clocks.refused)
-		return add_unweighed(p);
+		return add_unweighed(p, process);
 	for (size_t i = 0; i < p->profile->nsamples; i++) {
 		struct profile_sample *s = &p->profile->samples[i];
 		const struct profile_label *tid = profile_sample_label(s, "thread_id");
@@ -508,7 +562,11 @@ int cpu_profiler_finish(struct cpu_profiler *p, struct profile **ret)
 	r = fill_locations(p);
 	if (r < 0)
 		return r;
-	r = weigh(p);
+	r = drop_agent_samples(p);
+	if (r == 0)
+		r = agent_tasks_note(&p->agent, true, p->profile);
+	if (r == 0)
+		r = weigh(p);
 	if (r < 0)
 		return r;
 	p->stats.cpu_ns = (uint64_t)profile_total(p->profile, 1);
@@ -535,5 +593,6 @@ void cpu_profiler_free(struct cpu_profiler *p)
 	kallsyms_release(&p->ksyms);
 	u64map_release(&p->ns_tids);
 	cpu_clocks_release(&p->clocks);
+	agent_tasks_release(&p->agent);
 	free(p);
 }

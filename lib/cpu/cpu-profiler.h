@@ -29,7 +29,7 @@ struct cpu_profiler_opts {
 };
 
 struct cpu_profiler_stats {
-	uint64_t samples;       /* target samples */
+	uint64_t samples;       /* target samples (not the cprof agent's task's) */
 	uint64_t unwound;       /* of which unwound past the first frame */
 	uint64_t by_frame_pointers; /* of which through code without CFI by rbp */
 	uint64_t lost;          /* records the kernel dropped */

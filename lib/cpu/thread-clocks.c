@@ -186,6 +186,14 @@ int cpu_clocks_stop(struct cpu_clocks *c)
 	return r == -ENOMEM ? r : 0;
 }
 
+void cpu_clocks_forget(struct cpu_clocks *c, pid_t tid)
+{
+	struct cpu_thread *t = thread_of(c, tid);
+
+	if (t)
+		t->forgotten = true;
+}
+
 static uint64_t clock_delta(const struct cpu_thread *t)
 {
 	if (!t->last_read)
@@ -205,7 +213,7 @@ static void settle_ended(struct cpu_clocks *c, uint64_t process_ns, uint64_t ali
 	uint64_t seen = 0, tails = 0, left = 0, share;
 
 	for (size_t i = 0; i < c->n; i++) {
-		if (c->v[i].alive)
+		if (c->v[i].alive || c->v[i].forgotten)
 			continue;
 		seen += clock_delta(&c->v[i]);
 		tails += c->v[i].tail_ns;
@@ -220,7 +228,7 @@ static void settle_ended(struct cpu_clocks *c, uint64_t process_ns, uint64_t ali
 	for (size_t i = 0; i < c->n; i++) {
 		struct cpu_thread *t = &c->v[i];
 
-		if (t->alive)
+		if (t->alive || t->forgotten)
 			continue;
 		share = tails ? (uint64_t)((unsigned __int128)left * t->tail_ns / tails) : 0;
 		t->own_ns = clock_delta(t) + share;
@@ -239,7 +247,7 @@ void cpu_clocks_settle(struct cpu_clocks *c, uint64_t process_ns, struct cpu_clo
 	for (size_t i = 0; i < c->n; i++) {
 		struct cpu_thread *t = &c->v[i];
 
-		if (!t->alive)
+		if (!t->alive || t->forgotten)
 			continue;
 		t->own_ns = clock_delta(t);
 		alive_ns += t->own_ns;
@@ -250,6 +258,8 @@ void cpu_clocks_settle(struct cpu_clocks *c, uint64_t process_ns, struct cpu_clo
 	}
 	settle_ended(c, process_ns, alive_ns, ret);
 	for (size_t i = 0; i < c->n; i++) {
+		if (c->v[i].forgotten)
+			continue;
 		ret->sampled_ns += c->v[i].sampled_ns;
 		if (c->v[i].sampled_ns)
 			ret->weighed_ns += c->v[i].own_ns;
@@ -261,7 +271,7 @@ uint64_t cpu_clocks_weigh(struct cpu_clocks *c, pid_t tid, uint64_t value)
 	struct cpu_thread *t = c->refused ? NULL : thread_of(c, tid);
 	uint64_t upto;
 
-	if (!t || !t->sampled_ns)
+	if (!t || !t->sampled_ns || t->forgotten)
 		return value;
 	/* Rounded on the running sum: the parts add up to ->own_ns. */
 	t->cum_ns += value;

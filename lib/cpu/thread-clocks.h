@@ -29,6 +29,7 @@ struct cpu_thread {
 	pid_t tid;
 	int fd;              /* its schedstat; -1 once gone, or never opened */
 	bool alive;          /* read at the window's end */
+	bool forgotten;      /* cprof's own: in no sum */
 	uint64_t base_ns;    /* its clock at the window's start; 0 if born in it */
 	uint64_t last_ns;    /* its clock at the last read */
 	uint64_t last_read;  /* CLOCK_MONOTONIC of that read; 0: never read */
@@ -78,6 +79,10 @@ void cpu_clocks_tick(struct cpu_clocks *c, uint64_t now);
 
 /* Every thread's clock at the window's end, threads born unseen included. */
 int cpu_clocks_stop(struct cpu_clocks *c);
+
+/* @tid is not the program's (the cprof agent's task): left out of every
+ * figure. Before cpu_clocks_settle(). */
+void cpu_clocks_forget(struct cpu_clocks *c, pid_t tid);
 
 /*
  * Each thread's own CPU in the window (->own_ns), with @process_ns the

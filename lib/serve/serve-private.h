@@ -8,6 +8,7 @@
 #include "profiler/profiler.h"
 #include "serve/http.h"
 #include "serve/serve.h"
+#include "session/agent-task.h"
 #include "symbolize/symbolize.h"
 
 /* The named profiles (Go's pprof.Lookup() names, and cprof's wall). */
@@ -45,6 +46,7 @@ struct serve {
 	/* block, mutex without the agent's hooks: Go's empty profiles. */
 	struct contention *empty[SK_NAMED];
 	struct serve_job *jobs;        /* cpu and wall: one of each at a time */
+	struct agent_tasks agent;      /* the agent's task: no goroutine of the target's */
 };
 
 /* routes.c: http_server_opts.handle. */

@@ -51,6 +51,7 @@ int serve_new(struct serve **ret, const struct serve_opts *o, char *err, size_t 
 	if (!s)
 		return -ENOMEM;
 	s->o = *o;
+	agent_tasks_init(&s->agent, o->pid);
 	s->start_realtime_ns = now_realtime_ns();
 	r = symbolizer_new(&s->sym, o->pid);
 	if (r < 0) {
@@ -276,9 +277,15 @@ long serve_count(struct serve *s, enum serve_kind k)
 	if (k == SK_GOROUTINE) {
 		pid_t *tids = NULL;
 		size_t n = 0;
+		int r;
 
 		if (target_list_tids(s->o.pid, &tids, &n) < 0)
 			return 0;
+		/* The target's threads, as the goroutine profile shows them. */
+		r = s->agent.word ? agent_tasks_refresh(&s->agent, AGENT_TASK_START_WAIT_MS)
+				  : agent_tasks_search(&s->agent, NULL, AGENT_TASK_START_WAIT_MS);
+		if (r >= 0)
+			agent_tasks_filter(&s->agent, tids, &n);
 		free(tids);
 		return (long)n;
 	}
@@ -472,5 +479,6 @@ void serve_free(struct serve *s)
 	for (int k = 0; k < SK_NAMED; k++)
 		contention_free(s->empty[k]);
 	symbolizer_unref(s->sym);
+	agent_tasks_release(&s->agent);
 	free(s);
 }

@@ -141,9 +141,13 @@ static int record_stopped(struct threads_snapshot *s, const struct ptrace_snapsh
 
 	for (size_t i = 0; i < ps->nthreads; i++) {
 		const struct ptrace_thread *pt = &ps->threads[i];
-		struct thread_record *t = &s->threads[s->nthreads++];
+		struct thread_record *t;
 		int n;
 
+		/* A task of the agent's started during the pause: known since. */
+		if (agent_tasks_has(&s->agent, pt->tid))
+			continue;
+		t = &s->threads[s->nthreads++];
 		t->tid = pt->tid;
 		t->result = pt->result;
 		t->error = pt->error;
@@ -233,8 +237,13 @@ static int record_threads(struct threads_snapshot *s, const struct ptrace_snapsh
 	return r;
 }
 
-/* What each thread is doing just before the stop: names and states. */
-static int read_before(pid_t pid, struct thread_record **ret, size_t *ret_n)
+/*
+ * What each thread is doing just before the stop: names and states. Not
+ * the agent's task: known before the listing (one that exits meanwhile)
+ * or read again after it (one started meanwhile, given time to say so).
+ */
+static int read_before(pid_t pid, struct agent_tasks *agent, struct thread_record **ret,
+		       size_t *ret_n)
 {
 	struct thread_record *recs;
 	pid_t *tids;
@@ -244,7 +253,12 @@ static int read_before(pid_t pid, struct thread_record **ret, size_t *ret_n)
 	r = target_list_tids(pid, &tids, &n);
 	if (r < 0)
 		return r;
-	recs = calloc(n, sizeof(*recs));
+	if (agent_tasks_refresh(agent, AGENT_TASK_START_WAIT_MS) == -ENOMEM) {
+		free(tids);
+		return -ENOMEM;
+	}
+	agent_tasks_filter(agent, tids, &n);
+	recs = calloc(n ? n : 1, sizeof(*recs));
 	if (!recs) {
 		free(tids);
 		return -ENOMEM;
@@ -261,6 +275,31 @@ static int read_before(pid_t pid, struct thread_record **ret, size_t *ret_n)
 	return 0;
 }
 
+/* ptrace_snapshot_opts.skip: the agent's task, and @fn's (the threads read
+ * without a stop). */
+struct skip {
+	const struct agent_tasks *agent;
+	bool (*fn)(void *set, pid_t tid);
+	struct asleep_set *set;
+};
+
+/*
+ * The agent's task runs on through the pause. Its stack is in no record, so
+ * a stop would only lengthen the pause; running, it changes nothing the
+ * snapshot copies (registers, stacks: it writes the agent's ring and GOT
+ * slots), and it waits for no thread of the program for longer than a
+ * stopped one is stopped (its session lock is tried, its ring lock yields
+ * while spun on). Stopped inside its ring lock, it would leave a thread
+ * read asleep, not stopped, that wakes and enters a hook spinning on it
+ * until the pause ends.
+ */
+static bool skip_thread(void *arg, pid_t tid)
+{
+	const struct skip *k = arg;
+
+	return agent_tasks_has(k->agent, tid) || k->fn(k->set, tid);
+}
+
 int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbolizer *sym,
 			  char *err, size_t errlen)
 {
@@ -268,6 +307,7 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 					   .stop_timeout_ms = STOP_TIMEOUT_MS };
 	struct ptrace_snapshot ps = { 0 }, late = { 0 };
 	struct asleep_set asleep = { 0 };
+	struct skip skip = { .fn = asleep_skip, .set = &asleep };
 	struct target_claim claim = { .fd = -1 };
 	struct target_claim_holder holder;
 	struct thread_record *before = NULL;
@@ -282,6 +322,8 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 	if (!s)
 		return -ENOMEM;
 	s->pid = pid;
+	agent_tasks_init(&s->agent, pid);
+	skip.agent = &s->agent;
 	s->other_pidns = target_other_pidns(pid);
 	target_process_name(pid, s->comm, sizeof(s->comm));
 	/* Before anything stops: the modules (and vDSO), the maps, names. */
@@ -298,7 +340,9 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 	r = maps_read(pid, &maps);
 	if (r == 0)
 		po.maps = &maps;
-	r = read_before(pid, &before, &nbefore);
+	r = agent_tasks_search(&s->agent, po.maps, 0);
+	if (r >= 0)
+		r = read_before(pid, &s->agent, &before, &nbefore);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot list the threads of pid %d: %s", pid, strerror(-r));
 		goto out_free;
@@ -311,8 +355,8 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 		goto out_free;
 	}
 	s->asleep_refused = asleep.n ? 0 : asleep.refused;
-	po.skip = asleep_skip;
-	po.skip_arg = &asleep;
+	po.skip = skip_thread;
+	po.skip_arg = &skip;
 	/* Another cprof stopping threads of it (an injection's look, its
 	 * call, a snapshot) is done within CLAIM_WAIT_MS. */
 	r = target_claim_take(&claim, pid, TARGET_CLAIM_PTRACE, CLAIM_WAIT_MS, NULL, &holder);
@@ -331,7 +375,7 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 	/* Those that woke since they were read are stopped now: a little
 	 * after the others' instant, and read as they are then. */
 	if (r == 0 && asleep_confirm(&asleep, pid) > 0) {
-		po.skip = asleep_skip_but_woken;
+		skip.fn = asleep_skip_but_woken;
 		late_r = ptrace_snapshot_take(&late, pid, &po);
 		s->nwoke = late.nthreads;
 	}
@@ -341,6 +385,12 @@ int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbo
 		goto out_free;
 	}
 	s->pause_ns = MAX(ps.pause_ns, late.pause_ns);
+	/* A task of the agent's started during the pause is known now. */
+	if (agent_tasks_refresh(&s->agent, 0) == -ENOMEM) {
+		snprintf(err, errlen, "out of memory");
+		r = -ENOMEM;
+		goto out_free;
+	}
 	if (ps.first_interrupt_ns && ps.all_stopped_ns > ps.first_interrupt_ns)
 		s->stopping_ns = ps.all_stopped_ns - ps.first_interrupt_ns;
 	/* Every thread runs again: now the slow part. */
@@ -386,5 +436,6 @@ void threads_snapshot_free(struct threads_snapshot *s)
 		free(s->threads[i].pcs);
 	free(s->threads);
 	symbolizer_unref(s->sym);
+	agent_tasks_release(&s->agent);
 	free(s);
 }

@@ -15,6 +15,7 @@
 
 #include "profile/profile.h"
 #include "ptrace/ptrace.h"
+#include "session/agent-task.h"
 
 struct symbolizer;
 
@@ -52,12 +53,15 @@ struct threads_snapshot {
 	int cpus_kept_off; /* the running threads' cpus its own work kept off */
 	int64_t time_nanos;
 	struct symbolizer *sym;
+	/* The cprof agent's task, cprof's: in no record, never stopped. */
+	struct agent_tasks agent;
 };
 
 /*
  * Reads the target's modules (or shares @sym's, symbolizer_share()) and
  * threads, takes the snapshot, unwinds. Threads asleep in a call are read
- * without a stop (asleep.c). Returns -ESRCH (gone), -EPERM
+ * without a stop (asleep.c); the cprof agent's task is neither read nor
+ * stopped (session/agent-task.h). Returns -ESRCH (gone), -EPERM
  * (cannot be traced), or other -errno with a message in @err.
  */
 int threads_snapshot_take(struct threads_snapshot **ret, pid_t pid, struct symbolizer *sym,

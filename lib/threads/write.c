@@ -56,6 +56,18 @@ static void unstopped_text(const struct threads_snapshot *s, bool list_tids, FIL
 		fprintf(f, ", %zu stopped after %s woke", s->nwoke, s->nwoke == 1 ? "it" : "they");
 }
 
+/* "; the cprof agent's task (tid 12) left out", or nothing. */
+static void agent_text(const struct threads_snapshot *s, FILE *f)
+{
+	if (!s->agent.n)
+		return;
+	fprintf(f, "; the cprof agent's %s (%s", plural(s->agent.n, "task", "tasks"),
+		plural(s->agent.n, "tid", "tids"));
+	for (size_t i = 0; i < s->agent.n; i++)
+		fprintf(f, "%s%d", i ? ", " : " ", s->agent.tasks[i].tid);
+	fputs(") left out", f);
+}
+
 /* The first line of both texts, and the walk's note when it has one. */
 static void pause_line(const struct threads_snapshot *s, bool list_tids, FILE *f)
 {
@@ -66,6 +78,7 @@ static void pause_line(const struct threads_snapshot *s, bool list_tids, FILE *f
 		(double)s->pause_ns / 1e6, s->nstopped, plural(s->nstopped, "thread", "threads"),
 		s->pid, s->comm, (double)s->stopping_ns / 1e6);
 	unstopped_text(s, list_tids, f);
+	agent_text(s, f);
 	fputc('\n', f);
 	if (s->nframe_pointers) {
 		unwind_frame_pointer_note(note, sizeof(note), s->nframe_pointers, s->nstacks);
@@ -104,6 +117,9 @@ int threads_build_profile(const struct threads_snapshot *s, const char *command_
 	if (r < 0)
 		goto out_free;
 	if (command_line && (r = profile_add_comment(p, command_line)) < 0)
+		goto out_free;
+	r = agent_tasks_note(&s->agent, false, p);
+	if (r < 0)
 		goto out_free;
 	if (s->nframe_pointers) {
 		unwind_frame_pointer_note(buf, sizeof(buf), s->nframe_pointers, s->nstacks);

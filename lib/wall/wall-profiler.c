@@ -9,6 +9,7 @@
 
 #include "maps/maps.h"
 #include "perf/perf.h"
+#include "session/agent-task.h"
 #include "symbolize/symbolize.h"
 #include "target/target.h"
 #include "threads/threads.h"
@@ -57,6 +58,7 @@ struct wall_thread {
 	uint64_t waited_ns;      /* given to its samples as runnable */
 	uint64_t taken_ns;       /* of that, taken back (take_back_owed()) */
 	bool exited;             /* perf said it ended: accounted to its end */
+	bool own;                /* the cprof agent's task, known late: its samples go */
 	uint64_t run_ns;         /* its clock's run time in the window */
 	struct wall_run_stacks runs; /* what its CPU samples caught */
 	bool looked;
@@ -82,6 +84,7 @@ struct wall_profiler {
 	size_t nthreads, threads_alloc;
 	struct u64map by_tid; /* tid -> index + 1 */
 	struct u64map births; /* tid -> perf time of birth, for threads not seen yet */
+	struct agent_tasks agent; /* the cprof agent's task: in no sample, no thread */
 	const char *process_name;
 	uint64_t tick_ns, start_mono, end_mono, next_tick, last_liveness;
 	bool started, running, run_added;
@@ -190,7 +193,7 @@ static int keep_run_stack(struct wall_profiler *p, pid_t tid, const uint64_t *pc
 
 	if (!t && p->started)
 		t = add_thread(p, tid, now_monotonic_ns());
-	if (!t)
+	if (!t || t->own)
 		return 0;
 	if (GROW(t->run_pcs, n, t->run_alloc) < 0)
 		return -ENOMEM;
@@ -204,7 +207,7 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	struct wall_profiler *p = arg;
 	int n = 0;
 
-	if (!s->has_user)
+	if (!s->has_user || agent_tasks_has(&p->agent, s->tid))
 		return 0;
 	n = unwinder_unwind(p->unw, &s->user, p->pcs, MAX_FRAMES);
 	if (n <= 0) {
@@ -218,12 +221,18 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	return keep_run_stack(p, s->tid, p->pcs, (size_t)n, s->period);
 }
 
+static void disown(struct wall_profiler *p, struct wall_thread *t);
+
 static void on_comm(pid_t tid, const char *name, void *arg)
 {
 	struct wall_profiler *p = arg;
 	struct wall_thread *t = thread_of(p, tid);
 
-	if (t)
+	/* The agent's task names itself first: it may have been seen before. */
+	agent_tasks_saw_name(&p->agent, name); /* out of memory: known later, or not */
+	if (t && agent_tasks_has(&p->agent, tid))
+		disown(p, t);
+	else if (t)
 		t->name = profile_intern(p->profile, name);
 }
 
@@ -443,6 +452,8 @@ static int add_running(struct wall_profiler *p, struct wall_thread *t)
 	uint64_t given = 0, cum = 0, ns;
 	int r = 0;
 
+	if (t->own)
+		return 0;
 	for (size_t i = 0; i < rs->nv && r == 0; i++) {
 		cum += rs->v[i].period_ns;
 		ns = scaled ? (uint64_t)((double)t->run_ns * (double)cum / (double)rs->period_ns) -
@@ -472,10 +483,12 @@ static struct wall_thread *waiter_of(struct wall_profiler *p, const struct profi
 {
 	const struct profile_label *tid = label_of(s, "thread_id");
 	const struct profile_label *state = label_of(s, "state");
+	struct wall_thread *t;
 
 	if (!tid || !state || strcmp(state->str, "runnable"))
 		return NULL;
-	return thread_of(p, (pid_t)tid->num);
+	t = thread_of(p, (pid_t)tid->num);
+	return t && !t->own ? t : NULL;
 }
 
 /*
@@ -604,6 +617,21 @@ static void thread_gone(struct wall_thread *t)
 }
 
 /*
+ * A thread taken for the program's turns out to be the cprof agent's task
+ * (seen while it was being started, before it named itself): no more of
+ * its time is accounted, and what was goes at the end (drop_own_samples()).
+ */
+static void disown(struct wall_profiler *p, struct wall_thread *t)
+{
+	if (t->own)
+		return;
+	t->own = true;
+	if (t->alive)
+		thread_gone(t);
+	p->stats.threads--;
+}
+
+/*
  * A thread seen for the first time: at the window's start its clocks are
  * the baseline; one born since started from zero at its birth.
  */
@@ -632,6 +660,12 @@ static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64
 	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) == 0)
 		t->name = profile_intern(p->profile, buf);
 	p->stats.threads++;
+	/* Its name may be the first sign of the agent's task (a first load). */
+	if (t->name && agent_tasks_saw_name(&p->agent, t->name) == 0 &&
+	    agent_tasks_has(&p->agent, tid)) {
+		disown(p, t);
+		return t;
+	}
 	if (p->started && (u64map_get(&p->births, (uint64_t)tid, &birth) ||
 			   wall_thread_birth_ns(p->opts.pid, tid, &birth) == 0) &&
 	    birth >= p->start_mono) {
@@ -651,17 +685,32 @@ static int tick(struct wall_profiler *p)
 	uint64_t now = now_monotonic_ns();
 	pid_t *tids;
 	size_t n;
-	int r;
+	int r, starting;
 
 	r = target_list_tids(p->opts.pid, &tids, &n);
 	if (r < 0)
 		return r;
+	/* After the listing: a task of the agent's in it is known by now. */
+	starting = agent_tasks_refresh(&p->agent, p->started ? 0 : AGENT_TASK_START_WAIT_MS);
+	if (starting < 0) {
+		free(tids);
+		return starting;
+	}
 	for (size_t i = 0; i < p->nthreads; i++)
 		p->threads[i].listed = false;
 	for (size_t i = 0; i < n; i++) {
 		struct wall_thread *t = thread_of(p, tids[i]);
 
+		if (agent_tasks_has(&p->agent, tids[i])) {
+			if (t)
+				disown(p, t);
+			continue;
+		}
 		if (!t) {
+			/* A task of the agent's being started may be one of the
+			 * new: they wait a tick (their clocks count from birth). */
+			if (starting && p->started)
+				continue;
 			t = add_thread(p, tids[i], now);
 			if (!t || !p->started)
 				continue;
@@ -712,6 +761,7 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 	p->opts = *o;
 	u64map_init(&p->by_tid);
 	u64map_init(&p->births);
+	agent_tasks_init(&p->agent, o->pid);
 	p->rng = now_monotonic_ns() ^ (uint64_t)o->pid;
 	p->tick_ns = 1000000000ULL / (o->hz ? o->hz : 100);
 	p->popts = (struct perf_opts){
@@ -781,6 +831,9 @@ int wall_profiler_start(struct wall_profiler *p)
 	p->profile->time_nanos = (int64_t)now_realtime_ns();
 	p->start_mono = now_monotonic_ns();
 	p->last_liveness = p->start_mono;
+	r = agent_tasks_search(&p->agent, &p->maps, AGENT_TASK_START_WAIT_MS);
+	if (r < 0)
+		return r;
 	r = tick(p); /* the baseline: nothing accounted yet */
 	if (r < 0)
 		return r;
@@ -915,12 +968,49 @@ static int add_comments(struct wall_profiler *p)
 	return r;
 }
 
+/*
+ * The samples of threads found to be the agent's task after they were
+ * taken for the program's (disown()) go, and the figures with them.
+ */
+static int drop_own_samples(struct wall_profiler *p)
+{
+	struct profile *pr = p->profile;
+	bool any = false;
+
+	for (size_t i = 0; i < p->nthreads; i++)
+		any |= p->threads[i].own;
+	if (!any)
+		return 0;
+	for (size_t i = 0; i < pr->nsamples; i++) {
+		struct profile_sample *s = &pr->samples[i];
+		const struct profile_label *tid = label_of(s, "thread_id");
+		const struct profile_label *state = label_of(s, "state");
+		struct wall_thread *t = tid ? thread_of(p, (pid_t)tid->num) : NULL;
+		uint64_t ns = (uint64_t)s->values[1], *figure = &p->stats.off_ns;
+
+		if (!t || !t->own)
+			continue;
+		if (state && !strcmp(state->str, "running"))
+			figure = &p->stats.running_ns;
+		else if (state && !strcmp(state->str, "runnable"))
+			figure = &p->stats.runnable_ns;
+		*figure -= MIN(*figure, ns);
+		p->stats.accounted_ns -= MIN(p->stats.accounted_ns, ns);
+		s->values[0] = s->values[1] = 0;
+	}
+	return profile_drop_zero_samples(pr);
+}
+
 int wall_profiler_finish(struct wall_profiler *p, struct profile **ret)
 {
 	uint64_t t0 = now_monotonic_ns();
 	int r;
 
-	r = add_comments(p);
+	r = drop_own_samples(p);
+	if (r == 0)
+		r = agent_tasks_note(&p->agent, true, p->profile);
+	if (r == 0)
+		r = add_comments(p);
 	if (r < 0)
 		return r;
 	symbolizer_refresh(p->sym);
@@ -955,6 +1045,7 @@ void wall_profiler_free(struct wall_profiler *p)
 	free(p->threads);
 	u64map_release(&p->by_tid);
 	u64map_release(&p->births);
+	agent_tasks_release(&p->agent);
 	maps_release(&p->maps);
 	symbolizer_unref(p->sym);
 	profile_free(p->profile);

@@ -2115,6 +2115,33 @@ void th_session_ok(const char *kind, pid_t pid, const char *duration, int n)
 	th_run_release(&r);
 }
 
+pid_t th_agent_session_keep(pid_t pid)
+{
+	struct th_run r;
+	pid_t tids[4];
+	int n;
+
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "300ms", "--keep", "-q", "-o",
+		 th_tmp_path("keep.pb.gz"));
+	if (r.exit_code != 0)
+		th_run_log(&r, "heap --keep");
+	cr_assert_eq(r.exit_code, 0, "heap --keep failed");
+	th_run_release(&r);
+	n = th_task_list(pid, tids, 4);
+	cr_assert_eq(n, 2, "pid %d has %d threads with the agent's session, not its own and "
+		     "the agent's", pid, n);
+	return tids[0] == pid ? tids[1] : tids[0];
+}
+
+void th_agent_session_stop(pid_t pid)
+{
+	struct th_run r;
+
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "--stop");
+	cr_expect_eq(r.exit_code, 0, "heap --stop: exit %d:\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+}
+
 /* ---- servers on loopback ------------------------------------------------ */
 
 int th_free_port(void)

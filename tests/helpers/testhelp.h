@@ -160,6 +160,16 @@ void th_run_release(struct th_run *r);
  */
 void th_session_ok(const char *kind, pid_t pid, const char *duration, int n);
 
+/*
+ * Leaves a session of the agent running in the single-threaded target @pid
+ * (`cprof heap --keep`: the agent's task lives while a session does) and
+ * returns that task's tid: the one thread of @pid that is not @pid. Fails
+ * the test unless @pid then has exactly these two. th_agent_session_stop()
+ * ends it (--stop).
+ */
+pid_t th_agent_session_keep(pid_t pid);
+void th_agent_session_stop(pid_t pid);
+
 /* Prints a run's exit code and stderr to the test log (for failures). */
 void th_run_log(const struct th_run *r, const char *what);
 

@@ -757,6 +757,40 @@ Test(cpu, late_thread)
 	cpu_run_release(&c);
 }
 
+/*
+ * A single-threaded target with a session of the agent running: the
+ * agent's task (cprof's, a member of its thread group) runs ~1 ms a second
+ * (its ticks), so per-thread events at 1000 Hz sample it within the window;
+ * no sample may be its, and a comment says what it used instead (issue 34).
+ */
+Test(cpu, agent_task_left_out)
+{
+	pid_t pid = TH_SPAWN("ring", "60", th_tmp_path("ring.report"), "1", "64", "4096", "0");
+	pid_t agent = th_agent_session_keep(pid);
+	bool noted = false;
+	struct cpu_run c;
+	char said[96];
+
+	PROFILE(&c, pid, "2s", "-F", "1000", "--mode", "thread");
+	for (size_t i = 0; i < c.p->nsamples; i++) {
+		const struct profile_sample *s = &c.p->samples[i];
+		const struct profile_label *tid = th_label(s, "thread_id");
+
+		if (!strncmp(th_leaf_name(c.p, s), "[unsampled", 10))
+			continue;
+		cr_expect(tid && tid->num == pid, "a sample of thread %lld (leaf \"%s\"; the "
+			  "agent's is %d)", tid ? (long long)tid->num : -1LL,
+			  th_leaf_name(c.p, s), agent);
+	}
+	snprintf(said, sizeof(said), "the cprof agent's task (tid %d) is cprof's", agent);
+	for (size_t i = 0; i < c.p->ncomments; i++)
+		noted |= strstr(c.p->comments[i], said) && strstr(c.p->comments[i], " ms of CPU");
+	cr_expect(noted, "no comment says '%s' with its CPU time", said);
+	cpu_run_release(&c);
+	th_agent_session_stop(pid);
+	th_kill(pid);
+}
+
 /* 250 threads/s of ~2 ms CPU each: the total must still be right. */
 Test(cpu, churn)
 {

@@ -330,6 +330,64 @@ Test(serve, target_exit_ends_serve_and_sigkill_unhooks, .timeout = 120)
 }
 
 /*
+ * serve keeps the agent's session, and so its task (cprof's, a member of the
+ * target's thread group), for as long as it serves: a single-threaded
+ * target still counts one goroutine on the index, and its dump and its
+ * profile hold one thread (issue 34: 5 for a 4-thread target).
+ */
+Test(serve, goroutines_are_the_targets_threads, .timeout = 120)
+{
+	pid_t target = TH_SPAWN("ring", "60", th_tmp_path("ring.report"), "1", "64", "4096",
+				"2000");
+	const char *path = th_tmp_path("goroutine.pb.gz");
+	struct profile *p;
+	struct server s;
+	struct reply r;
+	const char *row;
+	pid_t tids[4];
+	long count = -1;
+	int fd, blocks;
+
+	serve_start(&s, target, (const char *const[]){ "--listen", "127.0.0.1:0", NULL });
+	cr_assert_eq(th_task_list(target, tids, 4), 2,
+		     "the agent's task is not there to leave out");
+	get(&s, "/debug/pprof/", NULL, &r);
+	cr_expect_eq(r.status, 200);
+	row = r.body ? strstr(r.body, "</td><td><a href='goroutine?debug=1'>") : NULL;
+	cr_assert(row, "no goroutine row on the index:\n%s", r.body);
+	while (row > r.body && row[-1] != '>')
+		row--;
+	count = strtol(row, NULL, 10);
+	cr_expect_eq(count, 1, "the index counts %ld goroutines of a single-threaded target",
+		     count);
+	reply_release(&r);
+
+	get(&s, "/debug/pprof/goroutine?debug=2", NULL, &r);
+	cr_expect_eq(r.status, 200);
+	cr_assert(r.body);
+	blocks = !strncmp(r.body, "thread ", 7);
+	for (const char *b = r.body; (b = strstr(b, "\nthread ")); b++)
+		blocks++;
+	cr_expect_eq(blocks, 1, "%d thread blocks in the dump:\n%s", blocks, r.body);
+	cr_expect_null(strstr(r.body, "peer_gone"), "the agent's frames:\n%s", r.body);
+	reply_release(&r);
+
+	get(&s, "/debug/pprof/goroutine", NULL, &r);
+	cr_expect_eq(r.status, 200);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, r.body, r.body_len), (ssize_t)r.body_len);
+	close(fd);
+	reply_release(&r);
+	p = th_load_profile(path);
+	cr_expect_eq(th_sample_sum(p, "threads", "count"), 1.0, "%.0f threads in the profile",
+		     th_sample_sum(p, "threads", "count"));
+	profile_free(p);
+	cr_expect_eq(serve_stop(&s, SIGINT), 0);
+	expect_unhooked(target, th_now_ns());
+}
+
+/*
  * The profiles served are the commands' own: the CPU profile's total
  * against the target's process CPU clock over the profile's window, and
  * its functions in busy's proportions (work_a the most).

@@ -853,6 +853,57 @@ Test(threads, second_snapshot)
 }
 
 /*
+ * The agent's task (lib/agent/watchdog.c) is cprof's, a member of the
+ * target's thread group that glibc never sees: a single-threaded target
+ * with a session of the agent running shows its one thread, in the text
+ * (issue 34: PostgreSQL's postmaster read "2 threads", half its wall in
+ * peer_gone) and in the pprof, which both say what was left out.
+ */
+Test(threads, agent_task_left_out)
+{
+	const char *path = th_tmp_path("threads.pb.gz");
+	pid_t pid = TH_SPAWN("ring", "60", th_tmp_path("ring.report"), "1", "64", "4096", "2000");
+	pid_t agent = th_agent_session_keep(pid);
+	struct profile *p;
+	struct debug2 d;
+	struct th_run r;
+	char said[96];
+	bool noted = false;
+
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", th_pid_str(pid), "--debug", "2");
+	assert_run(&r, 0, "threads --debug 2");
+	parse_debug2(r.out, &d);
+	cr_expect_eq(d.nthreads, 1, "the pause line counts %zu threads: '%s'", d.nthreads,
+		     d.lines[0]);
+	cr_expect_eq(d.n, 1, "%zu thread blocks for a single-threaded target:\n%s", d.n, r.out);
+	for (size_t i = 0; i < d.n; i++)
+		cr_expect_eq(d.t[i].tid, pid, "a block for thread %d \"%s\" (the agent's is %d)",
+			     d.t[i].tid, d.t[i].name, agent);
+	cr_expect_null(strstr(r.out, "peer_gone"), "the agent's frames are shown:\n%s", r.out);
+	snprintf(said, sizeof(said), "; the cprof agent's task (tid %d) left out", agent);
+	cr_expect(strstr(d.lines[0], said), "the pause line does not say '%s': '%s'", said,
+		  d.lines[0]);
+	debug2_release(&d);
+	th_run_release(&r);
+
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", th_pid_str(pid), "-o", path);
+	assert_run(&r, 0, "threads -o");
+	th_run_release(&r);
+	p = th_load_profile(path);
+	cr_expect_eq(th_sample_sum(p, "threads", "count"), 1.0, "%.0f threads in the pprof",
+		     th_sample_sum(p, "threads", "count"));
+	snprintf(said, sizeof(said), "the cprof agent's task (tid %d) is cprof's", agent);
+	for (size_t i = 0; i < p->ncomments; i++)
+		noted |= strstr(p->comments[i], said) != NULL;
+	cr_expect(noted, "no comment says '%s'", said);
+	profile_free(p);
+
+	th_agent_session_stop(pid);
+	th_assert_let_go(pid, false, "after the snapshots");
+	th_kill(pid);
+}
+
+/*
  * A thread in uninterruptible sleep (waiting for its vfork child) cannot
  * be stopped: cprof must show the others, mark that one, and leave it be.
  */

@@ -371,6 +371,56 @@ Test(wall, sleeping_stacks_reach_the_thread_start)
 	release_wall(&w);
 }
 
+/*
+ * A single-threaded target with a session of the agent running: its wall
+ * profile is its one thread's window, and the agent's task (cprof's, a
+ * member of its thread group) is in no sample, but in a comment with the
+ * CPU it used (issue 34: half of PostgreSQL postmaster's wall was in the
+ * agent's peer_gone).
+ */
+Test(wall, agent_task_left_out)
+{
+	const char *out = th_tmp_path("wall-agent.pb.gz");
+	pid_t pid = TH_SPAWN("ring", "60", th_tmp_path("ring.report"), "1", "64", "4096", "2000");
+	pid_t agent = th_agent_session_keep(pid);
+	int64_t total = 0, own;
+	char said[96];
+	struct profile *p;
+	struct th_run r;
+	bool noted = false;
+	int vi;
+
+	TH_CPROF(&r, RUN_TIMEOUT_MS, "wall", "-p", th_pid_str(pid), "-d", "1s", "-o", out);
+	th_run_log(&r, "wall");
+	cr_assert_eq(r.exit_code, 0, "cprof wall failed:\n%s", r.err);
+	cr_expect(strstr(r.err, ": 1 thread over"), "stderr does not count 1 thread:\n%s", r.err);
+	th_run_release(&r);
+	p = th_load_profile(out);
+	vi = th_sample_type(p, "wall", "nanoseconds");
+	cr_assert_geq(vi, 0);
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct profile_label *t = th_label(&p->samples[i], "thread_id");
+
+		total += p->samples[i].values[vi];
+		cr_expect(t && t->num == pid, "a sample of thread %lld \"%s\" (the agent's is %d)",
+			  t ? (long long)t->num : -1LL, label_str(&p->samples[i], "thread_name"),
+			  agent);
+	}
+	own = thread_sum(p, vi, pid, NULL, "", "");
+	cr_expect_eq(own, total, "%.1f ms of %.1f ms are not the target's thread's",
+		     (total - own) / 1e6, total / 1e6);
+	cr_expect_leq(fabs((double)total / (double)p->duration_nanos - 1), WALL_LIFE_MAX_ERR,
+		      "%.1f ms of wall in a %.1f ms window of one thread", total / 1e6,
+		      p->duration_nanos / 1e6);
+	snprintf(said, sizeof(said), "the cprof agent's task (tid %d) is cprof's", agent);
+	for (size_t i = 0; i < p->ncomments; i++)
+		noted |= strstr(p->comments[i], said) && strstr(p->comments[i], " ms of CPU");
+	cr_expect(noted, "no comment says '%s' with its CPU time", said);
+	profile_free(p);
+	th_agent_session_stop(pid);
+	th_kill(pid);
+}
+
 /* The target exits in the window: what was seen is written, exit 0. */
 Test(wall, target_exits_during_the_window)
 {
