@@ -1,23 +1,45 @@
 /*
- * workload THREADS UNITS [DELAY_MS]: a fixed amount of work for measuring
- * what a profiler costs the target (scripts/bench-cpu). Prints "ready", waits
- * DELAY_MS (default 1000, time for a profiler to attach), then THREADS
- * threads each do UNITS units of identical work (~1 ms of CPU each, through
- * a call chain ten frames deep, so unwinding has real stacks to walk), and
- * the program prints "wall_ns N" (first thread start to last thread end),
- * "cpu_ns N" (its own process CPU time over the same span) and
- * "proc_cpu_ns N" (all the CPU time it used since it started), then exits.
+ * workload THREADS SECONDS: identical units of work, for measuring what a
+ * profiler costs the target in CPU per unit (scripts/bench-cpu).
+ *
+ * THREADS threads each do units (~0.3 ms of CPU each, through a call chain
+ * ten frames deep, so that unwinding has real stacks to walk) without end,
+ * and read their own CPU clock (CLOCK_THREAD_CPUTIME_ID) after every unit.
+ * What a profiler costs the target is in that clock: this kernel charges
+ * the interrupt that takes a sample, and the copy of the stack it makes, to
+ * the thread it interrupts (without CONFIG_IRQ_TIME_ACCOUNTING), and the
+ * caches it disturbs show as slower units. Time spent waiting for a CPU is
+ * not in it, so other tenants of a shared machine move it far less than
+ * wall time.
+ *
+ * Prints "ready" once the threads run. Each line "s" on stdin is answered
+ * with "UNITS CPU_NS": the units done so far and the CPU time they took,
+ * summed over the threads, each counted to the end of its last whole unit
+ * (so the two always describe the same work). Exits after SECONDS, or when
+ * stdin ends.
  */
-#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-static long units;
 static volatile uint64_t sink;
+
+/* A worker's count at the end of its last unit, written by the worker under
+ * a sequence number (odd while it writes) and read by main. */
+struct tally {
+	_Atomic uint64_t seq;
+	_Atomic uint64_t units;
+	_Atomic uint64_t cpu_ns;
+	char pad[64 - 3 * sizeof(uint64_t)];
+};
+
+static struct tally *tallies;
 
 __attribute__((noinline)) static uint64_t leaf(uint64_t x)
 {
@@ -49,16 +71,6 @@ __attribute__((noinline)) static uint64_t unit(uint64_t x)
 	return x;
 }
 
-static void *worker(void *arg)
-{
-	uint64_t x = (uintptr_t)arg;
-
-	for (long i = 0; i < units; i++)
-		x = unit(x);
-	sink += x;
-	return NULL;
-}
-
 static uint64_t clock_ns(clockid_t c)
 {
 	struct timespec ts;
@@ -67,41 +79,98 @@ static uint64_t clock_ns(clockid_t c)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+static void *worker(void *arg)
+{
+	struct tally *t = arg;
+	uint64_t x = (uintptr_t)(t - tallies) + 1, n = 0, seq = 0;
+
+	for (;;) {
+		x = unit(x);
+		sink = x;
+		n++;
+		uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+
+		atomic_store_explicit(&t->seq, ++seq, memory_order_relaxed);
+		atomic_thread_fence(memory_order_release);
+		atomic_store_explicit(&t->units, n, memory_order_relaxed);
+		atomic_store_explicit(&t->cpu_ns, cpu, memory_order_relaxed);
+		atomic_store_explicit(&t->seq, ++seq, memory_order_release);
+	}
+	return NULL;
+}
+
+static void read_tally(struct tally *t, uint64_t *ret_units, uint64_t *ret_cpu_ns)
+{
+	uint64_t s0, s1, units, cpu;
+
+	do {
+		s0 = atomic_load_explicit(&t->seq, memory_order_acquire);
+		units = atomic_load_explicit(&t->units, memory_order_relaxed);
+		cpu = atomic_load_explicit(&t->cpu_ns, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		s1 = atomic_load_explicit(&t->seq, memory_order_relaxed);
+	} while (s0 != s1 || (s0 & 1));
+	*ret_units = units;
+	*ret_cpu_ns = cpu;
+}
+
 int main(int argc, char **argv)
 {
-	int nthreads = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 1;
-	long delay_ms = argc > 3 ? strtol(argv[3], NULL, 10) : 1000;
-	pthread_t *t;
+	int nthreads = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 0;
+	long seconds = argc > 2 ? strtol(argv[2], NULL, 10) : 0;
+	char line[64];
 
-	units = argc > 2 ? strtol(argv[2], NULL, 10) : 1000;
-	if (nthreads < 1 || nthreads > 256 || units < 1 || delay_ms < 0) {
-		fprintf(stderr, "usage: workload THREADS UNITS [DELAY_MS]\n");
+	if (argc != 3 || nthreads < 1 || nthreads > 256 || seconds < 1) {
+		fprintf(stderr, "usage: workload THREADS SECONDS\n");
 		return 64;
 	}
-	t = calloc((size_t)nthreads, sizeof(*t));
-	if (!t)
+	tallies = aligned_alloc(64, (size_t)nthreads * sizeof(*tallies));
+	if (!tallies)
 		return 1;
-	printf("ready\n");
-	fflush(stdout);
-	struct timespec d = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
-	while (nanosleep(&d, &d) == -1 && errno == EINTR)
-		;
-
-	uint64_t w0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+	memset(tallies, 0, (size_t)nthreads * sizeof(*tallies));
 	for (int i = 0; i < nthreads; i++) {
+		pthread_t t;
 		char name[16];
 
-		if (pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(i + 1)) != 0)
+		if (pthread_create(&t, NULL, worker, &tallies[i]) != 0)
 			return 1;
 		snprintf(name, sizeof(name), "work-%d", i);
-		pthread_setname_np(t[i], name);
+		pthread_setname_np(t, name);
 	}
-	for (int i = 0; i < nthreads; i++)
-		pthread_join(t[i], NULL);
-	uint64_t w1 = clock_ns(CLOCK_MONOTONIC), c1 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-	printf("wall_ns %llu\ncpu_ns %llu\nproc_cpu_ns %llu\n", (unsigned long long)(w1 - w0),
-	       (unsigned long long)(c1 - c0), (unsigned long long)c1);
+	printf("ready\n");
 	fflush(stdout);
-	free(t);
+
+	uint64_t end = clock_ns(CLOCK_MONOTONIC) + (uint64_t)seconds * 1000000000ULL;
+	for (;;) {
+		uint64_t now = clock_ns(CLOCK_MONOTONIC);
+		struct pollfd p = { .fd = 0, .events = POLLIN };
+
+		if (now >= end)
+			break;
+		int left_ms = (int)((end - now) / 1000000 + 1);
+		if (poll(&p, 1, left_ms) <= 0)
+			continue;
+		/* stdin is read a line at a time with read(2), not stdio, so
+		 * that poll() sees every line that is not yet answered. */
+		size_t len = 0;
+		while (len < sizeof(line) - 1) {
+			if (read(0, &line[len], 1) != 1)
+				return 0; /* stdin ended: the bench is gone */
+			if (line[len++] == '\n')
+				break;
+		}
+		if (line[0] != 's')
+			continue;
+		uint64_t units = 0, cpu = 0;
+		for (int i = 0; i < nthreads; i++) {
+			uint64_t u, c;
+
+			read_tally(&tallies[i], &u, &c);
+			units += u;
+			cpu += c;
+		}
+		printf("%llu %llu\n", (unsigned long long)units, (unsigned long long)cpu);
+		fflush(stdout);
+	}
 	return 0;
 }
