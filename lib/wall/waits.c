@@ -52,6 +52,7 @@ void wall_waits_forget_switches(struct wall_waits *w)
 	w->nrecords = 0;
 	w->preempted_at = 0;
 	w->preempted_wait = 0;
+	w->given_ahead = 0;
 	/* The counts were not read while the records came: the next read is
 	 * a new baseline, not one interval. */
 	w->sw_known = false;
@@ -84,13 +85,16 @@ static unsigned preempted_share(const struct wall_waits *w, uint64_t preempted, 
  * the next: an interval's waits follow the switches of two. A wait that
  * ends with no switch since keeps the last shares.
  */
-uint64_t wall_waits_count(struct wall_waits *w, pid_t pid, pid_t tid, uint64_t ddelay)
+uint64_t wall_waits_count(struct wall_waits *w, pid_t pid, pid_t tid,
+			  const struct wall_switches *known, uint64_t ddelay)
 {
 	struct wall_switches sw;
 	uint64_t slept = 0, preempted = 0;
 	double q, s, d = (double)ddelay;
 
-	if (wall_switches_read(pid, tid, &sw) < 0)
+	if (known)
+		sw = *known;
+	else if (wall_switches_read(pid, tid, &sw) < 0)
 		return 0;
 	if (w->sw_known && (sw.voluntary > w->sw.voluntary || sw.preempted > w->sw.preempted)) {
 		slept = sw.voluntary - MIN(sw.voluntary, w->sw.voluntary);
@@ -113,13 +117,20 @@ uint64_t wall_waits_count(struct wall_waits *w, pid_t pid, pid_t tid, uint64_t d
 
 uint64_t wall_waits_preempted(struct wall_waits *w, bool exact, uint64_t ddelay)
 {
-	uint64_t preempted;
+	uint64_t preempted = MIN(w->preempted_wait, w->given_ahead);
 
 	if (!exact)
 		return ddelay * w->preempted_share / WALL_SHARE_ONE;
+	w->preempted_wait -= preempted;
+	w->given_ahead -= preempted;
 	preempted = MIN(ddelay, w->preempted_wait);
 	w->preempted_wait -= preempted;
 	return preempted;
+}
+
+void wall_waits_given_ahead(struct wall_waits *w, uint64_t ns)
+{
+	w->given_ahead += ns;
 }
 
 void wall_waits_release(struct wall_waits *w)

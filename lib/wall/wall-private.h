@@ -10,10 +10,15 @@
 #include "unwind/unwind.h"
 #include "util/util.h"
 
-/* A thread's own clocks, from its schedstat: never sampled, exact. */
+/*
+ * A thread's own clocks, from its schedstat: never sampled, exact, but
+ * late: the kernel adds run time at its ticks and switches, and a wait for
+ * a CPU only when it ends.
+ */
 struct wall_clocks {
 	uint64_t run_ns;   /* on a CPU */
 	uint64_t delay_ns; /* on a run queue, waiting for a CPU */
+	uint64_t runs;     /* times put on a CPU */
 };
 
 /* A thread's switches off the CPU so far, from its status: the waits for a
@@ -21,6 +26,13 @@ struct wall_clocks {
 struct wall_switches {
 	uint64_t voluntary; /* it slept (and was woken) */
 	uint64_t preempted; /* it was taken off a runnable CPU */
+};
+
+/* Where a thread was at the instant its clocks were read. */
+struct wall_where {
+	bool on_cpu;   /* running, not waiting for a CPU */
+	bool awake;    /* running or runnable: not asleep, stopped, in disk wait */
+	struct wall_switches sw; /* its switches so far */
 };
 
 /*
@@ -39,6 +51,7 @@ struct wall_waits {
 	size_t nrecords, records_alloc;
 	uint64_t preempted_at;   /* perf time it was taken off a CPU; 0: not */
 	uint64_t preempted_wait; /* waits after preemptions not yet accounted */
+	uint64_t given_ahead;    /* of those, accounted before the records had them */
 	struct wall_switches sw; /* the counts at the last look */
 	bool sw_known;
 	uint64_t last_slept, last_preempted; /* the last interval's counts */
@@ -55,12 +68,16 @@ void wall_waits_settle(struct wall_waits *w);
 /* The records stop: what they left half-told is dropped, and the counts
  * start again from their next read. */
 void wall_waits_forget_switches(struct wall_waits *w);
-/* Reads the thread's switch counts, after an interval that waited
- * @ddelay; returns the switches since the last read. */
-uint64_t wall_waits_count(struct wall_waits *w, pid_t pid, pid_t tid, uint64_t ddelay);
+/* The thread's switch counts @sw (NULL: read now), after an interval that
+ * waited @ddelay; returns the switches since the last counts. */
+uint64_t wall_waits_count(struct wall_waits *w, pid_t pid, pid_t tid,
+			  const struct wall_switches *sw, uint64_t ddelay);
 /* The part of @ddelay that followed preemptions: from the records if
  * @exact, else estimated. */
 uint64_t wall_waits_preempted(struct wall_waits *w, bool exact, uint64_t ddelay);
+/* @ns of a wait after a preemption, still going on, was accounted before
+ * the thread's clock had it: the records' account of it is not given again. */
+void wall_waits_given_ahead(struct wall_waits *w, uint64_t ns);
 void wall_waits_release(struct wall_waits *w);
 
 /* What a thread is doing as /proc tells it, without stopping it. */
@@ -112,6 +129,14 @@ void wall_run_stacks_release(struct wall_run_stacks *rs);
 /* thread-look.c */
 int wall_clocks_open(pid_t pid, pid_t tid);
 int wall_clocks_read(int fd, struct wall_clocks *ret);
+/*
+ * The clocks of @tid (schedstat open as @fd) and where it was when they
+ * were read; -EAGAIN when it kept switching CPUs meanwhile, other -errno.
+ * *@status_fd is its status file, opened at the first call (-1: not yet),
+ * the caller's to close.
+ */
+int wall_clocks_read_where(pid_t pid, pid_t tid, int fd, int *status_fd,
+			   struct wall_clocks *ret, struct wall_where *ret_where);
 /* The thread's start, on the CLOCK_MONOTONIC scale (10 ms resolution). */
 int wall_thread_birth_ns(pid_t pid, pid_t tid, uint64_t *ret);
 int wall_look_read(pid_t pid, pid_t tid, struct wall_look *ret);

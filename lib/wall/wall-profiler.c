@@ -50,9 +50,20 @@ static const struct profile_value_type wall_types[] = {
 struct wall_thread {
 	pid_t tid;
 	int fd;              /* its schedstat */
+	int status_fd;       /* its status, once read; -1: not yet */
 	bool alive, listed;
 	uint64_t last_ns;    /* accounted up to here (CLOCK_MONOTONIC) */
 	struct wall_clocks clk;
+	bool fresh;          /* its next read is its clocks' baseline */
+	struct wall_clocks next; /* this tick's read, at next_at */
+	uint64_t next_at;
+	int next_r;
+	struct wall_where where; /* with next, if where_known */
+	bool where_known;
+	bool awake;              /* not asleep at the last read that said where */
+	uint64_t awake_voluntary; /* its switches to sleep then */
+	bool began_on_cpu;       /* what it owes at the start is run time */
+	uint64_t ahead_run, ahead_wait; /* given before its clocks had them */
 	struct wall_waits waits;
 	uint64_t owed_ns;        /* counted twice so far: off the CPU, then waiting */
 	uint64_t waited_ns;      /* given to its samples as runnable */
@@ -410,12 +421,13 @@ static int add_wait(struct wall_profiler *p, struct wall_thread *t, bool run_fir
 
 /* The thread's switch counts now, for the first tick's rate and the
  * estimate; not read while the records tell the split (a status file a
- * thread that ran, each tick). */
+ * thread that ran, each tick, unless its read said where it was). */
 static void count_switches(struct wall_profiler *p, struct wall_thread *t, uint64_t ddelay)
 {
 	if (p->switches)
 		return;
-	p->switches_counted += wall_waits_count(&t->waits, p->opts.pid, t->tid, ddelay);
+	p->switches_counted += wall_waits_count(&t->waits, p->opts.pid, t->tid,
+						t->where_known ? &t->where.sw : NULL, ddelay);
 }
 
 /*
@@ -491,12 +503,23 @@ static struct wall_thread *waiter_of(struct wall_profiler *p, const struct profi
 	return t && !t->own ? t : NULL;
 }
 
+/* @ns less of @t's run time. */
+static void take_back_run(struct wall_profiler *p, struct wall_thread *t, uint64_t ns)
+{
+	uint64_t cut = MIN(ns, t->run_ns);
+
+	t->run_ns -= cut;
+	t->owed_ns -= cut;
+	p->stats.running_ns -= MIN(p->stats.running_ns, cut);
+}
+
 /*
  * What a thread still owes at the window's end was counted twice: the part
- * before the window of a wait for a CPU in progress at its start (and of
- * run time the kernel had not yet added to its clock), which no later time
- * off the CPU paid back. It is taken back from the thread's waits, in
- * proportion, then from its run time, so that each thread's time adds up
+ * before the window of a wait for a CPU in progress at its start (or of
+ * run time the kernel had not yet added to its clock, when it was on a CPU
+ * then), which no later time off the CPU paid back. It is taken back from
+ * what the thread was doing at the start: its waits, in proportion, then
+ * its run time, or the other way round, so that each thread's time adds up
  * to its life in the window.
  */
 static void take_back_owed(struct wall_profiler *p)
@@ -505,6 +528,9 @@ static void take_back_owed(struct wall_profiler *p)
 	struct wall_thread *t;
 	uint64_t cut;
 
+	for (size_t i = 0; i < p->nthreads; i++)
+		if (p->threads[i].began_on_cpu)
+			take_back_run(p, &p->threads[i], p->threads[i].owed_ns);
 	for (size_t i = 0; i < pr->nsamples; i++) {
 		int64_t *v = &pr->samples[i].values[1];
 
@@ -522,10 +548,7 @@ static void take_back_owed(struct wall_profiler *p)
 	for (size_t i = 0; i < p->nthreads; i++) {
 		t = &p->threads[i];
 		t->owed_ns -= MIN(t->owed_ns, t->taken_ns);
-		cut = MIN(t->owed_ns, t->run_ns);
-		t->run_ns -= cut;
-		t->owed_ns -= cut;
-		p->stats.running_ns -= MIN(p->stats.running_ns, cut);
+		take_back_run(p, t, t->owed_ns);
 	}
 }
 
@@ -546,59 +569,108 @@ static int add_final(struct wall_profiler *p, struct wall_thread *t, uint64_t en
 }
 
 /*
- * The interval since the thread's last tick: its clocks say how much of it
- * was run and how much waited for a CPU; the rest it was off its run queue.
- * Off-CPU time goes to the stack it sleeps on now, or, when it runs now, to
- * the one it slept on before.
+ * Whether @t was awake (running or runnable) all through the interval its
+ * read ends: awake at the last read that said where, and no switch to
+ * sleep since. Remembers where it is now for the next.
  */
-static int account(struct wall_profiler *p, struct wall_thread *t)
+static bool awake_through(struct wall_thread *t)
 {
-	struct wall_clocks c;
-	uint64_t now, dt, drun, ddelay, off, owed;
-	const struct wall_off_stack *st = &t->off;
-	int r;
+	bool through;
 
-	r = wall_clocks_read(t->fd, &c);
-	now = now_monotonic_ns();
+	if (!t->where_known)
+		return false;
+	through = t->awake && t->where.sw.voluntary == t->awake_voluntary;
+	t->awake = t->where.awake;
+	t->awake_voluntary = t->where.sw.voluntary;
+	return through;
+}
+
+/*
+ * @ns of an interval the thread was awake through that its clocks do not
+ * hold yet: the run since the kernel last added to its clock, or the wait
+ * it is in now (added when it ends). It is given now to what the thread is
+ * doing, and not again when the clocks have it. A thread that never slept
+ * waited after a preemption: where it ran.
+ */
+static int add_ahead(struct wall_profiler *p, struct wall_thread *t, uint64_t ns, uint64_t *drun)
+{
+	if (t->where.on_cpu) {
+		t->ahead_run += ns;
+		*drun += ns;
+		return 0;
+	}
+	t->ahead_wait += ns;
+	t->waited_ns += ns;
+	p->stats.runnable_ns += ns;
+	if (p->switches)
+		wall_waits_given_ahead(&t->waits, ns);
+	return add_wait(p, t, true, ns);
+}
+
+/*
+ * The interval from the thread's last read to @now, by its clocks as read
+ * in this tick's pass: how much of it was run and how much waited for a
+ * CPU; the rest it was off its run queue. Off-CPU time goes to the stack
+ * it sleeps on now, or, when it runs now, to the one it slept on before.
+ */
+static int account(struct wall_profiler *p, struct wall_thread *t, uint64_t now)
+{
+	const struct wall_clocks *c = &t->next;
+	uint64_t dt, drun, ddelay, off = 0, owed, paid;
+	const struct wall_off_stack *st = &t->off;
+	bool ran, awake;
+	int r = t->next_r;
+
 	if (r < 0)
 		return r;
 	dt = now > t->last_ns ? now - t->last_ns : 0;
-	drun = c.run_ns - MIN(c.run_ns, t->clk.run_ns);
-	ddelay = c.delay_ns - MIN(c.delay_ns, t->clk.delay_ns);
+	drun = c->run_ns - MIN(c->run_ns, t->clk.run_ns);
+	ddelay = c->delay_ns - MIN(c->delay_ns, t->clk.delay_ns);
+	ran = drun > 0;
+	if (ran)
+		count_switches(p, t, ddelay);
+	wall_waits_settle(&t->waits);
+	/* Given before, as the thread's state then: in the clocks now. */
+	paid = MIN(t->ahead_run, drun);
+	t->ahead_run -= paid;
+	drun -= paid;
+	paid = MIN(t->ahead_wait, ddelay);
+	t->ahead_wait -= paid;
+	ddelay -= paid;
+	awake = awake_through(t);
 	/*
 	 * The kernel adds a wait for a CPU to the clock when the wait ends,
 	 * and run time at its own ticks: a wait that began before the last
 	 * tick was counted off the CPU then and comes again now. What an
 	 * interval holds beyond its length is owed by the next ones, so that
-	 * a thread's time adds up to its life.
+	 * a thread's time adds up to its life. A thread awake all through
+	 * was off the CPU none of it: what its clocks lack is given ahead.
 	 */
-	if (dt >= drun + ddelay) {
+	if (dt >= drun + ddelay && awake) {
+		r = add_ahead(p, t, dt - drun - ddelay, &drun);
+	} else if (dt >= drun + ddelay) {
 		off = dt - drun - ddelay;
 		owed = MIN(off, t->owed_ns);
 		off -= owed;
 		t->owed_ns -= owed;
 	} else {
-		off = 0;
 		t->owed_ns += drun + ddelay - dt;
 	}
-	t->clk = c;
+	t->clk = *c;
 	t->last_ns = now;
-	wall_waits_settle(&t->waits);
 	t->run_ns += drun;
-	if (drun)
-		count_switches(p, t, ddelay);
 	p->stats.running_ns += drun;
 	p->stats.runnable_ns += ddelay;
 	p->stats.off_ns += off;
-	if (drun || !t->looked) {
+	if (ran || !t->looked) {
 		look_now(p, t);
 	} else {
 		p->stats.off_reused += off > 0;
 	}
-	if (off && st->valid)
+	if (r == 0 && off && st->valid)
 		r = add_time(p, t->tid, st->pcs, st->npcs, 0, state_name(st->look.state),
 			     st->look.syscall, off);
-	else if (off) {
+	else if (r == 0 && off) {
 		p->stats.off_unknown++;
 		r = add_time(p, t->tid, NULL, 0, ADDR_OFF_UNSEEN, "sleeping", -1, off);
 	}
@@ -614,6 +686,9 @@ static void thread_gone(struct wall_thread *t)
 	t->alive = false;
 	close(t->fd);
 	t->fd = -1;
+	if (t->status_fd >= 0)
+		close(t->status_fd);
+	t->status_fd = -1;
 }
 
 /*
@@ -632,8 +707,9 @@ static void disown(struct wall_profiler *p, struct wall_thread *t)
 }
 
 /*
- * A thread seen for the first time: at the window's start its clocks are
- * the baseline; one born since started from zero at its birth.
+ * A thread seen for the first time: its first read is its clocks'
+ * baseline; one born in the window started from zero at its birth,
+ * runnable.
  */
 static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64_t now)
 {
@@ -653,6 +729,7 @@ static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64
 	memset(t, 0, sizeof(*t));
 	t->tid = tid;
 	t->fd = fd;
+	t->status_fd = -1;
 	t->alive = true;
 	t->last_ns = now;
 	wall_run_stacks_init(&t->runs);
@@ -670,19 +747,73 @@ static struct wall_thread *add_thread(struct wall_profiler *p, pid_t tid, uint64
 			   wall_thread_birth_ns(p->opts.pid, tid, &birth) == 0) &&
 	    birth >= p->start_mono) {
 		t->last_ns = birth; /* its clocks count from there */
+		t->awake = true;
 		return t;
 	}
-	if (wall_clocks_read(fd, &t->clk) < 0) {
-		thread_gone(t);
-		return t;
-	}
-	look_now(p, t);
+	t->fresh = true;
 	return t;
 }
 
-static int tick(struct wall_profiler *p)
+/* A thread's first read: its clocks count from here, its time from @from. */
+static void begin(struct wall_profiler *p, struct wall_thread *t, uint64_t from)
 {
-	uint64_t now = now_monotonic_ns();
+	t->fresh = false;
+	if (t->next_r < 0) {
+		thread_gone(t);
+		return;
+	}
+	t->clk = t->next;
+	t->last_ns = from;
+	awake_through(t);
+	t->began_on_cpu = t->where_known && t->where.on_cpu;
+	look_now(p, t);
+}
+
+/*
+ * @t's clocks for this tick, and where it is when that decides what they
+ * lack: when it is awake, or ran, and the interval holds more than they
+ * do. The window's last read wants it of every such thread.
+ */
+static void read_clocks(struct wall_profiler *p, struct wall_thread *t, bool last)
+{
+	const struct wall_clocks *c = &t->next;
+	uint64_t drun, ddelay;
+	bool want = t->fresh;
+
+	t->where_known = false;
+	t->next_r = wall_clocks_read(t->fd, &t->next);
+	t->next_at = now_monotonic_ns();
+	if (t->next_r < 0)
+		return;
+	if (!want && (t->awake || c->runs != t->clk.runs)) {
+		drun = c->run_ns - MIN(c->run_ns, t->clk.run_ns);
+		ddelay = c->delay_ns - MIN(c->delay_ns, t->clk.delay_ns);
+		drun -= MIN(drun, t->ahead_run);
+		ddelay -= MIN(ddelay, t->ahead_wait);
+		want = last || t->next_at > t->last_ns + drun + ddelay;
+	}
+	if (!want)
+		return;
+	if (wall_clocks_read_where(p->opts.pid, t->tid, t->fd, &t->status_fd, &t->next,
+				   &t->where) == 0) {
+		t->next_at = now_monotonic_ns();
+		t->where_known = true;
+	} else {
+		t->awake = false; /* it may have slept: not known */
+	}
+}
+
+/*
+ * Every thread's clocks first, in one short pass, then the slower work
+ * (looks, stacks): cprof may be kept off a CPU or slowed (sanitizers) in
+ * that work, and the clocks are still of one instant. The window's last
+ * tick (@last) ends every thread's time at that instant, @ret_end: a thread
+ * read early in a long tick would otherwise be short of the window by the
+ * rest of it (seen: 24-80 ms under ASan on a loaded machine).
+ */
+static int tick(struct wall_profiler *p, bool last, uint64_t *ret_end)
+{
+	uint64_t now = now_monotonic_ns(), end;
 	pid_t *tids;
 	size_t n;
 	int r, starting;
@@ -706,32 +837,47 @@ static int tick(struct wall_profiler *p)
 				disown(p, t);
 			continue;
 		}
-		if (!t) {
-			/* A task of the agent's being started may be one of the
-			 * new: they wait a tick (their clocks count from birth). */
-			if (starting && p->started)
-				continue;
+		/* A task of the agent's being started may be one of the new:
+		 * they wait a tick (their clocks count from birth). */
+		if (!t && !(starting && p->started))
 			t = add_thread(p, tids[i], now);
-			if (!t || !p->started)
-				continue;
-		}
-		t->listed = true;
-		if (t->alive && (t->exited || account(p, t) == -ESRCH))
-			thread_gone(t);
+		if (t)
+			t->listed = true;
 	}
 	free(tids);
+	for (size_t i = 0; i < p->nthreads; i++) {
+		struct wall_thread *t = &p->threads[i];
+
+		if (t->alive && t->listed && !t->exited)
+			read_clocks(p, t, last);
+	}
+	end = now_monotonic_ns();
+	for (size_t i = 0; i < p->nthreads; i++) {
+		struct wall_thread *t = &p->threads[i];
+
+		if (!t->alive || !t->listed)
+			continue;
+		if (t->exited)
+			thread_gone(t);
+		else if (t->fresh)
+			begin(p, t, p->started ? t->next_at : p->start_mono);
+		else if (account(p, t, last ? end : t->next_at) == -ESRCH)
+			thread_gone(t);
+	}
 	/* Not listed any more: exited since the last tick. */
 	for (size_t i = 0; i < p->nthreads; i++)
 		if (p->threads[i].alive && !p->threads[i].listed && p->started)
 			thread_gone(&p->threads[i]);
 	p->stats.ticks++;
+	if (ret_end)
+		*ret_end = end;
 	return 0;
 }
 
 static int take_tick(struct wall_profiler *p)
 {
 	uint64_t t0 = now_monotonic_ns(), took;
-	int r = tick(p);
+	int r = tick(p, false, NULL);
 
 	took = now_monotonic_ns() - t0;
 	if (!p->switches_decided)
@@ -834,7 +980,7 @@ int wall_profiler_start(struct wall_profiler *p)
 	r = agent_tasks_search(&p->agent, &p->maps, AGENT_TASK_START_WAIT_MS);
 	if (r < 0)
 		return r;
-	r = tick(p); /* the baseline: nothing accounted yet */
+	r = tick(p, false, NULL); /* the baseline: nothing accounted yet */
 	if (r < 0)
 		return r;
 	p->started = true;
@@ -906,9 +1052,14 @@ int wall_profiler_stop(struct wall_profiler *p)
 		perf_session_disable(p->switches);
 	if (drain(p) < 0)
 		r = -EIO;
-	if (p->running && !p->stats.target_exited && tick(p) == -ENOMEM)
-		r = -ENOMEM;
-	window_end(p); /* where the last tick accounted the threads to */
+	if (p->running && !p->stats.target_exited && !p->end_mono) {
+		uint64_t end = 0;
+
+		if (tick(p, true, &end) == -ENOMEM)
+			r = -ENOMEM;
+		p->end_mono = end; /* where the last tick accounted the threads to */
+	}
+	window_end(p);
 	if (!p->run_added)
 		take_back_owed(p);
 	for (size_t i = 0; i < p->nthreads && !p->run_added; i++)
@@ -1037,6 +1188,8 @@ void wall_profiler_free(struct wall_profiler *p)
 	for (size_t i = 0; i < p->nthreads; i++) {
 		if (p->threads[i].fd >= 0)
 			close(p->threads[i].fd);
+		if (p->threads[i].status_fd >= 0)
+			close(p->threads[i].status_fd);
 		wall_off_stack_release(&p->threads[i].off);
 		free(p->threads[i].run_pcs);
 		wall_run_stacks_release(&p->threads[i].runs);
