@@ -81,10 +81,12 @@ static uint64_t sampling_period(const struct cpu_profiler_opts *o)
 
 static bool read_cpu_clock(struct cpu_profiler *p, uint64_t *ret)
 {
+	uint64_t now = now_monotonic_ns();
 	struct timespec ts;
 
 	if (!p->have_cpu_clock || clock_gettime(p->cpu_clock, &ts) < 0)
 		return false;
+	cpu_clocks_process_read(&p->clocks, now);
 	*ret = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 	return true;
 }
@@ -278,16 +280,19 @@ int cpu_profiler_start(struct cpu_profiler *p)
 	r = agent_tasks_search(&p->agent, NULL, AGENT_TASK_START_WAIT_MS);
 	if (r < 0)
 		return r;
-	/* The window is the threads' clocks': read first, in a row. Without
-	 * them the samples stand as they are. */
-	p->profile->time_nanos = (int64_t)now_realtime_ns();
-	p->start_mono = now_monotonic_ns();
-	p->last_liveness = p->start_mono;
+	/* Without the threads' clocks the samples stand as they are. */
 	r = cpu_clocks_start(&p->clocks);
 	if (r == -ENOMEM)
 		return r;
-	/* Inside the threads' reads, so that what the threads that end
-	 * are given from it is never more than they had. */
+	/*
+	 * The window is the process's clock's, stamped beside its reads
+	 * (cprof may lose its CPU anywhere, for longer than a read takes),
+	 * inside the threads' reads: what the threads that end are given
+	 * from it is never more than they had.
+	 */
+	p->profile->time_nanos = (int64_t)now_realtime_ns();
+	p->start_mono = now_monotonic_ns();
+	p->last_liveness = p->start_mono;
 	read_cpu_clock(p, &p->cpu_clock_start);
 	p->cpu_clock_last = p->cpu_clock_start;
 	r = perf_session_enable(p->perf);
@@ -355,11 +360,11 @@ int cpu_profiler_stop(struct cpu_profiler *p)
 	}
 	if (read_cpu_clock(p, &p->cpu_clock_last) == false && !p->stats.target_exited)
 		p->stats.target_exited = !target_alive(p->opts.pid);
+	window_end(p);
 	if (p->have_cpu_clock)
 		p->stats.process_cpu_ns = p->cpu_clock_last - p->cpu_clock_start;
 	if (cpu_clocks_stop(&p->clocks) < 0 && r == 0)
 		r = -ENOMEM;
-	window_end(p);
 	if (agent_tasks_refresh(&p->agent, 0) == -ENOMEM && r == 0)
 		r = -ENOMEM;
 	if (drain(p) < 0 && r == 0)

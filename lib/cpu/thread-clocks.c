@@ -143,10 +143,18 @@ int cpu_clocks_sample(struct cpu_clocks *c, pid_t tid, uint64_t time, uint64_t p
 			return r == -ENOMEM ? r : 0;
 		}
 	}
+	if (c->process_read && time >= c->process_read)
+		c->after_process_ns += period;
 	t->sampled_ns += period;
 	if (!t->last_read || time >= t->last_read)
 		t->tail_ns += period;
 	return 0;
+}
+
+void cpu_clocks_process_read(struct cpu_clocks *c, uint64_t now)
+{
+	c->process_read = now;
+	c->after_process_ns = 0;
 }
 
 static void read_all(struct cpu_clocks *c)
@@ -219,6 +227,8 @@ static void settle_ended(struct cpu_clocks *c, uint64_t process_ns, uint64_t ali
 		tails += c->v[i].tail_ns;
 		ret->ended_threads++;
 	}
+	if (process_ns)
+		process_ns += c->after_process_ns;
 	if (process_ns && process_ns > alive_ns + seen)
 		left = process_ns - alive_ns - seen;
 	else if (!process_ns)

@@ -47,6 +47,8 @@ struct cpu_clocks {
 	bool opening, started, stopped;
 	int refused;          /* -errno: the clocks cannot be read, nothing weighed */
 	uint64_t next_read, read_cost;
+	uint64_t process_read;     /* CLOCK_MONOTONIC of the process clock's last read */
+	uint64_t after_process_ns; /* samples' periods since then */
 };
 
 /* What cpu_clocks_settle() found, in ns. */
@@ -74,6 +76,12 @@ int cpu_clocks_start(struct cpu_clocks *c);
 /* A sample of @tid at @time (CLOCK_MONOTONIC) standing for @period ns. */
 int cpu_clocks_sample(struct cpu_clocks *c, pid_t tid, uint64_t time, uint64_t period);
 
+/*
+ * The process's clock was read at @now: samples after it (a process that
+ * ended before its clock could be read again) stand for their periods.
+ */
+void cpu_clocks_process_read(struct cpu_clocks *c, uint64_t now);
+
 /* Reads every thread's clock again, if a read is due at @now. */
 void cpu_clocks_tick(struct cpu_clocks *c, uint64_t now);
 
@@ -86,7 +94,8 @@ void cpu_clocks_forget(struct cpu_clocks *c, pid_t tid);
 
 /*
  * Each thread's own CPU in the window (->own_ns), with @process_ns the
- * process's clock over it (0: unknown) for the threads that ended.
+ * process's clock over it (0: unknown) for the threads that ended, to
+ * which the samples after its last read are added.
  */
 void cpu_clocks_settle(struct cpu_clocks *c, uint64_t process_ns, struct cpu_clocks_totals *ret);
 
