@@ -5,12 +5,15 @@
  * The truth is exact by construction: every thread measures what it spends
  * in each function with CLOCK_THREAD_CPUTIME_ID and always runs the function
  * furthest behind its share (deficit scheduling), so at any moment each
- * function's share of the thread's CPU time is within one segment (< 0.5 ms)
+ * function's share of the thread's CPU time is within one segment (< 1 ms)
  * of its target. Segments have random lengths so that a sampler with a fixed
  * period cannot alias with them: each sample is an unbiased draw.
  *
- * The arithmetic runs in chunks of ~50 us between clock reads (a read costs
- * ~0.5 us on the VMs the project runs on, so reads stay under 1% of the time)
+ * The arithmetic runs in chunks of ~200 us between clock reads: a read of a
+ * thread's clock is a system call, ~0.5 us on a quiet VM of the kind the
+ * project runs on and several times that on a loaded one (at 50 us chunks
+ * the reads were the leaf of 5-10% of the samples there), so reads stay
+ * near 1% of the time
  * and is expanded inside each work_* function so that it is the leaf frame.
  *
  * Prints "ready" once every thread runs, exits by itself after SECONDS
@@ -34,9 +37,9 @@
 
 #include "truth-reporter.h"
 
-#define CHUNK_NS 50000ULL
-#define SEG_MIN_NS 100000ULL
-#define SEG_MAX_NS 400000ULL
+#define CHUNK_NS 200000ULL
+#define SEG_MIN_NS 200000ULL
+#define SEG_MAX_NS 800000ULL
 
 static atomic_int started;
 static pid_t tids[1024]; /* of each busy-N, set before it counts as started */
