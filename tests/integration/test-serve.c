@@ -36,10 +36,6 @@ TestSuite(serve, .init = th_init, .fini = th_cleanup);
  * window, as cprof cpu's (test-cpu's CPU_TOTAL_MAX_ERR, and a margin for
  * the window's edges, which a request does not place as exactly). */
 #define SERVE_CPU_MAX_ERR 0.05
-/* A cpu-wide task-clock samples whichever task runs when its period ends:
- * with other processes on the CPUs (more than this share of them) the
- * count is a draw, and the total is not judged (as test-cpu's). */
-#define SERVE_CPU_MAX_FOREIGN 0.15
 /* Idle connections a test holds open against serve's bound. */
 #define IDLE_CONNECTIONS 1000
 /* serve's descriptors beyond one a connection, under them. */
@@ -401,7 +397,6 @@ Test(serve, cpu_profile_holds_the_clock, .timeout = 120)
 	struct profile *p = NULL;
 	struct th_cpustat load0, load1;
 	int64_t truth, total;
-	double foreign;
 	int vi;
 
 	th_require_perf(false);
@@ -421,15 +416,10 @@ Test(serve, cpu_profile_holds_the_clock, .timeout = 120)
 	cr_log_info("measured: served cpu %lld ns, the CPU clock %lld ns over its window (%+.2f%%)",
 		    (long long)total, (long long)truth, truth > 0 ? 100.0 * total / truth - 100 : 0);
 	cr_assert_gt(truth, 0, "the clock's readings do not cover the profile's window");
-	foreign = th_foreign_load(&load0, &load1, truth);
-	if (foreign > SERVE_CPU_MAX_FOREIGN) {
-		profile_free(p);
-		reply_release(&r);
-		th_cpuclock_free(clk);
-		serve_stop(&s, SIGTERM);
-		cr_skip_test("the total (%+.2f%%) is not judged: other processes used %.0f%% of the "
-			     "CPUs", 100.0 * (double)total / (double)truth - 100, foreign * 100);
-	}
+	/* Judged on a busy machine too: each thread's samples are weighed by its
+	 * own clock, so the total is the process's CPU whoever else runs. */
+	cr_log_info("measured: served cpu: other processes used %.0f%% of the CPUs",
+		    th_foreign_load(&load0, &load1, truth) * 100);
 	cr_expect(total >= truth * (1 - SERVE_CPU_MAX_ERR) &&
 		  total <= truth * (1 + SERVE_CPU_MAX_ERR),
 		  "served cpu %lld ns against the clock's %lld", (long long)total, (long long)truth);
