@@ -672,10 +672,14 @@ static void check_wall(const struct server *s)
 		unseen += x->unseen;
 	}
 	/* A busy server may hardly sleep at all (nginx's worker under wrk on a
-	 * loaded machine: 0.08 s in 2 s, every wait shorter than a copy). */
+	 * loaded machine: 0.08 s in 2 s, every wait shorter than a copy). How
+	 * many waits outlast the copy of their stack is cprof's speed, which the
+	 * sanitized build does not have: judged in the plain build. */
+#ifndef __SANITIZE_ADDRESS__
 	if (off > p->duration_nanos / 4)
 		cr_expect_lt(unseen, off / 2, "%s: %.3f s of %.3f s off the CPU without a "
 			     "stack\n%s", s->name, unseen / 1e9, off / 1e9, err);
+#endif
 	free(err);
 	profile_free(p);
 }
