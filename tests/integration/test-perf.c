@@ -1,6 +1,7 @@
 /* perf_event_open sessions on a real child process (lib/perf/). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -50,24 +51,47 @@ static void *late_thread(void *arg)
 	return NULL;
 }
 
-/* A child that spins 3 s; after 0.5 s it starts a named thread. */
+/*
+ * A child that spins; once told (go_child(), after the events are enabled)
+ * it starts a named thread and spins 2.5 s more. Named after the enable,
+ * so that the kernel has a COMM record of it to give, however late a
+ * loaded machine let the parent open its events.
+ */
+static int child_go[2] = { -1, -1 };
+
 static void start_child(void)
 {
+	cr_assert_eq(pipe2(child_go, O_NONBLOCK | O_CLOEXEC), 0);
 	child = fork();
 	cr_assert_geq(child, 0);
 	if (child == 0) {
 		pthread_t t;
+		char c;
+		int waited = 0;
 
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		spin_for(0.5);
+		/* Up to 10 s: a parent that never says so has failed already. */
+		while (read(child_go[0], &c, 1) != 1 && waited++ < 200)
+			spin_for(0.05);
 		pthread_create(&t, NULL, late_thread, NULL);
 		spin_for(2.5);
 		_exit(0);
 	}
+	close(child_go[0]);
+}
+
+static void go_child(void)
+{
+	cr_assert_eq(write(child_go[1], "g", 1), 1);
+	close(child_go[1]);
+	child_go[1] = -1;
 }
 
 static void stop_child(void)
 {
+	if (child_go[1] >= 0)
+		close(child_go[1]);
+	child_go[1] = -1;
 	if (child > 0) {
 		kill(child, SIGKILL);
 		waitpid(child, NULL, 0);
@@ -136,6 +160,7 @@ static void run_scope(enum perf_scope scope)
 	cr_assert_eq(clock_getcpuclockid(child, &clock), 0);
 	cr_assert_eq(clock_gettime(clock, &cpu0), 0);
 	cr_assert_eq(perf_session_enable(s), 0);
+	go_child();
 	end = now_monotonic_ns() + 1500ULL * 1000000;
 	while (now_monotonic_ns() < end) {
 		cr_assert_geq(perf_session_wait(s, 50), 0);
