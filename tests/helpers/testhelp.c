@@ -720,7 +720,7 @@ static pid_t spawn_piped(const char *const *argv, char *const *envp, int *ret_ou
 }
 
 /* Each thread of @pid: its state, wait channel and system call, logged. */
-static void log_threads(pid_t pid, const char *who)
+void th_log_threads(pid_t pid, const char *who)
 {
 	char path[400], stat[512], wchan[128], sc[128];
 	struct dirent *e;
@@ -757,7 +757,7 @@ static void log_hung(pid_t pid)
 	struct dirent *e;
 	DIR *d = opendir("/proc");
 
-	log_threads(pid, "timed out: pid");
+	th_log_threads(pid, "timed out: pid");
 	while (d && (e = readdir(d))) {
 		char path[300], stat[512];
 		const char *st;
@@ -770,7 +770,7 @@ static void log_hung(pid_t pid)
 			continue;
 		st = strrchr(stat, ')');
 		if (st && sscanf(st + 2, "%*c %d", &ppid) == 1 && ppid == pid)
-			log_threads((pid_t)atoi(e->d_name), "timed out: its child");
+			th_log_threads((pid_t)atoi(e->d_name), "timed out: its child");
 	}
 	if (d)
 		closedir(d);
