@@ -729,7 +729,7 @@ void th_log_threads(pid_t pid, const char *who)
 	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
 	d = opendir(path);
 	while (d && (e = readdir(d))) {
-		const char *st;
+		const char *st, *name;
 
 		if (e->d_name[0] == '.')
 			continue;
@@ -743,8 +743,10 @@ void th_log_threads(pid_t pid, const char *who)
 		snprintf(path, sizeof(path), "/proc/%d/task/%s/syscall", (int)pid, e->d_name);
 		proc_read(path, sc, sizeof(sc), NULL);
 		sc[strcspn(sc, "\n")] = '\0';
-		cr_log_warn("%s %d thread %s: state %c, wchan %s, syscall %s", who, (int)pid,
-			    e->d_name, st && st[1] ? st[2] : '?', wchan, sc);
+		name = strchr(stat, '(');
+		cr_log_warn("%s %d thread %s %.*s: state %c, wchan %s, syscall %s", who, (int)pid,
+			    e->d_name, name && st ? (int)(st + 1 - name) : 0, name ? name : "",
+			    st && st[1] ? st[2] : '?', wchan, sc);
 	}
 	if (d)
 		closedir(d);

@@ -125,7 +125,7 @@ Test(session, window_in_steps_ends_when_the_caller_says)
 	struct agent_session s;
 	struct agent_window w;
 	unsigned polls = 0;
-	uint64_t t0;
+	uint64_t t0, t_end;
 	pid_t pid;
 	int r;
 
@@ -140,14 +140,24 @@ Test(session, window_in_steps_ends_when_the_caller_says)
 		cr_assert_eq(agent_window_poll(&w, 50), 0, "the window ended by itself");
 		polls++;
 	}
+	t_end = th_now_ns();
 	cr_assert_eq(agent_window_end(&w), 0);
+	t_end = th_now_ns() - t_end;
 	cr_log_info("measured: %u polls of 50 ms, %llu records", polls,
 		    (unsigned long long)w.res.records);
 	cr_assert_geq(polls, 4, "polls of 50 ms took far longer (%u in 0.8 s)", polls);
 	cr_assert_gt(c.allocs, 0);
 	cr_assert_eq(w.res.records, c.allocs + c.frees);
 	cr_assert_lt(w.res.window_ns, wo.duration_ns);
-	cr_assert(w.res.detached && !w.res.interrupted && !w.res.target_exited);
+	/* Seen once in CI, beside a light suite: no detach within the
+	 * command's 2 s. Where the agent's task was then tells why. */
+	if (!w.res.detached)
+		th_log_threads(pid, "not detached: target");
+	cr_assert(w.res.detached && !w.res.interrupted && !w.res.target_exited,
+		  "the window's end: detached %d (agent state %u, reason %u), interrupted %d, "
+		  "target exited %d; its end took %.2f s",
+		  w.res.detached, w.res.counters.state, w.res.counters.detach_reason,
+		  w.res.interrupted, w.res.target_exited, (double)t_end / 1e9);
 	agent_session_release(&s);
 	th_assert_let_go(pid, false, "after a window ended by its caller");
 	th_kill(pid);
