@@ -9,12 +9,12 @@
  * of its target. Segments have random lengths so that a sampler with a fixed
  * period cannot alias with them: each sample is an unbiased draw.
  *
- * The arithmetic runs in chunks of ~200 us between clock reads: a read of a
- * thread's clock is a system call, ~0.5 us on a quiet VM of the kind the
+ * The arithmetic is expanded inside each work_* function so that it is the
+ * leaf frame, and runs in chunks of ~200 us between clock reads: a read of
+ * a thread's clock is a system call, ~0.5 us on a quiet VM of the kind the
  * project runs on and several times that on a loaded one (at 50 us chunks
  * the reads were the leaf of 5-10% of the samples there), so reads stay
- * near 1% of the time
- * and is expanded inside each work_* function so that it is the leaf frame.
+ * near 1% of the time.
  *
  * Prints "ready" once every thread runs, exits by itself after SECONDS
  * (default 20). With SECONDS < 0 it never does: for manual use only.
