@@ -752,6 +752,25 @@ void th_log_threads(pid_t pid, const char *who)
 		closedir(d);
 }
 
+/* Each thread's user-space stack, by eu-stack (elfutils): where a thread
+ * waits in a library, which its wait channel alone does not say. */
+void th_log_stacks(pid_t pid, const char *who)
+{
+	char cmd[64], line[512];
+	unsigned n = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "eu-stack -p %d 2>&1", (int)pid);
+	f = popen(cmd, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f) && n++ < 120) {
+		line[strcspn(line, "\n")] = '\0';
+		cr_log_warn("%s %d: %s", who, (int)pid, line);
+	}
+	pclose(f);
+}
+
 /* A child that timed out, and its own children (heap --keep's daemon),
  * as they were: where each thread waited. */
 static void log_hung(pid_t pid)

@@ -115,6 +115,8 @@ bool th_signal(pid_t pid, int sig);
 int th_wait_exit(pid_t pid, int timeout_ms);
 /* Each thread of @pid, as it is now: state, wait channel, system call. */
 void th_log_threads(pid_t pid, const char *who);
+/* Each thread's user-space stack (eu-stack), logged. */
+void th_log_stacks(pid_t pid, const char *who);
 
 /* How child @pid ended, not reaping it, written into @buf: for messages. */
 const char *th_fate(pid_t pid, char *buf, size_t size);

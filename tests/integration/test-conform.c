@@ -219,6 +219,7 @@ static char *session_output(const char *kind, const char *rate, bool storm, int 
 			     "It printed:\n%s",
 			     session, timeout_ms / 1e3, out);
 		th_log_threads(pid, "conform: pid");
+		th_log_stacks(pid, "conform: pid");
 		log_cprof(log_path, session);
 	}
 	else if (r == -EPIPE)

@@ -473,8 +473,16 @@ static int target_end(struct target *t, int wait_ms)
 {
 	int status = th_wait_exit(t->pid, wait_ms);
 
-	if (status == -1)
+	if (status == -1) {
+		/* One that should have ended (seen once in CI: mutex,
+		 * target-exits, two suites at a time): where each thread waits
+		 * tells a hook's deadlock from a slow exit. */
+		if (wait_ms > 0) {
+			th_log_threads(t->pid, "did not exit: target");
+			th_log_stacks(t->pid, "did not exit: target");
+		}
 		th_kill(t->pid); /* kills only if not reaped yet; forgets it in any case */
+	}
 	if (t->pidfd >= 0)
 		close(t->pidfd);
 	t->pidfd = -1;
