@@ -33,19 +33,17 @@
  * read or the truth does not cover the window; 64 on bad usage.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "../targets/truth.h"
 #include "pprof/pprof.h"
 #include "profile/profile.h"
 #include "testhelp.h"
+#include "util/util.h"
 
 #define PROG "bench-cpu-totals"
 
@@ -59,37 +57,6 @@ struct totals {
 	pid_t tids[TRUTH_MAX_THREADS];
 	int64_t thread[TRUTH_MAX_THREADS]; /* ns */
 };
-
-/*
- * Reads TRUTHFILE @path. th_truth_read() fails a Criterion test on a bad
- * file, and there is no test here: the checks it asserts come first.
- */
-static struct th_truth *truth_read(const char *path)
-{
-	struct truth_header h;
-	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0) {
-		fprintf(stderr, PROG ": cannot open %s: %s\n", path, strerror(errno));
-		return NULL;
-	}
-	n = read(fd, &h, sizeof(h));
-	if (fstat(fd, &st) != 0 || n != (ssize_t)sizeof(h) || h.magic != TRUTH_MAGIC ||
-	    h.version != TRUTH_VERSION || h.header_size != TRUTH_HEADER_SIZE ||
-	    h.nthreads > TRUTH_MAX_THREADS ||
-	    h.record_size != sizeof(struct truth_record) + 8 * h.nthreads || h.capacity == 0 ||
-	    (uint64_t)st.st_size < (uint64_t)h.header_size + (uint64_t)h.capacity * h.record_size ||
-	    h.written == 0) {
-		fprintf(stderr, PROG ": %s is not a truth file of version %d with a record\n", path,
-			TRUTH_VERSION);
-		close(fd);
-		return NULL;
-	}
-	close(fd);
-	return th_truth_read(path);
-}
 
 static int cprof_totals(const char *path, struct totals *ret)
 {
@@ -194,18 +161,11 @@ static int perf_totals(const char *path, struct totals *ret)
 			bad++;
 			continue;
 		}
-		if (n == alloc) {
-			size_t na = alloc ? 2 * alloc : 4096;
-			struct perf_sample *nv = realloc(v, na * sizeof(*v));
-
-			if (!nv) {
-				fprintf(stderr, PROG ": %s: out of memory\n", path);
-				free(v);
-				fclose(f);
-				return -ENOMEM;
-			}
-			v = nv;
-			alloc = na;
+		if (GROW(v, n + 1, alloc) < 0) {
+			fprintf(stderr, PROG ": %s: out of memory\n", path);
+			free(v);
+			fclose(f);
+			return -ENOMEM;
 		}
 		v[n++] = s;
 	}
@@ -248,6 +208,7 @@ static double share(int64_t part, int64_t whole)
 int main(int argc, char **argv)
 {
 	struct totals tot = { 0 };
+	char why[320];
 	struct th_truth *t;
 	int64_t truth, slack;
 	double worst = NAN, known;
@@ -257,9 +218,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: " PROG " cprof|perf PROFILE|SCRIPT TRUTHFILE\n");
 		return 64;
 	}
-	t = truth_read(argv[3]);
-	if (!t)
+	t = th_truth_load(argv[3], why, sizeof(why));
+	if (!t) {
+		fprintf(stderr, PROG ": %s\n", why);
 		return 1;
+	}
 	tot.nthreads = th_truth_nthreads(t);
 	for (int k = 0; k < tot.nthreads; k++)
 		tot.tids[k] = th_truth_tid(t, k);

@@ -720,7 +720,7 @@ static pid_t spawn_piped(const char *const *argv, char *const *envp, int *ret_ou
 }
 
 /* Each thread of @pid: its state, wait channel and system call, logged. */
-void th_log_threads(pid_t pid, const char *who)
+static void log_threads(pid_t pid, const char *who)
 {
 	char path[400], stat[512], wchan[128], sc[128];
 	struct dirent *e;
@@ -754,7 +754,7 @@ void th_log_threads(pid_t pid, const char *who)
 
 /* Each thread's user-space stack, by eu-stack (elfutils): where a thread
  * waits in a library, which its wait channel alone does not say. */
-void th_log_stacks(pid_t pid, const char *who)
+static void log_stacks(pid_t pid, const char *who)
 {
 	char cmd[64], line[512];
 	unsigned n = 0;
@@ -771,6 +771,12 @@ void th_log_stacks(pid_t pid, const char *who)
 	pclose(f);
 }
 
+void th_log_where(pid_t pid, const char *who)
+{
+	log_threads(pid, who);
+	log_stacks(pid, who);
+}
+
 /* A child that timed out, and its own children (heap --keep's daemon),
  * as they were: where each thread waited. */
 static void log_hung(pid_t pid)
@@ -778,7 +784,7 @@ static void log_hung(pid_t pid)
 	struct dirent *e;
 	DIR *d = opendir("/proc");
 
-	th_log_threads(pid, "timed out: pid");
+	log_threads(pid, "timed out: pid");
 	while (d && (e = readdir(d))) {
 		char path[300], stat[512];
 		const char *st;
@@ -791,7 +797,7 @@ static void log_hung(pid_t pid)
 			continue;
 		st = strrchr(stat, ')');
 		if (st && sscanf(st + 2, "%*c %d", &ppid) == 1 && ppid == pid)
-			th_log_threads((pid_t)atoi(e->d_name), "timed out: its child");
+			log_threads((pid_t)atoi(e->d_name), "timed out: its child");
 	}
 	if (d)
 		closedir(d);
@@ -1675,38 +1681,67 @@ static void truth_copy(struct th_truth *t, const struct truth_header *h)
 	free(copy);
 }
 
-struct th_truth *th_truth_read(const char *path)
+struct th_truth *th_truth_load(const char *path, char *why, size_t size)
 {
-	struct th_truth *t = calloc(1, sizeof(*t));
+	const struct truth_header *h;
+	struct th_truth *t;
 	struct stat st;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-	cr_assert(t);
-	cr_assert(fd >= 0, "truth file %s: %s", path, strerror(errno));
-	cr_assert(fstat(fd, &st) == 0 && st.st_size >= TRUTH_HEADER_SIZE,
-		  "truth file %s: too short for a header", path);
-	const struct truth_header *h =
-		mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	cr_assert(h != MAP_FAILED, "mmap %s: %s", path, strerror(errno));
+	if (fd < 0) {
+		snprintf(why, size, "truth file %s: %s", path, strerror(errno));
+		return NULL;
+	}
+	if (fstat(fd, &st) != 0 || st.st_size < TRUTH_HEADER_SIZE) {
+		snprintf(why, size, "truth file %s: too short for a header", path);
+		close(fd);
+		return NULL;
+	}
+	h = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 	close(fd);
+	if (h == MAP_FAILED) {
+		snprintf(why, size, "mmap %s: %s", path, strerror(errno));
+		return NULL;
+	}
 	/* Bounded like any input from outside, before any of it is used. */
-	cr_assert(h->magic == TRUTH_MAGIC && h->version == TRUTH_VERSION &&
-			  h->header_size == TRUTH_HEADER_SIZE,
-		  "%s: not a truth file of version %d", path, TRUTH_VERSION);
-	cr_assert(h->nthreads <= TRUTH_MAX_THREADS &&
-			  h->record_size == sizeof(struct truth_record) + 8 * h->nthreads &&
-			  h->capacity > 0 &&
-			  (uint64_t)st.st_size >= (uint64_t)h->header_size +
-							  (uint64_t)h->capacity * h->record_size,
-		  "%s: inconsistent header (%u threads, records of %u bytes, %u of them)", path,
-		  h->nthreads, h->record_size, h->capacity);
+	if (h->magic != TRUTH_MAGIC || h->version != TRUTH_VERSION ||
+	    h->header_size != TRUTH_HEADER_SIZE) {
+		snprintf(why, size, "%s: not a truth file of version %d", path, TRUTH_VERSION);
+		goto out_unmap;
+	}
+	if (h->nthreads > TRUTH_MAX_THREADS ||
+	    h->record_size != sizeof(struct truth_record) + 8 * h->nthreads || h->capacity == 0 ||
+	    (uint64_t)st.st_size < (uint64_t)h->header_size + (uint64_t)h->capacity * h->record_size) {
+		snprintf(why, size, "%s: inconsistent header (%u threads, records of %u bytes, %u of them)",
+			 path, h->nthreads, h->record_size, h->capacity);
+		goto out_unmap;
+	}
+	t = calloc(1, sizeof(*t));
+	cr_assert(t);
 	t->nthreads = (int)h->nthreads;
 	for (int i = 0; i < t->nthreads; i++)
 		t->tids[i] = h->tids[i];
 	t->fifo = h->fifo != 0;
 	truth_copy(t, h);
 	munmap((void *)h, (size_t)st.st_size);
-	cr_assert_gt(t->n, 0, "%s: no record", path);
+	if (t->n == 0) {
+		snprintf(why, size, "%s: no record", path);
+		th_truth_free(t);
+		return NULL;
+	}
+	return t;
+
+out_unmap:
+	munmap((void *)h, (size_t)st.st_size);
+	return NULL;
+}
+
+struct th_truth *th_truth_read(const char *path)
+{
+	char why[320];
+	struct th_truth *t = th_truth_load(path, why, sizeof(why));
+
+	cr_assert(t, "%s", why);
 	return t;
 }
 

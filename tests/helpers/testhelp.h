@@ -113,10 +113,9 @@ bool th_signal(pid_t pid, int sig);
  * status (and forgets it), or -1 on timeout (the child is left running).
  */
 int th_wait_exit(pid_t pid, int timeout_ms);
-/* Each thread of @pid, as it is now: state, wait channel, system call. */
-void th_log_threads(pid_t pid, const char *who);
-/* Each thread's user-space stack (eu-stack), logged. */
-void th_log_stacks(pid_t pid, const char *who);
+/* Where each thread of @pid is now, logged: its name, state, wait channel,
+ * system call, and its user-space stack (eu-stack). */
+void th_log_where(pid_t pid, const char *who);
 
 /* How child @pid ended, not reaping it, written into @buf: for messages. */
 const char *th_fate(pid_t pid, char *buf, size_t size);
@@ -327,10 +326,13 @@ int64_t th_cpuclock_gap(const struct th_cpuclock *c);
  * th_truth_read() takes a snapshot of the records the file holds now (the
  * target may still be writing; only whole records are kept, the last
  * ~35 s). It fails the test when @path is missing, not such a file, or
- * holds no record. Free it with th_truth_free() (NULL is fine).
+ * holds no record; th_truth_load() returns NULL then, with the reason in
+ * @why (a program that is no test: the benches). Free it with
+ * th_truth_free() (NULL is fine).
  */
 struct th_truth;
 struct th_truth *th_truth_read(const char *path);
+struct th_truth *th_truth_load(const char *path, char *why, size_t size);
 void th_truth_free(struct th_truth *t);
 
 /* How many thread clocks each record has, and the kernel thread id (the

@@ -218,8 +218,7 @@ static char *session_output(const char *kind, const char *rate, bool storm, int 
 		cr_log_error("%s: conform did not end within %.0f s: a deadlock in the agent? "
 			     "It printed:\n%s",
 			     session, timeout_ms / 1e3, out);
-		th_log_threads(pid, "conform: pid");
-		th_log_stacks(pid, "conform: pid");
+		th_log_where(pid, "conform: pid");
 		log_cprof(log_path, session);
 	}
 	else if (r == -EPIPE)

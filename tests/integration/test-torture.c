@@ -477,10 +477,8 @@ static int target_end(struct target *t, int wait_ms)
 		/* One that should have ended (seen once in CI: mutex,
 		 * target-exits, two suites at a time): where each thread waits
 		 * tells a hook's deadlock from a slow exit. */
-		if (wait_ms > 0) {
-			th_log_threads(t->pid, "did not exit: target");
-			th_log_stacks(t->pid, "did not exit: target");
-		}
+		if (wait_ms > 0)
+			th_log_where(t->pid, "did not exit: target");
 		th_kill(t->pid); /* kills only if not reaped yet; forgets it in any case */
 	}
 	if (t->pidfd >= 0)
