@@ -15,8 +15,8 @@
 /* The most one turn of the serve loop drains for. */
 #define DRAIN_BUDGET_NS (100ULL * 1000 * 1000)
 #define REQUEST_MAX 128
-/* What one client may hold the serve loop for, request and reply: well
- * inside the agent's heartbeat bound, CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS. */
+/* What one client may hold the serve loop for, request and reply; the
+ * heartbeat goes on meanwhile, the draining waits (the ring may fill). */
 #define SERVE_REQUEST_MS 2000
 #define SERVE_REPLY_MS 4000
 
@@ -108,17 +108,35 @@ int keep_connect(const struct target *t)
 	return fd;
 }
 
-/* Waits for @fd to be ready for @events until @deadline: 0 or -ETIMEDOUT. */
-static int wait_ready(int fd, short events, uint64_t deadline)
+/*
+ * One end of a connection: neither end lets the other hold it past
+ * @deadline, a trickle no more than silence. The daemon's end beats @beat
+ * (NULL on the client's end) while it waits: its serve loop is the agent's
+ * heartbeat, which a slow client must not stop.
+ */
+struct conn {
+	int fd;
+	uint64_t deadline;
+	struct channel *beat;
+};
+
+/* Waits for @c to be ready for @events: 0, -ETIMEDOUT or -errno. */
+static int wait_ready(const struct conn *c, short events)
 {
 	for (;;) {
-		struct pollfd p = { .fd = fd, .events = events };
+		struct pollfd p = { .fd = c->fd, .events = events };
 		uint64_t now = now_monotonic_ns();
+		uint64_t ms;
 		int k;
 
-		if (now >= deadline)
+		if (now >= c->deadline)
 			return -ETIMEDOUT;
-		k = poll(&p, 1, (int)((deadline - now + 999999) / 1000000));
+		ms = (c->deadline - now + 999999) / 1000000;
+		if (c->beat)
+			ms = MIN(ms, TICK_MS);
+		k = poll(&p, 1, (int)ms);
+		if (c->beat)
+			channel_heartbeat(c->beat);
 		if (k > 0)
 			return 0;
 		if (k < 0 && errno != EINTR)
@@ -126,19 +144,17 @@ static int wait_ready(int fd, short events, uint64_t deadline)
 	}
 }
 
-/* Neither end lets the other hold it past @deadline, a trickle no more
- * than silence: the serve loop is also the agent's heartbeat. */
-static int write_all(int fd, const void *buf, size_t len, uint64_t deadline)
+static int write_all(const struct conn *c, const void *buf, size_t len)
 {
 	const char *p = buf;
 
 	while (len) {
 		ssize_t n;
-		int k = wait_ready(fd, POLLOUT, deadline);
+		int k = wait_ready(c, POLLOUT);
 
 		if (k < 0)
 			return k;
-		n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (n <= 0)
@@ -149,15 +165,15 @@ static int write_all(int fd, const void *buf, size_t len, uint64_t deadline)
 	return 0;
 }
 
-static int read_some(int fd, void *buf, size_t len, uint64_t deadline)
+static int read_some(const struct conn *c, void *buf, size_t len)
 {
 	for (;;) {
 		ssize_t n;
-		int k = wait_ready(fd, POLLIN, deadline);
+		int k = wait_ready(c, POLLIN);
 
 		if (k < 0)
 			return k;
-		n = recv(fd, buf, len, MSG_DONTWAIT);
+		n = recv(c->fd, buf, len, MSG_DONTWAIT);
 		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		return n > 0 ? (int)n : -EIO;
@@ -165,10 +181,10 @@ static int read_some(int fd, void *buf, size_t len, uint64_t deadline)
 }
 
 /* Reads one "\n"-ended line of at most @size - 1 bytes. */
-static int read_line(int fd, char *buf, size_t size, uint64_t deadline)
+static int read_line(const struct conn *c, char *buf, size_t size)
 {
 	for (size_t n = 0; n + 1 < size; n++) {
-		int k = read_some(fd, buf + n, 1, deadline);
+		int k = read_some(c, buf + n, 1);
 
 		if (k < 0)
 			return k;
@@ -187,7 +203,7 @@ static uint64_t after_ms(unsigned ms)
 
 int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 {
-	uint64_t deadline = after_ms(KEEP_CLIENT_TIMEOUT_MS);
+	struct conn c = { .fd = fd, .deadline = after_ms(KEEP_CLIENT_TIMEOUT_MS) };
 	char line[256];
 	unsigned long long len;
 	char *body;
@@ -196,16 +212,16 @@ int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 
 	*ret = NULL;
 	*ret_len = 0;
-	k = write_all(fd, request, strlen(request), deadline);
+	k = write_all(&c, request, strlen(request));
 	if (k == 0)
-		k = read_line(fd, line, sizeof(line), deadline);
+		k = read_line(&c, line, sizeof(line));
 	if (k < 0)
 		return k == -ETIMEDOUT ? k : -EIO;
 	if (strncmp(line, "ok", 2) != 0) {
 		/* Said on a terminal: printable ASCII only. */
-		for (char *c = line; *c; c++)
-			if (*c < 0x20 || *c > 0x7e)
-				*c = '?';
+		for (char *p = line; *p; p++)
+			if (*p < 0x20 || *p > 0x7e)
+				*p = '?';
 		*ret = strdup(line);
 		return -EPROTO;
 	}
@@ -216,9 +232,9 @@ int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 	body = malloc(len + 1);
 	if (!body)
 		return -ENOMEM;
-	deadline = after_ms(KEEP_CLIENT_TIMEOUT_MS);
+	c.deadline = after_ms(KEEP_CLIENT_TIMEOUT_MS);
 	while (got < len) {
-		k = read_some(fd, body + got, len - got, deadline);
+		k = read_some(&c, body + got, len - got);
 		if (k < 0) {
 			free(body);
 			return k == -ETIMEDOUT ? k : -EIO;
@@ -231,37 +247,38 @@ int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 	return 0;
 }
 
-/* One client: one request, one reply. Returns 1 when it asked to stop. */
-static int serve_client(int fd, keep_render_fn render, void *ctx)
+/* One client: one request, one reply, beating @beat (may be NULL) while
+ * it waits. Returns 1 when it asked to stop. */
+static int serve_client(int fd, struct channel *beat, keep_render_fn render, void *ctx)
 {
+	struct conn c = { .fd = fd, .deadline = after_ms(SERVE_REQUEST_MS), .beat = beat };
 	char req[REQUEST_MAX], index[32], header[64], *body = NULL;
-	uint64_t deadline = after_ms(SERVE_REQUEST_MS);
 	size_t len = 0;
 	int debug = 0, r;
 
 	if (!peer_allowed(fd)) {
-		write_all(fd, "error: not allowed\n", 19, deadline);
+		write_all(&c, "error: not allowed\n", 19);
 		return 0;
 	}
-	if (read_line(fd, req, sizeof(req), deadline) < 0)
+	if (read_line(&c, req, sizeof(req)) < 0)
 		return 0;
 	if (!strcmp(req, "stop"))
 		return 1;
 	if (sscanf(req, "profile %31s %d", index, &debug) != 2) {
-		write_all(fd, "error: bad request\n", 19, deadline);
+		write_all(&c, "error: bad request\n", 19);
 		return 0;
 	}
 	r = render(ctx, index, debug, &body, &len);
 	/* From the rendered profile on: the client's reading is what may stall. */
-	deadline = after_ms(SERVE_REPLY_MS);
+	c.deadline = after_ms(SERVE_REPLY_MS);
 	if (r < 0) {
 		snprintf(header, sizeof(header), "error: %s\n", strerror(-r));
-		write_all(fd, header, strlen(header), deadline);
+		write_all(&c, header, strlen(header));
 		return 0;
 	}
 	snprintf(header, sizeof(header), "ok %zu\n", len);
-	if (write_all(fd, header, strlen(header), deadline) == 0)
-		write_all(fd, body, len, deadline);
+	if (write_all(&c, header, strlen(header)) == 0)
+		write_all(&c, body, len);
 	free(body);
 	return 0;
 }
@@ -296,7 +313,7 @@ void keep_serve(int lfd, struct channel *ch, const struct target *t,
 
 			if (cfd < 0)
 				continue;
-			if (serve_client(cfd, render, ctx) == 1) {
+			if (serve_client(cfd, ch, render, ctx) == 1) {
 				stop_fd = cfd;
 				break;
 			}
@@ -307,7 +324,9 @@ void keep_serve(int lfd, struct channel *ch, const struct target *t,
 	if (ch)
 		keep_end(ch);
 	if (stop_fd >= 0) {
-		write_all(stop_fd, "ok stopped\n", 11, after_ms(SERVE_REPLY_MS));
+		struct conn c = { .fd = stop_fd, .deadline = after_ms(SERVE_REPLY_MS) };
+
+		write_all(&c, "ok stopped\n", 11);
 		close(stop_fd);
 	}
 }

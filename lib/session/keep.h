@@ -10,8 +10,8 @@
  *   "stop\n"                -> the hooks go, "ok stopped\n", the session ends
  *
  * Only root and the daemon's own user are answered (SO_PEERCRED), and no
- * client holds the serve loop, which is also the agent's heartbeat, for
- * more than a few seconds. The command's side (forking, messages) is
+ * client holds the serve loop for more than a few seconds, nor stops the
+ * agent's heartbeat while it is waited for. The command's side (forking, messages) is
  * cli/heap-keep.c.
  */
 #ifndef CPROF_SESSION_KEEP_H
