@@ -803,9 +803,28 @@ static void log_hung(pid_t pid)
 		closedir(d);
 }
 
+/* Whether @pid has a handler for @sig (SigCgt of /proc/PID/status). */
+static bool catches(pid_t pid, int sig)
+{
+	char path[64], status[4096];
+	const char *p;
+	unsigned long long mask;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (proc_read(path, status, sizeof(status), NULL) < 0)
+		return false;
+	p = strstr(status, "SigCgt:");
+	if (!p || sscanf(p + 7, "%llx", &mask) != 1)
+		return false;
+	return mask & (1ULL << (sig - 1));
+}
+
 /*
  * Collects the output of a child started by spawn_piped() until it exits,
- * sending @sig after @sig_after_ms, killing it after @timeout_ms.
+ * sending @sig after @sig_after_ms, killing it after @timeout_ms. A signal
+ * a test means for cprof's handler waits until cprof has one: on a loaded
+ * host (and under ASan) a program may not have reached main @sig_after_ms
+ * after its start, and the kernel's default action tests nothing of ours.
  */
 static void collect(struct th_run *r, int timeout_ms, int sig, int sig_after_ms)
 {
@@ -822,7 +841,8 @@ static void collect(struct th_run *r, int timeout_ms, int sig, int sig_after_ms)
 					{err_open ? r->err_fd : -1, POLLIN, 0}};
 		uint64_t now = th_now_ns();
 
-		if (sig && !r->signal_ns && now >= sig_at) {
+		if (sig && !r->signal_ns && now >= sig_at &&
+		    (sig == SIGKILL || sig == SIGSTOP || catches(r->pid, sig))) {
 			kill(r->pid, sig);
 			r->signal_ns = now;
 		}
@@ -831,8 +851,8 @@ static void collect(struct th_run *r, int timeout_ms, int sig, int sig_after_ms)
 			break;
 		}
 		uint64_t until = deadline;
-		if (sig && !r->signal_ns && sig_at < until)
-			until = sig_at;
+		if (sig && !r->signal_ns)
+			until = MIN(until, MAX(sig_at, now + 10000000));
 		int n = poll(pfd, 2, (int)((until - now) / 1000000) + 1);
 		if (n < 0 && errno == EINTR)
 			continue;

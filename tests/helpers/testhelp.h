@@ -144,7 +144,9 @@ struct th_run {
 
 /*
  * Runs CPROF_BIN with the NULL-terminated @args, collecting stdout and
- * stderr. If @sig is non-zero it is sent @sig_after_ms after the start. After
+ * stderr. If @sig is non-zero it is sent @sig_after_ms after the start, or
+ * later, once the program has a handler for it (SIGKILL and SIGSTOP: at
+ * once). After
  * @timeout_ms cprof is killed (SIGKILL, by pid) and exit_code is -1. Returns
  * the result in @r (release it with th_run_release()).
  */
