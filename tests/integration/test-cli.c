@@ -674,8 +674,10 @@ Test(cli, output_rule_of_every_command, .timeout = 600)
 	if (geteuid() != 0)
 		TH_SKIP_MISSING("threads and the agent's commands need ptrace: run as root");
 	th_require_perf(false);
-	/* demo's workers contend for its queue and allocate requests. */
-	target = TH_SPAWN("demo", "600");
+	/* demo's workers contend for its queue and allocate requests; paced
+	 * to half a CPU, which gives every kind its events in 200 ms and
+	 * leaves the CPUs to the 75 runs of cprof. */
+	target = TH_SPAWN("demo", "600", "2", "2000");
 	for (size_t c = 0; c < sizeof(cmds) / sizeof(cmds[0]); c++) {
 		size_t n = cmds[c].all_rows ? sizeof(rule_rows) / sizeof(rule_rows[0])
 					    : sizeof(some_rows) / sizeof(some_rows[0]);

@@ -109,6 +109,13 @@ static void stop_server(pid_t child)
 	waitpid(child, NULL, 0);
 }
 
+/* A process only to name the socket after (fake_server() answers for it):
+ * it sleeps, so that the test's CPU goes to the cprof it runs. */
+static pid_t named_target(void)
+{
+	return TH_SPAWN("regcheck", "sleep", "60");
+}
+
 static void fetch(struct th_run *r, pid_t target, const char *out)
 {
 	TH_CPROF(r, 60000, "heap", "-p", th_pid_str(target), "-o", out);
@@ -116,7 +123,7 @@ static void fetch(struct th_run *r, pid_t target, const char *out)
 
 Test(keep, squatter_of_another_user_is_not_trusted)
 {
-	pid_t target = TH_SPAWN("busy", "1", "30"), server;
+	pid_t target = named_target(), server;
 	char garbage[80] = "ok 64\n";
 	const char *out = th_tmp_path("squatted.pb.gz");
 	struct th_run r;
@@ -136,7 +143,7 @@ Test(keep, squatter_of_another_user_is_not_trusted)
 
 Test(keep, answers_are_bounded_and_printable)
 {
-	pid_t target = TH_SPAWN("busy", "1", "30"), server;
+	pid_t target = named_target(), server;
 	const char *out = th_tmp_path("bounded.pb.gz");
 	static const char escape[] = "error: \x1b]0;owned\x07\x1b[31mred\n";
 	struct th_run r;
@@ -163,7 +170,7 @@ Test(keep, answers_are_bounded_and_printable)
 /* A server that takes the request and says nothing is given up, with its pid. */
 Test(keep, silent_server_is_given_up)
 {
-	pid_t target = TH_SPAWN("busy", "1", "60"), server;
+	pid_t target = named_target(), server;
 	const char *out = th_tmp_path("silent.pb.gz");
 	char pid_text[32];
 	struct th_run r;

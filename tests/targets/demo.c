@@ -1,11 +1,15 @@
 /*
- * demo [SECONDS] [WORKERS]: a small stand-in for a real server, for
+ * demo [SECONDS] [WORKERS] [RATE]: a small stand-in for a real server, for
  * scripts/demo. WORKERS threads (default 2, "worker-0" ...) take requests
  * from a queue the main thread ("acceptor") fills, and each request goes
  * through parse_request, hash_payload (with an always-inlined mix64, so the
  * profile shows an inline frame), compress_block and format_response
  * (snprintf: time inside libc). The hot spot is compress_block, then
  * hash_payload. Exits by itself after SECONDS (default 30).
+ *
+ * RATE (requests per second; default 0, as fast as the workers take them)
+ * paces the acceptor: a server that is not saturated, whose workers wait
+ * for work, for a test that needs each kind of event but not the CPUs.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -183,12 +187,13 @@ int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? strtod(argv[1], NULL) : 30;
 	int workers = argc > 2 ? (int)strtol(argv[2], NULL, 10) : 2;
+	double rate = argc > 3 ? strtod(argv[3], NULL) : 0;
 	pthread_t *t;
-	struct timespec now, end;
+	struct timespec now, end, next;
 	uint64_t rng = 1;
 
-	if (seconds <= 0 || workers < 1 || workers > 64) {
-		fprintf(stderr, "usage: demo [SECONDS] [WORKERS]\n");
+	if (seconds <= 0 || workers < 1 || workers > 64 || rate < 0) {
+		fprintf(stderr, "usage: demo [SECONDS] [WORKERS] [RATE]\n");
 		return 64;
 	}
 	t = calloc((size_t)workers, sizeof(*t));
@@ -210,8 +215,15 @@ int main(int argc, char **argv)
 	fflush(stdout);
 
 	clock_gettime(CLOCK_MONOTONIC, &end);
+	next = end;
 	end.tv_sec += (time_t)seconds;
 	for (;;) {
+		if (rate > 0) {
+			next.tv_nsec += (long)(1e9 / rate);
+			next.tv_sec += next.tv_nsec / 1000000000;
+			next.tv_nsec %= 1000000000;
+			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+		}
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (now.tv_sec > end.tv_sec ||
 		    (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec))
