@@ -42,6 +42,14 @@
 
 TestSuite(badinput, .init = th_init, .fini = th_cleanup, .timeout = 240);
 
+/* What a refusal or an output is tried on: a server at rest (demo at 200
+ * requests/s, a twentieth of a CPU), with a thread, allocations and lock
+ * waits for every command, and the CPUs left to the cprof runs. */
+static pid_t quiet_target(void)
+{
+	return TH_SPAWN("demo", "60", "1", "200");
+}
+
 /* ---- the commands ------------------------------------------------------ */
 
 struct cmd {
@@ -216,7 +224,7 @@ Test(badinput, cprof_itself)
  * (perf_event_open, no ptrace) profiles it. */
 Test(badinput, already_traced)
 {
-	pid_t target = TH_SPAWN("busy", "1", "60");
+	pid_t target = quiet_target();
 	pid_t tracer = th_start_tracer(target);
 	const char *out = th_tmp_path("cpu.pb.gz");
 	struct th_run r;
@@ -246,7 +254,7 @@ Test(badinput, other_users_process)
 
 	if (geteuid() != 0)
 		TH_SKIP_MISSING("needs root, to run cprof as nobody against a root-owned target");
-	target = TH_SPAWN("busy", "1", "60");
+	target = quiet_target();
 	dir = th_tmp_dir("nobody");
 	cr_assert(chmod(dir, 0777) == 0);
 	th_run_as(NOBODY, NOBODY);
@@ -413,7 +421,7 @@ Test(badinput, bad_durations)
 		{ "25h", "longer than the limit of 24h" },
 		{ "9999999999999h", "longer than the limit of 24h" },
 	};
-	pid_t target = TH_SPAWN("busy", "1", "60");
+	pid_t target = quiet_target();
 
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
 		char want[128], row[64];
@@ -430,7 +438,7 @@ Test(badinput, bad_durations)
 Test(badinput, bad_rates)
 {
 	static const char *const args[] = { "0", "-1", "abc", "1.5", "99999999999999999999" };
-	pid_t target = TH_SPAWN("busy", "1", "60");
+	pid_t target = quiet_target();
 
 	for (size_t i = 0; i < NCMDS; i++) {
 		if (!cmds[i].rate_opt)
@@ -495,7 +503,7 @@ Test(badinput, help)
 /* An output cprof cannot use: exit 4 before the target is touched. */
 static void refuse_output(const char *row, unsigned which, const char *out, const char *want)
 {
-	pid_t target = TH_SPAWN("busy", "1", "60");
+	pid_t target = quiet_target();
 
 	for (size_t i = 0; i < NCMDS; i++) {
 		struct th_run r;
@@ -533,7 +541,7 @@ Test(badinput, output_unwritable)
 Test(badinput, output_dev_full)
 {
 	struct stat before, after;
-	pid_t target = TH_SPAWN("busy", "1", "60");
+	pid_t target = quiet_target();
 
 	cr_assert(stat("/dev/full", &before) == 0);
 	for (size_t i = 0; i < NFILE_CMDS; i++) {
@@ -585,7 +593,7 @@ static pid_t fifo_reader(const char *path)
 Test(badinput, output_fifo_written_in_place)
 {
 	const char *fifo = th_tmp_path("fifo");
-	pid_t target = TH_SPAWN("busy", "1", "60");
+	pid_t target = quiet_target();
 	struct stat st;
 
 	cr_assert(mkfifo(fifo, 0600) == 0);
@@ -627,7 +635,7 @@ Test(badinput, output_fifo_without_reader)
 
 Test(badinput, output_stdout)
 {
-	pid_t target = TH_SPAWN("busy", "1", "60");
+	pid_t target = quiet_target();
 
 	for (size_t i = 0; i < NFILE_CMDS; i++) {
 		struct th_run r;
@@ -647,7 +655,7 @@ Test(badinput, output_stdout)
 /* A thread's id (ps -L, top -H) names its process: said, and profiled whole. */
 Test(badinput, thread_id_given_as_pid)
 {
-	pid_t target = TH_SPAWN("busy", "2", "60"), tids[16], tid = 0;
+	pid_t target = TH_SPAWN("demo", "60", "2", "200"), tids[16], tid = 0;
 	char expect[128], main_thread[64];
 	struct th_run r;
 	int n;
@@ -658,14 +666,14 @@ Test(badinput, thread_id_given_as_pid)
 	for (int i = 0; i < n && !tid; i++)
 		if (tids[i] != target)
 			tid = tids[i];
-	cr_assert_gt(tid, 0, "busy has no thread besides its main one");
+	cr_assert_gt(tid, 0, "demo has no thread besides its main one");
 	TH_CPROF(&r, 30000, "threads", "-p", th_pid_str(tid), "--debug", "2", "-o", "-");
 	th_run_log(&r, "threads -p TID");
 	cr_assert_eq(r.exit_code, 0);
-	snprintf(expect, sizeof(expect), "%d is a thread of pid %d (busy)", (int)tid, (int)target);
+	snprintf(expect, sizeof(expect), "%d is a thread of pid %d (demo)", (int)tid, (int)target);
 	cr_assert_not_null(strstr(r.err, expect), "stderr does not say '%s'", expect);
 	/* The whole process: its main thread is there too. */
-	snprintf(main_thread, sizeof(main_thread), "thread %d \"busy\"", (int)target);
+	snprintf(main_thread, sizeof(main_thread), "thread %d \"demo\"", (int)target);
 	cr_assert_not_null(strstr(r.out, main_thread), "no '%s' in:\n%s", main_thread, r.out);
 	th_run_release(&r);
 	th_kill(target);
@@ -679,7 +687,7 @@ Test(badinput, earlier_output_kept_as_old)
 	uint8_t *first, *kept;
 	size_t first_len, kept_len;
 	struct th_run r;
-	pid_t target = TH_SPAWN("busy", "1", "30");
+	pid_t target = quiet_target();
 
 	snprintf(old, sizeof(old), "%s.old", out);
 	TH_CPROF(&r, RUN_TIMEOUT_MS, "threads", "-p", th_pid_str(target), "-o", out);
