@@ -498,6 +498,14 @@ Test(view, demo_flame_graph_in_chromium, .timeout = 300)
 	cr_expect(strstr(text, "data-n=\"compress_block\""), "no compress_block frame");
 	cr_expect(strstr(text, "data-n=\"worker\""), "no worker frame");
 	free(text);
+#ifdef __SANITIZE_ADDRESS__
+	/* What chromium runs is the graph's own script, not cprof's code: the
+	 * sanitizers have nothing to find there, the plain build opens it. */
+	free(png_zoom);
+	free(svg);
+	free(png);
+	return;
+#endif
 
 	cr_assert(asprintf(&url, "file://%s", svg) > 0);
 	screenshot(url, png);
