@@ -111,18 +111,18 @@ static void expect_folded_total(const char *profile_path, const char *index)
 
 static const char go_program[] =
 	"package main\n\n"
-	"import (\n\t\"os\"\n\t\"runtime\"\n\t\"runtime/pprof\"\n\t\"time\"\n)\n\n"
+	"import (\n\t\"os\"\n\t\"runtime\"\n\t\"runtime/pprof\"\n)\n\n"
 	"var sink [][]byte\n\n"
 	"//go:noinline\n"
 	"func burn(n int) uint64 {\n\tx := uint64(1)\n\tfor i := 0; i < n; i++ {\n"
 	"\t\tx = x*6364136223846793005 + 1442695040888963407\n\t}\n\treturn x\n}\n\n"
 	"//go:noinline\n"
-	"func spin(d time.Duration) uint64 {\n\tvar s uint64\n"
-	"\tfor end := time.Now().Add(d); time.Now().Before(end); {\n\t\ts += burn(200000)\n\t}\n"
+	"func spin(calls int) uint64 {\n\tvar s uint64\n"
+	"\tfor i := 0; i < calls; i++ {\n\t\ts += burn(200000)\n\t}\n"
 	"\treturn s\n}\n\n"
 	"//go:noinline\n"
-	"func churn(d time.Duration) uint64 {\n\tvar s uint64\n"
-	"\tfor end := time.Now().Add(d); time.Now().Before(end); {\n\t\ts += burn(100000)\n\t}\n"
+	"func churn(calls int) uint64 {\n\tvar s uint64\n"
+	"\tfor i := 0; i < calls; i++ {\n\t\ts += burn(100000)\n\t}\n"
 	"\treturn s\n}\n\n"
 	"//go:noinline\n"
 	"func allocate(n, size int) {\n\tfor i := 0; i < n; i++ {\n"
@@ -132,10 +132,10 @@ static const char go_program[] =
 	"\tif err := pprof.StartCPUProfile(cpu); err != nil {\n\t\tpanic(err)\n\t}\n"
 	"\tvar s uint64\n"
 	"\tif len(os.Args) > 3 {\n" /* the other side of a comparison */
-	"\t\ts = spin(300*time.Millisecond) + churn(500*time.Millisecond)\n"
+	"\t\ts = spin(1500) + churn(5000)\n"
 	"\t\tallocate(1000, 4096)\n\t\tallocate(3000, 64)\n"
 	"\t} else {\n"
-	"\t\ts = spin(800 * time.Millisecond)\n\t\tallocate(3000, 4096)\n\t\tallocate(500, 64)\n"
+	"\t\ts = spin(4000)\n\t\tallocate(3000, 4096)\n\t\tallocate(500, 64)\n"
 	"\t}\n"
 	"\tpprof.StopCPUProfile()\n\tcpu.Close()\n\truntime.GC()\n"
 	"\theap, err := os.Create(os.Args[2])\n\tif err != nil {\n\t\tpanic(err)\n\t}\n"
@@ -144,7 +144,8 @@ static const char go_program[] =
 
 /* Builds and runs the Go program: *ret_cpu, *ret_heap are its profiles;
  * with @other, of its other workload (less spin, some churn, other
- * allocations), to compare with. */
+ * allocations), to compare with. The work is counted in calls, not in
+ * time: what a loaded host gives either run must not turn less into more. */
 static void go_profiles_of(bool other, char **ret_cpu, char **ret_heap)
 {
 	const char *dir = th_tmp_dir("goprog");
