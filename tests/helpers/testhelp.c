@@ -806,12 +806,11 @@ static void log_hung(pid_t pid)
 /* Whether @pid has a handler for @sig (SigCgt of /proc/PID/status). */
 static bool catches(pid_t pid, int sig)
 {
-	char path[64], status[4096];
+	char status[4096];
 	const char *p;
 	unsigned long long mask;
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	if (proc_read(path, status, sizeof(status), NULL) < 0)
+	if (th_task_read(pid, pid, "status", status, sizeof(status)) < 0)
 		return false;
 	p = strstr(status, "SigCgt:");
 	if (!p || sscanf(p + 7, "%llx", &mask) != 1)
