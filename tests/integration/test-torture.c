@@ -109,8 +109,15 @@
  * TARGET_SECONDS in any case). */
 #define TARGET_SECONDS "120"
 #define TARGET_MAX_AGE_NS (60ULL * 1000000000ULL)
+/*
+ * A thread of the target makes progress within PROGRESS_GIVE_UP_MS, not
+ * counting the time it waited for a cpu nor the time this test was frozen
+ * (as for cprof's hangs, above); PROGRESS_HARD_MS however busy the machine.
+ * A thread stuck on a lock or stopped waits for no cpu: it is not excused.
+ */
 #define PROGRESS_MS 100
 #define PROGRESS_GIVE_UP_MS 3000
+#define PROGRESS_HARD_MS 30000
 #define REPORT_TIMEOUT_MS 3000
 #define SIGNALS_TIMEOUT_MS 2000
 #define MAX_LOGGED 8
@@ -382,6 +389,27 @@ static uint64_t runqueue_wait_ns(pid_t pid)
 			longest = wait;
 	}
 	return longest;
+}
+
+/* The time the thread of @pid named @name has waited for a cpu, or 0. */
+static uint64_t thread_wait_ns(pid_t pid, const char *name)
+{
+	pid_t tids[64];
+	int n = th_task_list(pid, tids, 64);
+
+	for (int i = 0; i < n; i++) {
+		char comm[32], buf[128];
+		unsigned long long run, wait;
+
+		if (proc_file(pid, tids[i], "comm", comm, sizeof(comm)) < 0)
+			continue;
+		comm[strcspn(comm, "\n")] = '\0';
+		if (!strcmp(comm, name) &&
+		    proc_file(pid, tids[i], "schedstat", buf, sizeof(buf)) == 0 &&
+		    sscanf(buf, "%llu %llu", &run, &wait) == 2)
+			return wait;
+	}
+	return 0;
 }
 
 /* True if a task of @pid is in uninterruptible sleep. */
@@ -1252,7 +1280,7 @@ static bool check_alive(struct stats *st, struct target *t)
 	char what[256];
 	int stopped, traced;
 	bool progress = false, healthy = true;
-	uint64_t give_up;
+	uint64_t give_up, start, stalled0, waited0[MAX_THREADS];
 
 	st->checks++;
 	if (!th_alive(t->pid)) {
@@ -1282,9 +1310,13 @@ static bool check_alive(struct stats *st, struct target *t)
 		       th_alive(t->pid) ? "alive" : "gone", (double)(th_now_ns() - t->ready_ns) / 1e9);
 		return false;
 	}
-	give_up = th_now_ns() + PROGRESS_GIVE_UP_MS * 1000000ULL;
+	start = th_now_ns();
+	stalled0 = atomic_load(&watchdog.stalled_ns);
+	for (int i = 0; i < a.n; i++)
+		waited0[i] = thread_wait_ns(t->pid, a.names[i]);
 	th_sleep_ms(PROGRESS_MS);
 	while (!progress) {
+		uint64_t now, waited, excused;
 		int i;
 
 		if (target_report(t, &b) < 0) {
@@ -1300,14 +1332,26 @@ static bool check_alive(struct stats *st, struct target *t)
 		for (i = 0; i < b.n && b.iters[i] > a.iters[i]; i++)
 			;
 		progress = i == b.n;
-		if (!progress && th_now_ns() > give_up) {
-			failed(st, "thread %s made no progress in %d ms (%lu iterations)", b.names[i],
-			       PROGRESS_GIVE_UP_MS, b.iters[i]);
+		now = th_now_ns();
+		if (progress || now < start + PROGRESS_GIVE_UP_MS * 1000000ULL) {
+			if (!progress)
+				th_sleep_ms(PROGRESS_MS);
+			continue;
+		}
+		waited = thread_wait_ns(t->pid, b.names[i]);
+		excused = atomic_load(&watchdog.stalled_ns) - stalled0 +
+			  (waited > waited0[i] ? waited - waited0[i] : 0);
+		if (now >= start + PROGRESS_GIVE_UP_MS * 1000000ULL + excused ||
+		    now >= start + PROGRESS_HARD_MS * 1000000ULL) {
+			failed(st, "thread %s made no progress in %.1f s (%lu iterations; %.1f s "
+				   "of it waiting for a cpu or frozen)",
+			       b.names[i], (double)(now - start) / 1e9, b.iters[i],
+			       (double)excused / 1e9);
+			log_tasks("a target making no progress", t->pid);
 			healthy = false;
 			break;
 		}
-		if (!progress)
-			th_sleep_ms(PROGRESS_MS);
+		th_sleep_ms(PROGRESS_MS);
 	}
 	if (b.errors) {
 		failed(st, "the target counts %lu errors, the first: %s", b.errors, b.first_error);
