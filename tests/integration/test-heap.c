@@ -268,9 +268,15 @@ Test(heap, sigkill_of_cprof_unhooks_within_a_second)
 		    "pid %d as given, "
 		    "%d in fact)", (detached - killed) / 1e6, h->detach_reason, h->cprof_pid,
 		    (int)r.pid);
+	cr_assert_eq(h->detach_reason, CPROF_DETACH_PEER_EXIT,
+		     "unhooked for reason %u, not on cprof's exit (cprof pid %d as given, %d in fact)",
+		     h->detach_reason, h->cprof_pid, (int)r.pid);
+	/* A time: judged where the suites that measure run alone (timing). */
+#ifndef __SANITIZE_ADDRESS__
 	cr_assert_lt(detached - killed, HEAP_UNHOOK_MAX_MS * 1000000ull,
 		     "unhooked after %.0f ms (reason %u, cprof pid %d as given, %d in fact)",
 		     (detached - killed) / 1e6, h->detach_reason, h->cprof_pid, (int)r.pid);
+#endif
 	cr_assert_eq(h->hooked, 0);
 	th_assert_let_go(pid, false, "after cprof was killed");
 	cr_assert_eq(access(th_tmp_path("killed.pb.gz"), F_OK), -1, "a partial profile was left");

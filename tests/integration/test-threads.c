@@ -1122,7 +1122,16 @@ Test(threads, sigstop_stays_stopped)
 	assert_run(&r, 0, "cprof threads on a stopped process");
 	check_debug2(&t, r.out, true);
 	th_run_release(&r);
-	/* Stopped, and still so a while later: nothing resumed it. */
+	/*
+	 * Stopped, and still so a while later: nothing resumed it. The kernel
+	 * wakes a group-stopped thread at its detach so that it stops again
+	 * (__ptrace_unlink sets JOBCTL_STOP_PENDING): it is 'R' in the kernel,
+	 * with no user code run, until a cpu takes it, which on a loaded
+	 * machine can be after cprof has exited. A process really resumed
+	 * (continued, or its stop forgotten) does not go back to 'T'.
+	 */
+	for (i = 0; i < 1000 && !all_in_state(t.pid, 'T', true); i++)
+		th_sleep_ms(1);
 	th_assert_let_go(t.pid, true, "after a snapshot of a stopped process");
 	th_sleep_ms(200);
 	th_assert_let_go(t.pid, true, "200 ms after a snapshot of a stopped process");
