@@ -51,7 +51,14 @@
 
 TestSuite(container, .init = th_init, .fini = th_cleanup, .timeout = 120);
 
-#define TARGET_SECONDS "25"
+/*
+ * demo's life in a container: longer than the longest test, sigkill_of_cprof
+ * (up to three tries, each waiting out a late agent's call, then the
+ * heartbeat's timeout). Its workers are paced (2000 requests a second, half
+ * a CPU): the tests judge what cprof sees, not how much CPU there is.
+ */
+#define TARGET_SECONDS "60"
+#define TARGET_ARGS TARGET_SECONDS " 2 2000"
 
 struct container {
 	char root[1024];
@@ -306,7 +313,7 @@ static void container_run(struct container *c)
 			"--propagation", "private", "/bin/sh", "-c",
 			c->jeprof ? CONTAINER_SETUP " && exec /app/target " TARGET_SECONDS
 							" /app/report"
-				  : CONTAINER_SETUP " && exec /app/target " TARGET_SECONDS " 2",
+				  : CONTAINER_SETUP " && exec /app/target " TARGET_ARGS,
 			c->root, NULL },
 		"demo in a container");
 	unsetenv("LD_LIBRARY_PATH");
@@ -657,6 +664,7 @@ Test(container, sigkill_of_cprof)
 		}
 		th_sleep_ms(10);
 	}
+	cr_assert(kill(c.pid, 0) == 0, "the target is gone (it lives %s s)", TARGET_SECONDS);
 	cr_assert(detached, "the agent is still hooked %u s after cprof died",
 		  CPROF_WIRE_HEARTBEAT_ALONE_TIMEOUT_MS / 1000 + 4);
 	cr_assert_eq(h->detach_reason, CPROF_DETACH_HEARTBEAT);
