@@ -555,7 +555,8 @@ Test(inject, a_thread_asleep_where_it_must_not_load_is_refused_without_a_stop)
  */
 Test(inject, a_library_also_mapped_as_data_is_not_mistaken_for_its_code)
 {
-	pid_t demo = TH_SPAWN("demo", "60");
+	/* Paced (2000 requests a second): the wall run needs threads, not CPUs. */
+	pid_t demo = TH_SPAWN("demo", "60", "2", "2000");
 	const char *argv[] = { CPROF_BIN, "wall", "-p", th_pid_str(demo), "-d", "8s", "-q", "-o",
 			       th_tmp_path("inner-wall.pb.gz"), NULL };
 	pid_t wall;

@@ -42,6 +42,16 @@ static const char *const pprof_files[] = {
 	"mutex.pb.gz", "threadcreate.pb.gz", "threads-end.pb.gz",
 };
 
+/*
+ * A target for the tests that judge what record writes and when it ends,
+ * not a figure: demo's workers paced to 2000 requests a second (half a
+ * CPU) give every kind its events and leave the CPUs to cprof.
+ */
+static pid_t paced_demo(const char *seconds)
+{
+	return TH_SPAWN("demo", seconds, "2", "2000");
+}
+
 static void skip_without_ptrace(void)
 {
 	if (geteuid() != 0)
@@ -231,7 +241,7 @@ Test(record, sigint_ends_the_window_and_writes_everything)
 
 	skip_without_ptrace();
 	th_require_perf(false);
-	pid = TH_SPAWN("busy", "2", "60");
+	pid = paced_demo("60");
 	th_run_cprof_ex(&r, 60000, SIGINT, 2500,
 			(const char *const[]){ "record", "-p", th_pid_str(pid), "-d", "30s", "-o",
 					       dir, "-k", "cpu,wall,threads", NULL });
@@ -306,7 +316,7 @@ Test(record, loop_windows_follow_each_other_and_the_oldest_go)
 
 	skip_without_ptrace();
 	th_require_perf(false);
-	pid = TH_SPAWN("busy", "2", "60");
+	pid = paced_demo("60");
 	/* Room for three windows and the gaps between them (writing one,
 	 * opening the next) on a loaded host. */
 	snprintf(keep, sizeof(keep), "%d", LOOP_KEEP_LAST);
@@ -343,7 +353,7 @@ Test(record, loop_ends_at_sigterm_and_at_the_targets_exit)
 
 	skip_without_ptrace();
 	th_require_perf(false);
-	pid = TH_SPAWN("busy", "1", "60");
+	pid = paced_demo("60");
 	th_run_cprof_ex(&r, 60000, SIGTERM, 3000,
 			(const char *const[]){ "record", "-p", th_pid_str(pid), "--loop", "1s",
 					       "-o", dir, "-k", "cpu,wall,threads,heap", NULL });
@@ -363,7 +373,7 @@ Test(record, loop_ends_at_sigterm_and_at_the_targets_exit)
 
 	/* No -d: the loop ends with the process (during a window or between
 	 * two). */
-	pid = TH_SPAWN("busy", "1", "3");
+	pid = paced_demo("3");
 	TH_CPROF(&r, 60000, "record", "-p", th_pid_str(pid), "--loop", "1s", "-o", dir2, "-k",
 		 "cpu,wall");
 	th_run_log(&r, "record --loop, the target exits");

@@ -58,7 +58,18 @@ static void expect_go_error(const struct server *s, const char *path, int status
 	reply_release(&r);
 }
 
-/* Within a second of serve's end, the agent's hooks are gone. */
+/*
+ * A server for the tests that judge what serve says, not how much: demo's
+ * workers take 2000 requests a second (half a CPU), which gives every
+ * endpoint its events and leaves the CPUs to serve, go tool pprof and the
+ * suite beside this one.
+ */
+static pid_t paced_demo(void)
+{
+	return TH_SPAWN("demo", "120", "2", "2000");
+}
+
+/* Within 2 s of serve's end, the agent's hooks are gone. */
 static void expect_unhooked(pid_t target, uint64_t end_ns)
 {
 	struct cprof_wire_header *h = th_agent_header(target);
@@ -94,7 +105,7 @@ static void expect_pprof_reads(const struct server *s, const char *path, const c
 
 Test(serve, go_tool_pprof_reads_every_endpoint, .timeout = 180)
 {
-	pid_t target = TH_SPAWN("demo", "120");
+	pid_t target = paced_demo();
 	struct server s;
 	uint64_t end;
 
@@ -137,7 +148,7 @@ static void expect_delta(const struct server *s, const char *path, int64_t secon
 
 Test(serve, go_paths_texts_and_codes, .timeout = 180)
 {
-	pid_t target = TH_SPAWN("demo", "120");
+	pid_t target = paced_demo();
 	struct server s;
 	struct reply r, busy;
 	char cmdline[4096];
@@ -226,7 +237,7 @@ Test(serve, go_paths_texts_and_codes, .timeout = 180)
 
 Test(serve, token_socket_mode_and_bad_clients, .timeout = 180)
 {
-	pid_t target = TH_SPAWN("demo", "120");
+	pid_t target = paced_demo();
 	const char *token = th_tmp_path("token");
 	const char *sock = th_tmp_path("serve.sock");
 	char listen[PATH_MAX + 8], header[20000], fdir[64];
@@ -310,7 +321,7 @@ Test(serve, token_socket_mode_and_bad_clients, .timeout = 180)
 
 Test(serve, target_exit_ends_serve_and_sigkill_unhooks, .timeout = 120)
 {
-	pid_t target = TH_SPAWN("demo", "120");
+	pid_t target = paced_demo();
 	struct server s;
 	int st;
 
