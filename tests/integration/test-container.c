@@ -54,11 +54,11 @@ TestSuite(container, .init = th_init, .fini = th_cleanup, .timeout = 120);
 /*
  * demo's life in a container: longer than the longest test, sigkill_of_cprof
  * (up to three tries, each waiting out a late agent's call, then the
- * heartbeat's timeout). Its workers are paced (2000 requests a second, half
- * a CPU): the tests judge what cprof sees, not how much CPU there is.
+ * heartbeat's timeout). Its workers are not paced: block and mutex need
+ * them to contend for the queue within a 1 s window, on a loaded host too.
  */
 #define TARGET_SECONDS "60"
-#define TARGET_ARGS TARGET_SECONDS " 2 2000"
+#define TARGET_ARGS TARGET_SECONDS " 2"
 
 struct container {
 	char root[1024];
