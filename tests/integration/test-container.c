@@ -58,7 +58,6 @@ TestSuite(container, .init = th_init, .fini = th_cleanup, .timeout = 120);
  * them to contend for the queue within a 1 s window, on a loaded host too.
  */
 #define TARGET_SECONDS "60"
-#define TARGET_ARGS TARGET_SECONDS " 2"
 
 struct container {
 	char root[1024];
@@ -313,7 +312,7 @@ static void container_run(struct container *c)
 			"--propagation", "private", "/bin/sh", "-c",
 			c->jeprof ? CONTAINER_SETUP " && exec /app/target " TARGET_SECONDS
 							" /app/report"
-				  : CONTAINER_SETUP " && exec /app/target " TARGET_ARGS,
+				  : CONTAINER_SETUP " && exec /app/target " TARGET_SECONDS " 2",
 			c->root, NULL },
 		"demo in a container");
 	unsetenv("LD_LIBRARY_PATH");

@@ -373,6 +373,18 @@ static void watchdog_stop(void)
 	watchdog.running = false;
 }
 
+/* The time task @tid of @pid has spent runnable but waiting for a cpu, or 0. */
+static uint64_t task_wait_ns(pid_t pid, pid_t tid)
+{
+	char buf[128];
+	unsigned long long run, wait;
+
+	if (proc_file(pid, tid, "schedstat", buf, sizeof(buf)) < 0 ||
+	    sscanf(buf, "%llu %llu", &run, &wait) != 2)
+		return 0;
+	return wait;
+}
+
 /* The longest time a live task of @pid spent runnable but waiting for a cpu. */
 static uint64_t runqueue_wait_ns(pid_t pid)
 {
@@ -380,14 +392,8 @@ static uint64_t runqueue_wait_ns(pid_t pid)
 	int n = th_task_list(pid, tids, 64);
 	uint64_t longest = 0;
 
-	for (int i = 0; i < n; i++) {
-		char buf[128];
-		unsigned long long run, wait;
-
-		if (proc_file(pid, tids[i], "schedstat", buf, sizeof(buf)) == 0 &&
-		    sscanf(buf, "%llu %llu", &run, &wait) == 2 && wait > longest)
-			longest = wait;
-	}
+	for (int i = 0; i < n; i++)
+		longest = MAX(longest, task_wait_ns(pid, tids[i]));
 	return longest;
 }
 
@@ -398,16 +404,13 @@ static uint64_t thread_wait_ns(pid_t pid, const char *name)
 	int n = th_task_list(pid, tids, 64);
 
 	for (int i = 0; i < n; i++) {
-		char comm[32], buf[128];
-		unsigned long long run, wait;
+		char comm[32];
 
 		if (proc_file(pid, tids[i], "comm", comm, sizeof(comm)) < 0)
 			continue;
 		comm[strcspn(comm, "\n")] = '\0';
-		if (!strcmp(comm, name) &&
-		    proc_file(pid, tids[i], "schedstat", buf, sizeof(buf)) == 0 &&
-		    sscanf(buf, "%llu %llu", &run, &wait) == 2)
-			return wait;
+		if (!strcmp(comm, name))
+			return task_wait_ns(pid, tids[i]);
 	}
 	return 0;
 }
@@ -1332,12 +1335,9 @@ static bool check_alive(struct stats *st, struct target *t)
 		for (i = 0; i < b.n && b.iters[i] > a.iters[i]; i++)
 			;
 		progress = i == b.n;
+		if (progress)
+			break;
 		now = th_now_ns();
-		if (progress || now < start + PROGRESS_GIVE_UP_MS * 1000000ULL) {
-			if (!progress)
-				th_sleep_ms(PROGRESS_MS);
-			continue;
-		}
 		waited = thread_wait_ns(t->pid, b.names[i]);
 		excused = atomic_load(&watchdog.stalled_ns) - stalled0 +
 			  (waited > waited0[i] ? waited - waited0[i] : 0);
