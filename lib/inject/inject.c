@@ -46,6 +46,10 @@
 #define STOP_TIMEOUT_NS (100ULL * 1000 * 1000)
 #define SYSCALL_TIMEOUT_NS (1000ULL * 1000 * 1000)
 #define MAX_PENDING 8
+/* glibc's SIGSETXID (__SIGRTMIN + 1), bit signo - 1 of a kernel sigset:
+ * answered on the detour's calls (trampoline.h). Injection is into glibc
+ * only (dlopen from libc.so.6). */
+#define SIGWAKE_MASK (1ULL << (33 - 1))
 #define MIN_NAP_NS (1000ULL * 1000)
 #define MAX_NAP_NS (50ULL * 1000 * 1000)
 #define LOOK_DUTY 10
@@ -520,6 +524,7 @@ static uint64_t fill_frame(struct call *c, const struct user_regs_struct *r, siz
 	*frame_slot(c, TF_CANCELSTATE) = 0;
 	*frame_slot(c, TF_FXSAVE) = c->fxsave;
 	*frame_slot(c, TF_SETCANCEL) = c->setcancel;
+	*frame_slot(c, TF_SIGWAKE) = SIGWAKE_MASK;
 	ptrace_resume_point(r, &rip, &rax);
 	regs[TR_RAX] = rax;
 	regs[TR_RBX] = r->rbx;
@@ -559,12 +564,17 @@ static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig
 	if (ptrace(PTRACE_GETSIGMASK, tid, sizeof(c->sigmask), &c->sigmask) < 0)
 		return errno == ESRCH ? -ESRCH : -ENOTSUP;
 	if (!c->entry && !c->page) {
+		/*
+		 * Its system calls with every signal held pending: one taken in
+		 * between would be dropped by the next call's resume, and sent
+		 * again by cprof without its siginfo (glibc's SIGSETXID handler
+		 * ignores one not sent by its own process: setuid() would wait
+		 * for it forever).
+		 */
+		ptrace(PTRACE_SETSIGMASK, tid, sizeof(all), &all);
 		k = map_detour(c, tid, orig);
-		if (k < 0) {
-			/* Put back what map_detour changed; xstate it did not touch. */
-			ptrace(PTRACE_SETREGS, tid, 0, orig);
-			return k;
-		}
+		if (k < 0)
+			goto out_restore;
 	}
 	fill_image(c);
 	entry = fill_frame(c, orig, &frame_len);
@@ -572,16 +582,14 @@ static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig
 	 * stopped; a stack that cannot take it (an unfaulted main stack)
 	 * refuses this thread, not the call. */
 	if (poke(tid, entry, c->frame, frame_len) < 0) {
-		ptrace(PTRACE_SETREGS, tid, 0, orig);
 		snprintf(c->rep->why, sizeof(c->rep->why), "its stack could not take the detour's frame");
-		return -EAGAIN;
+		k = -EAGAIN;
+		goto out_restore;
 	}
 	/* The data block: the agent's own, or the one after the code. */
 	k = poke(c->pid, data_block(c), c->image + TRAMP_DATA, TD_END);
-	if (k < 0) {
-		ptrace(PTRACE_SETREGS, tid, 0, orig);
-		return k;
-	}
+	if (k < 0)
+		goto out_restore;
 	r.rip = c->entry ? c->entry : c->page;
 	r.rsp = entry;
 	r.orig_rax = (uint64_t)-1;
@@ -591,12 +599,19 @@ static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig
 		return -ESRCH;
 	/*
 	 * After the registers: if cprof dies in between, the thread runs the
-	 * detour with its own mask and puts that same mask back, where the
-	 * other order would leave every signal blocked for good. Failing here
-	 * only leaves the thread its own mask over the detour.
+	 * detour with its own mask (every signal blocked, after map_detour)
+	 * and puts its own back (TF_SIGOLD), where the other order would
+	 * leave every signal blocked for good. Failing here only leaves the
+	 * thread that mask over the detour.
 	 */
 	ptrace(PTRACE_SETSIGMASK, tid, sizeof(all), &all);
 	return 0;
+
+out_restore:
+	/* What map_detour changed; xstate it did not touch. */
+	ptrace(PTRACE_SETREGS, tid, 0, orig);
+	ptrace(PTRACE_SETSIGMASK, tid, sizeof(c->sigmask), &c->sigmask);
+	return k;
 }
 
 static int seize_error(struct call *c, pid_t tid, int err)

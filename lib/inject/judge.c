@@ -1,13 +1,16 @@
 /*
  * Which thread may load the agent. dlopen takes the loader's lock and
- * allocates; cprof_agent_attach_events allocates too. A thread stopped while it
- * holds the allocator's lock (inside malloc) or the loader's (inside dlopen,
- * dl_iterate_phdr, a constructor) would wait for itself forever, and an
- * abandoned dlopen leaves _dl_load_lock held: every later dlopen of the
- * process hangs. So the stopped thread's stack is unwound (from a copy, with
- * the same DWARF unwinder as cpu profiles) and refused if any frame, inline
- * ones included, is in such code, or if the unwind does not reach the
- * thread's start, in which case nothing can be proven.
+ * allocates, and takes glibc's lock of its thread list to give the agent's
+ * static TLS to every thread; cprof_agent_attach_events allocates too. A
+ * thread stopped while it holds the allocator's lock (inside malloc), the
+ * loader's (inside dlopen, dl_iterate_phdr, a constructor) or the thread
+ * list's (pthread_create, pthread_join, setuid: GL(dl_stack_cache_lock))
+ * would wait for itself forever, and an abandoned dlopen leaves
+ * _dl_load_lock held: every later dlopen of the process hangs. So the
+ * stopped thread's stack is unwound (from a copy, with the same DWARF
+ * unwinder as cpu profiles) and refused if any frame, inline ones
+ * included, is in such code, or if the unwind does not reach the thread's
+ * start, in which case nothing can be proven.
  */
 #include "inject/inject-private.h"
 
@@ -45,7 +48,8 @@ static const char *const alloc_prefixes[] = {
 static const char *const unsafe_names[] = {
 	"dlopen", "dlmopen", "dlsym", "dlvsym", "dlclose", "dlerror", "dladdr", "dladdr1",
 	"dlinfo", "dl_iterate_phdr", "fork", "_Fork", "vfork", "exit", "_exit", "__cxa_finalize",
-	"__restore_rt", "_Unwind_Find_FDE", "__libc_early_init",
+	"__restore_rt", "_Unwind_Find_FDE", "__libc_early_init", "pthread_create",
+	"__cxa_atexit", "atexit", "on_exit", "__cxa_thread_atexit_impl",
 };
 
 /* ... and prefixes of glibc's (and libgcc's, and the agent's) internals. */
@@ -53,6 +57,10 @@ static const char *const unsafe_prefixes[] = {
 	"_dl_", "__dl",
 	"___dl", "dlopen_", "dlsym_", "dlmopen_", "_dlerror", "__libc_dl", "__run_fork",
 	"__run_exit", "__register_frame", "__deregister_frame", "cprof_agent_",
+	/* glibc's thread list: stacks cached and freed (pthread_join, a
+	 * detached thread's end), setuid's round of every thread, and the
+	 * lock the exit functions' list is under. */
+	"__nptl_", "__pthread_create", "setxid_", "__new_exitfn", "__internal_atexit",
 };
 
 /* A frame named so is where a thread's stack begins. */
@@ -61,11 +69,26 @@ static const char *const roots[] = {
 	"__libc_start_call_main",
 };
 
+/*
+ * Whether @name is one of @list, or starts with one with @prefix. glibc's
+ * internal aliases (__GI___nptl_free_tcb) are their function's name, and a
+ * part split off by the compiler (malloc.cold, setxid_mark_thread.constprop.0)
+ * is its function's.
+ */
 static bool in_list(const char *name, const char *const *list, size_t n, bool prefix)
 {
-	for (size_t i = 0; i < n; i++)
-		if (prefix ? strncmp(name, list[i], strlen(list[i])) == 0 : strcmp(name, list[i]) == 0)
+	size_t len;
+
+	if (strncmp(name, "__GI_", 5) == 0)
+		name += 5;
+	len = strcspn(name, ".");
+	for (size_t i = 0; i < n; i++) {
+		size_t l = strlen(list[i]);
+
+		if (prefix ? strncmp(name, list[i], l) == 0 :
+			     l == len && strncmp(name, list[i], len) == 0)
 			return true;
+	}
 	return false;
 }
 

@@ -50,6 +50,8 @@ static const struct probe probes[] = {
 	{ SYS_close, "close", { 3 } },
 	{ SYS_munmap, "munmap", { 0, 8192 } },
 	{ SYS_rt_sigprocmask, "rt_sigprocmask", { SIG_SETMASK, 0, 0, 8 } },
+	{ SYS_rt_sigprocmask, "rt_sigprocmask(SIG_UNBLOCK)", { SIG_UNBLOCK, 0, 0, 8 } },
+	{ SYS_rt_sigprocmask, "rt_sigprocmask(SIG_BLOCK)", { SIG_BLOCK, 0, 0, 8 } },
 	/* dlopen. */
 	{ SYS_openat, "openat", { (uint64_t)AT_FDCWD, 0, O_RDONLY | O_CLOEXEC } },
 	{ SYS_read, "read", { 3 } },

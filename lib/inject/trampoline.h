@@ -22,7 +22,12 @@
  * both are put back after the results are in. No handler (one that
  * longjmps, say) and no pthread_cancel() takes the thread off the detour
  * halfway, holding a lock of the loader's or the agent's for good; one that
- * came meanwhile acts once they are put back.
+ * came meanwhile acts once they are put back. One exception, around the
+ * calls only (TF_SIGWAKE): glibc's SIGSETXID, which no program can block.
+ * setuid() holds the lock of glibc's thread list until every thread has
+ * run its handler, and dlopen waits for that lock: blocked, the two would
+ * wait for each other forever. Its handler makes one system call and
+ * returns.
  *
  * What the thread goes back with lives on its own stack, in a frame cprof
  * writes below the red zone while the thread is stopped (TF_*), never in
@@ -92,6 +97,7 @@
 #define TF_CANCELSTATE 16 /* its cancel state, kept over the detour */
 #define TF_FXSAVE 24     /* 1: restore with fxrstor64 (no XSAVE), 0: xrstor64 */
 #define TF_SETCANCEL 32  /* pthread_setcancelstate in the target, 0: none */
+#define TF_SIGWAKE 40    /* signals let through during the calls, 0: none */
 #define TF_XSAVE 64      /* the xsave (or fxsave) image, 64-byte aligned */
 #define TF_XSAVE_MAX 16384
 /*

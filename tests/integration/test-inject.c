@@ -577,3 +577,34 @@ Test(inject, a_library_also_mapped_as_data_is_not_mistaken_for_its_code)
 		  "the cprof wall profiled ended with status 0x%x", st);
 	th_kill(demo);
 }
+
+/*
+ * glibc's list of threads is locked by setuid (until every thread has run
+ * its SIGSETXID handler), by pthread_create and pthread_join, and by the
+ * agent's dlopen (its static TLS goes to every thread). A thread stopped
+ * holding it must not be chosen, and the chosen one must still answer
+ * SIGSETXID on the detour: either way the target would wait forever.
+ */
+Test(inject, a_target_that_calls_setuid_while_it_vforks_is_not_stalled)
+{
+	pid_t pid;
+	int st;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("setxid", "10");
+	for (int i = 0; i < 4; i++) {
+		struct session s;
+		int fd = inject(pid, CPROF_AGENT_PATH, &s);
+
+		cr_assert_geq(fd, 0, "injection %d: %s (%s), %d threads tried; target %s", i,
+			      strerror(-fd), s.rep.why, (int)s.rep.tried,
+			      th_alive(pid) ? "alive" : "gone");
+		cr_log_info("measured: setxid: injection %d by thread %d, call %.2f ms", i,
+			    (int)s.rep.tid, s.rep.call_ns / 1e6);
+		th_assert_let_go(pid, false, "after an injection");
+		end_session(pid, fd);
+	}
+	st = th_wait_exit(pid, 20000);
+	cr_assert(st != -1, "the target did not exit by itself: a thread waits for glibc's lock");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "setxid ended with status 0x%x", st);
+}
