@@ -1,7 +1,10 @@
 /*
  * Reading the per-cpu rings. The kernel writes records at data_head; we read
  * from data_tail and hand space back by storing data_tail. Records wrap
- * around the end of the data area, so each is copied out whole first.
+ * around the end of the data area, so each is copied out whole first, and
+ * its space is handed back before it is handled: a handler that is slow
+ * (a sample's first unwind through a library loads its CFI) never keeps
+ * the kernel from writing the next ones.
  */
 #include <errno.h>
 #include <string.h>
@@ -44,19 +47,21 @@ static int ring_drain(struct perf_session *s, struct perf_ring *ring,
 			tail = head;
 			break;
 		}
-		if (hdr.size <= s->record_size) {
-			ring_copy(data, ring->data_size, tail, s->record, hdr.size);
-			r = perf_record_dispatch(s, s->record, hdr.size, h);
-		} else {
+		if (hdr.size > s->record_size) {
 			s->stats.bad++;
+			tail += hdr.size;
+			continue;
 		}
+		ring_copy(data, ring->data_size, tail, s->record, hdr.size);
 		tail += hdr.size;
+		/* Our reads are done before the kernel may overwrite that space. */
+		__atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+		r = perf_record_dispatch(s, s->record, hdr.size, h);
 		if (r < 0)
-			break;
+			return r;
 	}
-	/* Our reads are done before the kernel may overwrite that space. */
 	__atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
-	return r;
+	return 0;
 }
 
 int perf_session_drain(struct perf_session *s, const struct perf_handlers *h)
