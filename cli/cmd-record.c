@@ -442,6 +442,7 @@ int record_once(const struct record_opts *o, const struct target *t)
 	char why[PATH_MAX + 128];
 	int r, code;
 
+	interrupt_guard();
 	for (int k = 0; k < RK_N; k++)
 		rec.e[k] = (struct record_entry){ .name = kind_names[k], .file = kind_files[k],
 						  .asked = o->kinds[k] };
@@ -462,6 +463,7 @@ int record_once(const struct record_opts *o, const struct target *t)
 	start_all(&rec);
 	r = window(&rec, t);
 	threads_at_end(&rec);
+	interrupt_target_released(rec.pid);
 	run_say_ended(rec.pid, rec.target_exited);
 	agent_window_said(&rec, t);
 	if (r == 0)

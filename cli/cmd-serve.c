@@ -258,6 +258,7 @@ int cmd_serve(int argc, char **argv)
 		report_warning("heap, allocs, threadcreate, block and mutex stopped: %s",
 			       serve_agent_lost(s));
 	serve_free(s);
+	interrupt_target_released(t.pid);
 	switch (end) {
 	case SERVE_CANCELLED:
 		report_note("stopped serving pid %d: the agent is unloaded", t.pid);

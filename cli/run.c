@@ -215,12 +215,13 @@ int run_profile(const struct run_ops *ops, void *c, struct run *run)
 	struct profile *profile = NULL;
 	int r, code;
 
-	/* SIGINT/SIGTERM must not kill us while the target is touched. */
+	/* A second signal must not kill us while the target is touched. */
 	interrupt_install();
 	code = ops->open(c, run);
 	if (code)
 		goto out_abort;
 	r = window(ops, c, run);
+	interrupt_target_released(run->target.pid);
 	if (r < 0) {
 		report_error("profiling pid %d failed: %s", run->target.pid, strerror(-r));
 		code = EXIT_FAIL;
@@ -247,6 +248,7 @@ int run_profile(const struct run_ops *ops, void *c, struct run *run)
 	goto out_free;
 
 out_abort:
+	interrupt_target_released(run->target.pid);
 	output_abort(&run->out);
 out_free:
 	profile_free(profile);

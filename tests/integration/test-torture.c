@@ -18,7 +18,12 @@
  *   sigkill-at-commit         (commands with -o) SIGKILL to cprof the moment
  *                             a ".cprof-*" name appears in the output
  *                             directory (inotify): cprof is putting its
- *                             output in place.
+ *                             output in place;
+ *   hup-int                   (the agent's commands and threads) SIGHUP to
+ *                             cprof, and SIGINT 1 ms later, 0-200 us after
+ *                             cprof was first seen tracing the target: a
+ *                             dropped ssh session and a second signal while
+ *                             a thread is in cprof's stop (cli/interrupt.h).
  *
  * The target is tests/targets/checksum.c: threads that compute, sleep in
  * nanosleep, wait on a futex, read a pipe and create threads, each checking
@@ -27,10 +32,10 @@
  *
  *   - cprof ended within RUN_TIMEOUT_MS (see there), else it hung: its tasks
  *     are logged, it is killed and counted;
- *   - its exit code is 0; or death by the signal we sent it (SIGINT and
- *     SIGTERM only if it had no handler for them when they were sent:
- *     SigCgt in /proc/PID/status, read just before); or 1 or 2 when the
- *     target may have died before cprof ended;
+ *   - its exit code is 0; or death by the signal we sent it (SIGINT,
+ *     SIGTERM and SIGHUP only if it had no handler for them when they were
+ *     sent: SigCgt in /proc/PID/status, read just before; a second signal
+ *     always); or 1 or 2 when the target may have died before cprof ended;
  *   - its output is new and whole, or unchanged: an -o file is either the
  *     old one, byte for byte (or still absent), or one complete gzip stream
  *     (zlib inflates it to the end) that pprof_decode accepts, with the
@@ -638,7 +643,15 @@ static void sender_stop(struct sender *s, struct target *t)
 /* ---- what a row of the table counts ------------------------------------ */
 
 enum command { CMD_CPU, CMD_THREADS_TEXT, CMD_THREADS_PPROF, CMD_HEAP, CMD_MUTEX, CMD_BLOCK };
-enum fault { F_SIGKILL, F_SIGTERM, F_SIGINT, F_TARGET_KILLED, F_TARGET_EXITS, F_SIGKILL_COMMIT };
+enum fault {
+	F_SIGKILL,
+	F_SIGTERM,
+	F_SIGINT,
+	F_TARGET_KILLED,
+	F_TARGET_EXITS,
+	F_SIGKILL_COMMIT,
+	F_HUP_INT,
+};
 
 static const char *const command_names[] = { "cpu",  "threads-debug2", "threads-debug0-o",
 					      "heap", "mutex",		"block" };
@@ -655,7 +668,8 @@ static bool windowed(enum command c)
 	return c == CMD_CPU || agent_command(c);
 }
 static const char *const fault_names[] = { "sigkill",	    "sigterm",	    "sigint",
-					   "target-killed", "target-exits", "sigkill-at-commit" };
+					   "target-killed", "target-exits", "sigkill-at-commit",
+					   "hup-int" };
 
 static bool target_fault(enum fault f)
 {
@@ -710,7 +724,8 @@ enum who { AT_CPROF, AT_TARGET };
 enum when { WHEN_TIME, WHEN_TRACED, WHEN_COMMIT };
 
 struct plan {
-	int sig; /* 0: no fault */
+	int sig;  /* 0: no fault */
+	int sig2; /* to cprof 1 ms after @sig, 0: none */
 	enum who who;
 	enum when when;
 	uint64_t delay_ns;
@@ -721,6 +736,7 @@ struct run {
 	int status;
 	bool hung;
 	bool sent;           /* the fault was delivered before cprof ended */
+	bool sent2;          /* so was the plan's second signal */
 	bool traced_at_send; /* cprof traced the target at that moment */
 	bool handler_set;    /* cprof had a handler for the signal then */
 	uint64_t start_ns, sent_ns, end_ns;
@@ -842,6 +858,14 @@ static void run_cprof(struct run *r, const char *io_dir, const char *out_dir,
 				until = now; /* watch for the snapshot: spin */
 			else if (at < until)
 				until = at;
+		} else if (p->sig2 && r->sent && !r->sent2) {
+			at = r->sent_ns + 1000000ULL;
+			if (now >= at) {
+				kill(pid, p->sig2);
+				r->sent2 = true;
+				continue;
+			}
+			until = at;
 		}
 		if (now >= deadline && now < hard_deadline) {
 			/* Time cprof could not run does not count. */
@@ -930,13 +954,14 @@ static const char *fault_text(const struct run *r, const struct plan *p, char *b
 		snprintf(buf, size, "%s to %s not sent: cprof ended first", sigabbrev_np(p->sig),
 			 p->who == AT_CPROF ? "cprof" : "the target");
 	else
-		snprintf(buf, size, "%s to %s at %.2f ms%s%s", sigabbrev_np(p->sig),
+		snprintf(buf, size, "%s to %s at %.2f ms%s%s%s%s", sigabbrev_np(p->sig),
 			 p->who == AT_CPROF ? "cprof" : "the target",
 			 (double)(r->sent_ns - r->start_ns) / 1e6,
 			 r->traced_at_send ? ", in the snapshot" : "",
 			 p->who == AT_CPROF && p->sig != SIGKILL
 				 ? (r->handler_set ? ", handler installed" : ", no handler yet")
-				 : "");
+				 : "",
+			 r->sent2 ? ", then SIG" : "", r->sent2 ? sigabbrev_np(p->sig2) : "");
 	return buf;
 }
 
@@ -1200,8 +1225,9 @@ static void judge_run(struct stats *st, const struct run *r, const struct plan *
 	if (r->hung)
 		ok = true; /* counted as a hang */
 	else if (killed)
-		ok = p->who == AT_CPROF && r->sent && WTERMSIG(r->status) == p->sig &&
-		     (p->sig == SIGKILL || !r->handler_set);
+		ok = p->who == AT_CPROF && r->sent &&
+		     ((WTERMSIG(r->status) == p->sig && (p->sig == SIGKILL || !r->handler_set)) ||
+		      (r->sent2 && WTERMSIG(r->status) == p->sig2));
 	else
 		ok = code == 0 || ((code == 1 || code == 2) && gone);
 	if (!ok) {
@@ -1446,6 +1472,10 @@ static void plan_moment(const struct trial_ctx *c, struct plan *p)
 {
 	if (c->st.fault == F_SIGKILL_COMMIT) {
 		p->when = WHEN_COMMIT;
+	} else if (c->st.fault == F_HUP_INT && agent_command(c->st.cmd)) {
+		/* The thread that loads the agent, in cprof's stop. */
+		p->when = WHEN_TRACED;
+		p->delay_ns = rng(200) * 1000;
 	} else if (c->st.cmd == CMD_CPU) {
 		p->when = WHEN_TIME;
 		p->delay_ns = rng((uint64_t)c->cpu_ms * 1250) * 1000; /* 0-125 % of -d */
@@ -1464,6 +1494,8 @@ static void plan_moment(const struct trial_ctx *c, struct plan *p)
 
 static int cprof_signal(enum fault f)
 {
+	if (f == F_HUP_INT)
+		return SIGHUP;
 	return f == F_SIGTERM ? SIGTERM : f == F_SIGINT ? SIGINT : SIGKILL;
 }
 
@@ -1512,7 +1544,8 @@ static void trial_cprof_fault(struct trial_ctx *c, struct target *t)
 	if (c->st.cmd != CMD_CPU)
 		sender_start(&s, t);
 	for (int i = 0; i < burst; i++) {
-		struct plan p = { .sig = cprof_signal(c->st.fault), .who = AT_CPROF };
+		struct plan p = { .sig = cprof_signal(c->st.fault), .who = AT_CPROF,
+				  .sig2 = c->st.fault == F_HUP_INT ? SIGINT : 0 };
 		struct run r;
 		bool had_old = prepare_output(c->st.cmd, c->dir);
 		char what[256];
@@ -1706,8 +1739,8 @@ static void torture(enum command cmd, enum fault fault)
 				       agent_command(cmd) ? DEFAULT_AGENT_TRIALS : DEFAULT_TRIALS, 1) +
 			      nfaults - 1) /
 			     nfaults;
-	/* The extra fault: half as many, it lands every time. */
-	if (fault == F_SIGKILL_COMMIT)
+	/* The extra faults: half as many, they land (nearly) every time. */
+	if (fault == F_SIGKILL_COMMIT || fault == F_HUP_INT)
 		per_fault = (per_fault + 1) / 2;
 	struct trial_ctx c = { .st = { .cmd = cmd, .fault = fault } };
 	struct target t;
@@ -1810,3 +1843,7 @@ TORTURE(CMD_BLOCK, F_SIGINT, block_sigint)
 TORTURE(CMD_BLOCK, F_TARGET_KILLED, block_target_killed)
 TORTURE(CMD_BLOCK, F_TARGET_EXITS, block_target_exits)
 TORTURE(CMD_THREADS_PPROF, F_SIGKILL_COMMIT, threads0_sigkill_at_commit)
+TORTURE(CMD_THREADS_PPROF, F_HUP_INT, threads0_hup_int)
+TORTURE(CMD_HEAP, F_HUP_INT, heap_hup_int)
+TORTURE(CMD_MUTEX, F_HUP_INT, mutex_hup_int)
+TORTURE(CMD_BLOCK, F_HUP_INT, block_hup_int)
