@@ -170,7 +170,7 @@ int agent_window_end(struct agent_window *w)
 {
 	struct window_result *res = &w->res;
 	bool detach = !w->o.keep;
-	int r;
+	int r = 0, k;
 
 	if (!w->ch)
 		return 0;
@@ -178,44 +178,45 @@ int agent_window_end(struct agent_window *w)
 		w->over = true;
 		res->window_ns = now_monotonic_ns() - w->start;
 	}
-	/* The last snapshot asked for, else a first one. */
+	/* The last snapshot asked for, else a first one; failing, the hooks
+	 * still go now, not when the watchdog gives up on us. */
 	if (w->h->live && !res->target_exited) {
 		if (channel_live_pending(w->ch) || res->live_error || channel_live_taken(w->ch))
 			r = live_wait(w->ch, w->h, res, w->pid);
 		else
 			r = agent_window_live(w->ch, w->h, res, w->pid);
-		if (r < 0)
-			return r;
 	}
 	if (detach && !res->target_exited) {
-		r = channel_command(w->ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED,
+		k = channel_command(w->ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED,
 				    DETACH_TIMEOUT_MS);
-		res->detached = r == 0;
-		if (r == -ESRCH)
+		res->detached = k == 0;
+		if (k == -ESRCH)
 			res->target_exited = true;
 	}
 	/* Whatever was published before the hooks went. */
-	r = drain(w->ch, w->h, res);
+	k = drain(w->ch, w->h, res);
 	channel_counters(w->ch, &res->counters);
 	if (detach && res->detached)
 		channel_give_back(w->ch);
 	else if (!detach)
 		res->detached = true; /* not asked: the session goes on */
-	return r;
+	return r < 0 ? r : k;
 }
 
 int agent_window_run(struct channel *ch, pid_t pid, const struct window_opts *o,
 		     const struct channel_handlers *h, struct window_result *res)
 {
 	struct agent_window w;
-	int r;
+	int r, k;
 
 	agent_window_begin(&w, ch, pid, o, h);
 	do
 		r = agent_window_poll(&w, 1000);
 	while (r == 0);
+	/* Ended on an error too: the hooks go. */
+	k = agent_window_end(&w);
 	if (r > 0)
-		r = agent_window_end(&w);
+		r = k;
 	*res = w.res;
 	return r;
 }
