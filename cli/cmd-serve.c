@@ -243,6 +243,12 @@ int cmd_serve(int argc, char **argv)
 		report_error("cannot serve pid %d on %s: %s", t.pid, a.listen, err);
 		if (r == -EADDRINUSE)
 			report_hint("another server holds it; --listen 127.0.0.1:0 takes a free port");
+		if (r == -EADDRNOTAVAIL) {
+			if (!a.token_file)
+				report_hint("give a loopback address (127.0.0.1:6060, [::1]:6060), "
+					    "or --token-file to serve others");
+			return EXIT_USAGE;
+		}
 		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
 	}
 	if (!a.no_agent)

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -197,6 +198,19 @@ static int listen_unix(struct http_server *s, const char *path, char *err, size_
 	return fd;
 }
 
+/* 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104: reachable from this host only. */
+static bool is_loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24 == 127;
+	if (ss->ss_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+
+		return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return false;
+}
+
 static int listen_inet(struct http_server *s, const char *spec, char *err, size_t errlen)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
@@ -249,6 +263,14 @@ static int listen_inet(struct http_server *s, const char *spec, char *err, size_
 
 		inet_ntop(AF_INET, &a->sin_addr, shown, sizeof(shown));
 		snprintf(s->address, sizeof(s->address), "%s:%u", shown, ntohs(a->sin_port));
+	}
+	/* What was bound decides, not how it was named: a name can resolve
+	 * to any address. */
+	if (!s->o.token && !is_loopback(&ss)) {
+		snprintf(err, errlen, "'%s' is %s, not a loopback address; without a token only "
+			 "127.0.0.0/8 and ::1 are served", spec, s->address);
+		r = -EADDRNOTAVAIL;
+		goto out;
 	}
 	r = fd;
 	fd = -1;

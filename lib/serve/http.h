@@ -23,7 +23,9 @@ struct http_server_opts {
 	/* "HOST:PORT" (HOST an IPv4 or IPv6 address, "[::1]:6060"; port 0:
 	 * any free one) or "unix:/PATH" (made mode 0600, removed at the end). */
 	const char *listen;
-	/* When set, only requests with "Authorization: Bearer <token>". */
+	/* When set, only requests with "Authorization: Bearer <token>".
+	 * Without, only a loopback address is listened on (what is bound is
+	 * judged, not the name given: -EADDRNOTAVAIL). */
 	const char *token;
 	unsigned max_connections;
 	unsigned idle_timeout_s;

@@ -235,6 +235,38 @@ Test(serve, go_paths_texts_and_codes, .timeout = 180)
 	expect_unhooked(target, th_now_ns());
 }
 
+/*
+ * A name that looks like loopback and resolves elsewhere: what is bound
+ * decides. The name is given an address by a hosts file mounted over
+ * /etc/hosts in a mount namespace of cprof's own (unshare -m).
+ */
+Test(serve, a_name_that_resolves_off_loopback_is_refused)
+{
+	pid_t target = paced_demo();
+	const char *hosts = th_tmp_path("hosts");
+	struct th_run run;
+	FILE *f;
+
+	if (geteuid() != 0)
+		TH_SKIP_MISSING("a hosts file of its own needs a mount namespace: run as root");
+	f = fopen(hosts, "w");
+	cr_assert_not_null(f);
+	fputs("0.0.0.0 127.example.test\n", f);
+	fclose(f);
+	th_run_cmd_ex(&run, 10000, 0, 0,
+		      (const char *const[]){ "/usr/bin/unshare", "-m", "sh", "-c",
+					     "mount --bind \"$0\" /etc/hosts && exec \"$1\" serve -p "
+					     "\"$2\" --listen 127.example.test:0",
+					     hosts, CPROF_BIN, th_pid_str(target), NULL });
+	th_run_log(&run, "serve on a name resolving to 0.0.0.0");
+	cr_expect_eq(run.exit_code, 64, "%s", run.err);
+	cr_expect(strstr(run.err, "is 0.0.0.0:") && strstr(run.err, "not a loopback address"),
+		  "%s", run.err);
+	cr_expect_null(th_agent_header(target), "the agent was loaded before the refusal");
+	th_run_release(&run);
+	th_kill(target);
+}
+
 Test(serve, token_socket_mode_and_bad_clients, .timeout = 180)
 {
 	pid_t target = paced_demo();
