@@ -4,11 +4,15 @@
  * perf): "START SIZE name" a line, hex, appended as code is made, so the
  * last line for an address is the one that holds. The file is the
  * target's: read inside its root, by the pid its own namespace gives it,
- * only when it is a regular file, and every line is untrusted text.
+ * only when it is a regular file owned by root or by the target's user
+ * (as perf does: anyone may write a file of that name in /tmp first), and
+ * every line is untrusted text: bounded, its control characters shown as
+ * '?' (they would reach the terminal and the profile).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +27,8 @@
 #define PERFMAP_MAX_BYTES (256u << 20)
 /* Earlier entries looked at for an address the nearest one misses. */
 #define PERFMAP_OVERLAP_SCAN 16
+/* A longer line is skipped: no symbol name needs more. */
+#define PERFMAP_MAX_LINE 4096
 
 static int by_start(const void *a, const void *b)
 {
@@ -33,7 +39,24 @@ static int by_start(const void *a, const void *b)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-/* The map as a stream: inside the target's root, regular, never blocking. */
+/* Whether @uid may have written @pid's map: root, or the process's user
+ * (its real uid, or its /proc directory's owner: the effective one). */
+static bool owner_ok(pid_t pid, uid_t uid)
+{
+	char path[32];
+	struct target t;
+	struct stat st;
+
+	if (uid == 0)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	if (stat(path, &st) == 0 && st.st_uid == uid)
+		return true;
+	return target_open(&t, pid) == 0 && t.uid == uid;
+}
+
+/* The map as a stream: inside the target's root, regular, the target's,
+ * never blocking. */
 static FILE *open_map(pid_t pid)
 {
 	char path[64], fdpath[64];
@@ -47,7 +70,7 @@ static FILE *open_map(pid_t pid)
 	if (pfd < 0)
 		return NULL;
 	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", pfd);
-	if (fstat(pfd, &st) == 0 && S_ISREG(st.st_mode)) {
+	if (fstat(pfd, &st) == 0 && S_ISREG(st.st_mode) && owner_ok(pid, st.st_uid)) {
 		fd = open(fdpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 		f = fd >= 0 ? fdopen(fd, "re") : NULL;
 		if (!f && fd >= 0)
@@ -57,12 +80,35 @@ static FILE *open_map(pid_t pid)
 	return f;
 }
 
+/*
+ * The next line of @f into @buf (PERFMAP_MAX_LINE), without its newline:
+ * its length read, 0 at the end. A longer one is read to its end and
+ * given as empty.
+ */
+static size_t next_line(FILE *f, char *buf)
+{
+	size_t n = 0, len;
+
+	while (fgets(buf, PERFMAP_MAX_LINE, f)) {
+		len = strlen(buf);
+		n += len;
+		if (len && buf[len - 1] == '\n') {
+			buf[len - 1] = '\0';
+			break;
+		}
+		if (len < PERFMAP_MAX_LINE - 1)
+			break; /* the last line, without a newline */
+	}
+	if (n >= PERFMAP_MAX_LINE)
+		buf[0] = '\0';
+	return n;
+}
+
 int perfmap_read(struct symbolizer *s)
 {
 	struct perfmap *m = &s->perfmap;
-	char *line = NULL;
-	size_t cap = 0, read_bytes = 0;
-	ssize_t n;
+	char line[PERFMAP_MAX_LINE];
+	size_t read_bytes = 0, n;
 	FILE *f;
 	int r = 0;
 
@@ -71,15 +117,17 @@ int perfmap_read(struct symbolizer *s)
 	m->found = f != NULL;
 	if (!f)
 		return 0;
-	while ((n = getline(&line, &cap, f)) > 0 && (read_bytes += (size_t)n) <= PERFMAP_MAX_BYTES) {
+	while ((n = next_line(f, line)) > 0 && (read_bytes += n) <= PERFMAP_MAX_BYTES) {
 		unsigned long long start, size;
 		int name_at = 0;
 		const char *name;
 
-		line[strcspn(line, "\n")] = '\0';
 		if (sscanf(line, "%llx %llx %n", &start, &size, &name_at) != 2 || !name_at ||
 		    !size || start + size < start || !line[name_at])
 			continue;
+		for (char *c = line + name_at; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
 		name = strpool_intern(&s->strings, line + name_at);
 		r = name ? GROW(m->v, m->n + 1, m->alloc) : -ENOMEM;
 		if (r < 0)
@@ -88,7 +136,6 @@ int perfmap_read(struct symbolizer *s)
 						     .name = name, .seq = m->n };
 		m->n++;
 	}
-	free(line);
 	fclose(f);
 	if (r == 0 && m->n)
 		qsort(m->v, m->n, sizeof(*m->v), by_start);

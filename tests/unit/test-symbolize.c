@@ -644,6 +644,36 @@ Test(symbolize, perf_map_names_generated_code)
 	cr_expect(!strncmp(si.frames[0].function, "[JIT] 0x", 8), "%s", si.frames[0].function);
 	unlink(path);
 
+	/* Untrusted text: control characters shown as '?', a line too long
+	 * for any name skipped, and the lines after it still read. */
+	f = fopen(path, "we");
+	cr_assert_not_null(f);
+	fprintf(f, "%" PRIx64 " 40 evil\x1b[2Jname\tx\n", a);
+	fprintf(f, "%" PRIx64 " 10 ", a + 0x80);
+	for (int i = 0; i < 10000; i++)
+		fputc('x', f);
+	fprintf(f, "\n%" PRIx64 " 10 after_long\n", a + 0x100);
+	fclose(f);
+	symbolizer_unref(sym);
+	cr_assert_eq(symbolizer_new(&sym, getpid()), 0);
+	cr_assert_eq(symbolizer_lookup(sym, a + 0x10, &si), 0);
+	cr_expect_str_eq(si.frames[0].function, "evil?[2Jname?x");
+	cr_assert_eq(symbolizer_lookup(sym, a + 0x84, &si), 0);
+	cr_expect(!strncmp(si.frames[0].function, "[JIT] 0x", 8), "%s", si.frames[0].function);
+	cr_assert_eq(symbolizer_lookup(sym, a + 0x104, &si), 0);
+	cr_expect_str_eq(si.frames[0].function, "after_long");
+	/* Anyone may put a file of that name in /tmp: perf reads one owned
+	 * by root or the process's user only, and so does cprof. */
+	if (geteuid() == 0) {
+		cr_assert_eq(chown(path, 65534, 65534), 0, "%s", strerror(errno));
+		symbolizer_unref(sym);
+		cr_assert_eq(symbolizer_new(&sym, getpid()), 0);
+		cr_assert_eq(symbolizer_lookup(sym, a + 0x104, &si), 0);
+		cr_expect(!strncmp(si.frames[0].function, "[JIT] 0x", 8),
+			  "a map owned by uid 65534 was read: %s", si.frames[0].function);
+	}
+	unlink(path);
+
 	cr_assert_eq(mkfifo(path, 0600), 0);
 	symbolizer_unref(sym);
 	cr_assert_eq(symbolizer_new(&sym, getpid()), 0, "a FIFO for a map held the symbolizer");
