@@ -35,11 +35,19 @@ static int mapping_in(struct profile *p, const struct profile *base, uint64_t id
 static int location_in(struct profile *p, const struct profile *base, uint64_t id,
 		       uint64_t *ret)
 {
-	const struct profile_location *l = &base->locations[id - 1];
+	const struct profile_location *l;
 	struct profile_line *lines = NULL;
 	uint64_t idx, mapping;
 	int r;
 
+	/* Ids are 1-based indexes here (profile_add_location()); one that is
+	 * not is a profile this code did not build. */
+	if (!id || id > base->nlocations)
+		return -EINVAL;
+	l = &base->locations[id - 1];
+	for (size_t i = 0; i < l->nlines; i++)
+		if (!l->lines[i].function_id || l->lines[i].function_id > base->nfunctions)
+			return -EINVAL;
 	if (u64map_get(&p->location_by_address, l->address, &idx)) {
 		*ret = p->locations[idx].id;
 		return 0;

@@ -332,11 +332,19 @@ void http_server_free(struct http_server *s)
 	if (!s)
 		return;
 	if (s->d) {
-		/* Suspended connections must be resumed before the stop. */
-		while (s->parked)
-			http_reply(s->parked, MHD_HTTP_SERVICE_UNAVAILABLE,
-				   "text/plain; charset=utf-8", strdup("cprof serve is stopping\n"),
-				   24, NULL);
+		/* Suspended connections must be resumed before the stop: with
+		 * an answer, or, out of memory for one, to be closed by it. */
+		while (s->parked) {
+			struct http_request *req = s->parked;
+
+			if (http_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE,
+				       "text/plain; charset=utf-8",
+				       strdup("cprof serve is stopping\n"), 24, NULL) < 0) {
+				park_list_remove(s, req);
+				req->state = REQ_RESUMED;
+				MHD_resume_connection(req->conn);
+			}
+		}
 		MHD_run(s->d);
 		MHD_stop_daemon(s->d);
 	}

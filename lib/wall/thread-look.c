@@ -361,7 +361,9 @@ int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
 		r = unwind_into(unw, look, buf, len, st, &ran_off);
 		if (r < 0)
 			goto out_free;
-		if (!ran_off || len >= room)
+		/* A short read is all there is to have: asking again for more
+		 * would read the same, for ever. */
+		if (!ran_off || len >= room || len < want)
 			break;
 		want = MIN(MAX(want * 4, st->want), room);
 	}
