@@ -57,7 +57,9 @@ int record_dir_make_parent(char *buf, size_t size, const char *path, pid_t pid, 
 
 	if (n < 0)
 		return n;
-	if (mkdir(buf, 0777) < 0) {
+	/* Owner only, as each window's (mkdtemp): a record holds what was
+	 * read of the target's memory. */
+	if (mkdir(buf, 0700) < 0) {
 		n = -errno;
 		snprintf(why, whylen, "cannot make %s: %s", buf, strerror(errno));
 		return n;
@@ -129,20 +131,29 @@ int record_dir_commit(struct record_dir *d)
 	return 0;
 }
 
+/*
+ * Its files by the directory opened once, never by path: a directory
+ * swapped for a link to another meanwhile (in a world-writable one such
+ * as /tmp) is not followed, and rmdir() takes no link either.
+ */
 int record_dir_remove(const char *path)
 {
-	char file[PATH_MAX + 300];
 	struct dirent *e;
 	DIR *dir;
+	int fd;
 
-	dir = opendir(path);
-	if (!dir)
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
 		return -errno;
+	dir = fdopendir(fd);
+	if (!dir) {
+		close(fd);
+		return -errno;
+	}
 	while ((e = readdir(dir))) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
-		snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
-		unlink(file);
+		unlinkat(fd, e->d_name, 0);
 	}
 	closedir(dir);
 	return rmdir(path) < 0 ? -errno : 0;

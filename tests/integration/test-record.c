@@ -16,6 +16,7 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -311,6 +312,7 @@ Test(record, loop_windows_follow_each_other_and_the_oldest_go)
 	struct cprof_wire_header *h;
 	unsigned windows[16];
 	struct th_run r;
+	struct stat st;
 	size_t n;
 	pid_t pid;
 
@@ -325,6 +327,9 @@ Test(record, loop_windows_follow_each_other_and_the_oldest_go)
 	th_run_log(&r, "record --loop");
 	cr_assert_eq(r.exit_code, 0, "exit %d\n%s", r.exit_code, r.err);
 	th_run_release(&r);
+	/* The target's memory, read: for its owner only, as each window. */
+	cr_assert_eq(stat(dir, &st), 0, "%s: %s", dir, strerror(errno));
+	cr_expect_eq(st.st_mode & 07777, 0700, "%s is mode %o", dir, st.st_mode & 07777);
 	n = loop_windows(dir, windows, 16, last, sizeof(last));
 	cr_assert_eq(n, LOOP_KEEP_LAST, "%zu windows kept with --keep-last %d", n, LOOP_KEEP_LAST);
 	cr_expect_eq(windows[1], windows[0] + 1, "windows %u and %u kept", windows[0], windows[1]);
