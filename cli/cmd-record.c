@@ -272,6 +272,11 @@ static void start_all(struct record *rec)
 
 		if (!e->p)
 			continue;
+		/* Nothing new after a Ctrl-C. */
+		if (interrupt_requested()) {
+			refuse(e, "%s", "interrupted before it started");
+			continue;
+		}
 		why[0] = '\0';
 		r = profiler_start(e->p, why, sizeof(why));
 		/* The agent's kinds share a session: the first says why. */
@@ -301,11 +306,14 @@ static void what(const void *arg, char *buf, size_t size)
 		snprintf(buf, size, "%d %s", kinds, plural((uint64_t)kinds, "kind", "kinds"));
 }
 
-/* The window for every profiler started; 0 or -errno (said here). */
+/* The window for every profiler started, one that fails dropped (said
+ * and refused) and the others kept; 0 or -errno (said here). */
 static int window(struct record *rec, const struct target *t)
 {
+	int errors[RK_N] = { 0 }, kind[RK_N];
 	struct run_window_opts o = { .target = t, .duration_ns = rec->duration_ns,
-				     .verb = "recording", .what = what, .arg = rec };
+				     .verb = "recording", .what = what, .arg = rec,
+				     .errors = errors };
 	struct profiler *ps[RK_N];
 	char err[1024] = "";
 	uint64_t t0 = now_monotonic_ns();
@@ -314,13 +322,23 @@ static int window(struct record *rec, const struct target *t)
 	int r;
 
 	for (int i = 0; i < RK_THREADS_END; i++)
-		if (rec->e[i].p)
+		if (rec->e[i].p) {
+			kind[n] = i;
 			ps[n++] = rec->e[i].p;
+		}
 	rec->start_realtime_ns = (int64_t)now_realtime_ns();
 	r = n ? run_window(ps, n, &o, &exited, err, sizeof(err)) : 0;
 	rec->window_ns = now_monotonic_ns() - t0;
 	rec->target_exited = exited;
 	rec->interrupted = interrupt_requested();
+	for (size_t i = 0; i < n; i++)
+		if (errors[i]) {
+			report_warning("%s of pid %d failed during the window: %s; the other "
+				       "kinds are written", rec->e[kind[i]].name, rec->pid,
+				       strerror(-errors[i]));
+			refuse(&rec->e[kind[i]], "failed during the window: %s",
+			       strerror(-errors[i]));
+		}
 	if (r < 0)
 		report_error("recording pid %d failed: %s", rec->pid, err[0] ? err : strerror(-r));
 	return r;
@@ -466,8 +484,13 @@ int record_once(const struct record_opts *o, const struct target *t)
 	interrupt_target_released(rec.pid);
 	run_say_ended(rec.pid, rec.target_exited);
 	agent_window_said(&rec, t);
-	if (r == 0)
-		r = write_all(&rec, &d);
+	if (r < 0) {
+		/* Said by window(): nothing to write. */
+		record_dir_abort(&d);
+		code = EXIT_FAIL;
+		goto out_free;
+	}
+	r = write_all(&rec, &d);
 	code = outcome(&rec);
 	if (r == 0)
 		r = write_text_file(&d, "summary.txt", record_write_summary, &rec);
@@ -484,6 +507,7 @@ int record_once(const struct record_opts *o, const struct target *t)
 		if (o->json && record_write_manifest(&rec, stdout) < 0)
 			code = EXIT_FAIL;
 	}
+out_free:
 	for (int k = 0; k < RK_N; k++) {
 		profile_free(rec.e[k].profile);
 		profiler_free(rec.e[k].p);

@@ -103,6 +103,7 @@ int run_window(struct profiler **ps, size_t n, const struct run_window_opts *o,
 		.cancelled = interrupt_requested,
 		.tick = o->verb ? tick : NULL,
 		.tick_arg = &pr,
+		.errors = o->errors,
 	};
 	int r;
 

@@ -91,6 +91,7 @@ struct run_window_opts {
 	const char *verb;      /* "sampling", "recording"; NULL: no progress line */
 	run_progress_fn what;
 	const void *arg;
+	int *errors; /* profilers_run_opts' */
 };
 
 /*

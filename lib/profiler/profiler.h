@@ -109,6 +109,10 @@ struct profilers_run_opts {
 	bool (*cancelled)(void);
 	void (*tick)(void *arg, uint64_t elapsed_ns);
 	void *tick_arg;
+	/* NULL: the first profiler whose poll fails ends the window for all,
+	 * its -errno returned. Else @n entries: one that fails ends its own
+	 * window, its -errno kept here (0: none), and the others go on. */
+	int *errors;
 };
 
 int profilers_run(struct profiler **ps, size_t n, const struct profilers_run_opts *o,

@@ -12,23 +12,27 @@
 #define POLL_SLICE_MS 100
 #define TICK_NS 1000000000ULL
 
-static int stop_all(struct profiler **ps, size_t n)
+/* The first -errno, or each one's in @errors (when given, 0 else). */
+static int stop_all(struct profiler **ps, size_t n, int *errors)
 {
 	int r = 0;
 
 	for (size_t i = 0; i < n; i++) {
 		int k = profiler_stop(ps[i]);
 
-		if (k < 0 && r == 0)
+		if (k < 0 && errors && !errors[i])
+			errors[i] = k;
+		else if (k < 0 && !errors && r == 0)
 			r = k;
 	}
 	return r;
 }
 
 /* Each profiler still in its window polled once, the slice shared. 1: all
- * are over; -ESRCH: the target is gone; other -errno with @err. */
-static int poll_round(struct profiler **ps, size_t n, bool *over, uint64_t left_ns, char *err,
-		      size_t errlen)
+ * are over; -ESRCH: the target is gone; other -errno with @err, or in
+ * @errors, when given, for that one alone. */
+static int poll_round(struct profiler **ps, size_t n, bool *over, int *errors, uint64_t left_ns,
+		      char *err, size_t errlen)
 {
 	size_t active = 0;
 	int slice;
@@ -47,6 +51,11 @@ static int poll_round(struct profiler **ps, size_t n, bool *over, uint64_t left_
 		r = profiler_poll(ps[i], slice);
 		if (r == -ESRCH)
 			return r;
+		if (r < 0 && errors) {
+			errors[i] = r;
+			over[i] = true;
+			continue;
+		}
 		if (r < 0) {
 			snprintf(err, errlen, "%s: %s", profiler_kind(ps[i]), strerror(-r));
 			return r;
@@ -68,7 +77,7 @@ int profilers_start(struct profiler **ps, size_t n, char *err, size_t errlen)
 		if (r == 0)
 			continue;
 		/* Cancelled before the agent was in: its window is empty, over. */
-		stop_all(ps, r == -ECANCELED ? i + 1 : i);
+		stop_all(ps, r == -ECANCELED ? i + 1 : i, NULL);
 		if (r != -ECANCELED)
 			snprintf(err, errlen, "%s: %s", profiler_kind(ps[i]),
 				 why[0] ? why : strerror(-r));
@@ -87,7 +96,7 @@ int profilers_window(struct profiler **ps, size_t n, const struct profilers_run_
 	*ret_exited = false;
 	over = calloc(n ? n : 1, sizeof(*over));
 	if (!over) {
-		stop_all(ps, n);
+		stop_all(ps, n, o->errors);
 		return -ENOMEM;
 	}
 	for (;;) {
@@ -95,7 +104,7 @@ int profilers_window(struct profiler **ps, size_t n, const struct profilers_run_
 
 		if ((o->cancelled && o->cancelled()) || now - start >= o->duration_ns)
 			break;
-		r = poll_round(ps, n, over, o->duration_ns - (now - start), err, errlen);
+		r = poll_round(ps, n, over, o->errors, o->duration_ns - (now - start), err, errlen);
 		if (r == -ESRCH)
 			*ret_exited = true;
 		if (r != 0)
@@ -106,7 +115,7 @@ int profilers_window(struct profiler **ps, size_t n, const struct profilers_run_
 		}
 	}
 	free(over);
-	k = stop_all(ps, n);
+	k = stop_all(ps, n, o->errors);
 	if (r > 0 || r == -ESRCH)
 		r = 0;
 	if (r == 0 && k < 0) {
