@@ -622,6 +622,12 @@ static long long json_number(const char *json, const char *key)
 	return atoll(p + strlen(needle));
 }
 
+/*
+ * It judges what 1 s of busy's CPU gives (its samples, its hot spots, none
+ * lost), so it runs with the suites that measure, alone (TIMING_TESTS_OF):
+ * beside the torture suite cprof's drains waited for a cpu longer than its
+ * rings hold, and busy got little of one.
+ */
 Test(view, cpu_folded_json_quiet, .timeout = 120)
 {
 	char *folded = tmp_file("cpu.folded");
