@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "report.h"
+#include "util/util.h"
 
 static const int handled[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
 
@@ -53,9 +54,9 @@ void interrupt_install(void)
 	/* No SA_RESTART: poll() must return so the loop sees the flag. Every
 	 * handled signal is held while one runs. */
 	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof(handled) / sizeof(handled[0]); i++)
+	for (size_t i = 0; i < ARRAY_SIZE(handled); i++)
 		sigaddset(&sa.sa_mask, handled[i]);
-	for (size_t i = 0; i < sizeof(handled) / sizeof(handled[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(handled); i++) {
 		if (handled[i] == SIGHUP && sigaction(SIGHUP, NULL, &old) == 0 &&
 		    old.sa_handler == SIG_IGN)
 			continue;

@@ -3,11 +3,11 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <stdbool.h>
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

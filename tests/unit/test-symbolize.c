@@ -607,6 +607,22 @@ Test(symbolize, a_file_mapped_again_far_away)
 	munmap(jit, 4096);
 }
 
+/* The symbolizer made again: it reads the perf map when it is made. */
+static void reread_perf_map(void)
+{
+	symbolizer_unref(sym);
+	cr_assert_eq(symbolizer_new(&sym, getpid()), 0);
+}
+
+/* The innermost function named at @address. */
+static const char *function_at(uint64_t address)
+{
+	static struct symbol_info si;
+
+	cr_assert_eq(symbolizer_lookup(sym, address, &si), 0);
+	return si.frames[0].function;
+}
+
 /*
  * The perf map of generated code, /tmp/perf-PID.map: the last line for an
  * address holds, malformed lines are skipped, and a map that is no
@@ -617,7 +633,7 @@ Test(symbolize, perf_map_names_generated_code)
 	char path[64];
 	uint8_t *jit;
 	uint64_t a;
-	struct symbol_info si;
+	const char *name;
 	FILE *f;
 
 	jit = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1,
@@ -632,16 +648,12 @@ Test(symbolize, perf_map_names_generated_code)
 	fprintf(f, "%" PRIx64 " 40 LazyCompile:*work /app/work.js:3\n", a);
 	fprintf(f, "%" PRIx64 " 10 stub with spaces\n", a + 0x80);
 	fclose(f);
-	symbolizer_unref(sym);
-	cr_assert_eq(symbolizer_new(&sym, getpid()), 0);
-	cr_assert_eq(symbolizer_lookup(sym, a + 0x10, &si), 0);
-	cr_expect_str_eq(si.frames[0].function, "LazyCompile:*work /app/work.js:3");
-	cr_assert_eq(symbolizer_lookup(sym, a + 0x50, &si), 0);
-	cr_expect_str_eq(si.frames[0].function, "old_code");
-	cr_assert_eq(symbolizer_lookup(sym, a + 0x84, &si), 0);
-	cr_expect_str_eq(si.frames[0].function, "stub with spaces");
-	cr_assert_eq(symbolizer_lookup(sym, a + 0x200, &si), 0);
-	cr_expect(!strncmp(si.frames[0].function, "[JIT] 0x", 8), "%s", si.frames[0].function);
+	reread_perf_map();
+	cr_expect_str_eq(function_at(a + 0x10), "LazyCompile:*work /app/work.js:3");
+	cr_expect_str_eq(function_at(a + 0x50), "old_code");
+	cr_expect_str_eq(function_at(a + 0x84), "stub with spaces");
+	name = function_at(a + 0x200);
+	cr_expect(!strncmp(name, "[JIT] 0x", 8), "%s", name);
 	unlink(path);
 
 	/* Untrusted text: control characters shown as '?', a line too long
@@ -654,31 +666,27 @@ Test(symbolize, perf_map_names_generated_code)
 		fputc('x', f);
 	fprintf(f, "\n%" PRIx64 " 10 after_long\n", a + 0x100);
 	fclose(f);
-	symbolizer_unref(sym);
-	cr_assert_eq(symbolizer_new(&sym, getpid()), 0);
-	cr_assert_eq(symbolizer_lookup(sym, a + 0x10, &si), 0);
-	cr_expect_str_eq(si.frames[0].function, "evil?[2Jname?x");
-	cr_assert_eq(symbolizer_lookup(sym, a + 0x84, &si), 0);
-	cr_expect(!strncmp(si.frames[0].function, "[JIT] 0x", 8), "%s", si.frames[0].function);
-	cr_assert_eq(symbolizer_lookup(sym, a + 0x104, &si), 0);
-	cr_expect_str_eq(si.frames[0].function, "after_long");
+	reread_perf_map();
+	cr_expect_str_eq(function_at(a + 0x10), "evil?[2Jname?x");
+	name = function_at(a + 0x84);
+	cr_expect(!strncmp(name, "[JIT] 0x", 8), "%s", name);
+	cr_expect_str_eq(function_at(a + 0x104), "after_long");
 	/* Anyone may put a file of that name in /tmp: perf reads one owned
 	 * by root or the process's user only, and so does cprof. */
 	if (geteuid() == 0) {
 		cr_assert_eq(chown(path, 65534, 65534), 0, "%s", strerror(errno));
-		symbolizer_unref(sym);
-		cr_assert_eq(symbolizer_new(&sym, getpid()), 0);
-		cr_assert_eq(symbolizer_lookup(sym, a + 0x104, &si), 0);
-		cr_expect(!strncmp(si.frames[0].function, "[JIT] 0x", 8),
-			  "a map owned by uid 65534 was read: %s", si.frames[0].function);
+		reread_perf_map();
+		name = function_at(a + 0x104);
+		cr_expect(!strncmp(name, "[JIT] 0x", 8), "a map owned by uid 65534 was read: %s",
+			  name);
 	}
 	unlink(path);
 
 	cr_assert_eq(mkfifo(path, 0600), 0);
 	symbolizer_unref(sym);
 	cr_assert_eq(symbolizer_new(&sym, getpid()), 0, "a FIFO for a map held the symbolizer");
-	cr_assert_eq(symbolizer_lookup(sym, a + 0x10, &si), 0);
-	cr_expect(!strncmp(si.frames[0].function, "[JIT] 0x", 8), "%s", si.frames[0].function);
+	name = function_at(a + 0x10);
+	cr_expect(!strncmp(name, "[JIT] 0x", 8), "%s", name);
 	unlink(path);
 	munmap(jit, 4096);
 }
