@@ -42,7 +42,8 @@ static struct profile *served(const struct server *s, const char *path)
 	return p;
 }
 
-/* Rate 512 for 8 s: test-heap-alloc's, ~1000 samples for the 16-byte sites. */
+/* Rate 512 for 4 s at 8000 rounds/s: test-heap-alloc's, ~1000 samples for
+ * the 16-byte sites. */
 Test(serve_truth, allocs_as_right_as_heaps)
 {
 	const char *report = th_tmp_path("serve-heapsites.report");
@@ -51,10 +52,10 @@ Test(serve_truth, allocs_as_right_as_heaps)
 	pid_t pid;
 
 	skip_unless_ready();
-	pid = TH_SPAWN("heapsites", "60", report, "256", "4000");
+	pid = TH_SPAWN("heapsites", "60", report, "256", "8000");
 	serve_start(&s, pid, (const char *const[]){ "--listen", "127.0.0.1:0", "--heap-rate",
 						    "512", NULL });
-	th_sleep_ms(8000);
+	th_sleep_ms(4000);
 	p = served(&s, "/debug/pprof/allocs");
 	heapsites_check(p, pid, report, "512", 512, "glibc, served");
 	profile_free(p);
