@@ -189,6 +189,11 @@ int agent_open(struct run *run, struct agent_profiler_opts *ao)
 			    "pid %d was left as it was", t->pid);
 		return 0;
 	}
+	/* The session opened and what came after failed: its own words. */
+	if (r < 0 && !al->failed) {
+		report_error_text(NULL, err);
+		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+	}
 	return r < 0 ? session_error(r, t, al, &so) : 0;
 }
 

@@ -33,6 +33,7 @@ struct channel {
 	uint64_t live_request; /* ours: the target could rewrite the header's */
 	uint64_t live_seen;    /* the last request a LIVE record answered */
 	unsigned live_taken;   /* snapshots handed over */
+	uint32_t sent;         /* the last command we sent */
 };
 
 static uint64_t load(const uint64_t *p)
@@ -190,6 +191,7 @@ int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned t
 {
 	const struct timespec nap = { 0, 5 * 1000 * 1000 };
 
+	ch->sent = cmd;
 	__atomic_store_n(&ch->hdr->command, cmd, __ATOMIC_RELEASE);
 	for (unsigned waited = 0; waited <= timeout_ms; waited += 5) {
 		if (__atomic_load_n(&ch->hdr->state, __ATOMIC_ACQUIRE) == state)
@@ -200,6 +202,11 @@ int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned t
 		nanosleep(&nap, NULL);
 	}
 	return -ETIMEDOUT;
+}
+
+uint32_t channel_sent(const struct channel *ch)
+{
+	return ch->sent;
 }
 
 void channel_set_rates(struct channel *ch, const uint64_t rates[CPROF_KINDS])

@@ -64,6 +64,8 @@ void channel_heartbeat(struct channel *ch);
  * state to become @state. 0, -ETIMEDOUT, or -ESRCH when the target is gone.
  */
 int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned timeout_ms);
+/* The last command channel_command() sent on @ch (CPROF_CMD_NONE: none). */
+uint32_t channel_sent(const struct channel *ch);
 
 /* A session of several kinds: each kind's rate, @rates by CPROF_KIND_*
  * (0: as it is), taken by the agent within a watchdog tick. */

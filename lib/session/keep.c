@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "session/session.h"
 #include "util/util.h"
 
 #define TICK_MS 10
@@ -67,11 +68,7 @@ int keep_listen(int fd)
 
 int keep_end(struct channel *ch)
 {
-	int r = channel_command(ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED, 2000);
-
-	if (r == 0)
-		channel_give_back(ch);
-	return r;
+	return agent_channel_end(ch);
 }
 
 /*

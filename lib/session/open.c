@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "target/target.h"
+#include "util/fault.h"
 
 int agent_session_prepare(struct agent_session *s, pid_t pid, struct symbolizer *sym)
 {
@@ -64,6 +65,24 @@ static int claim_session(struct agent_session *s)
 	return r;
 }
 
+/*
+ * The agent is in and hooked, but cprof cannot reach its channel: the hooks
+ * go by a call of the agent's own cprof_agent_detach(), not when its
+ * watchdog gives up on a heartbeat nobody beats. A target that is gone, or
+ * a cancel (cprof is on its way out, and the watchdog sees it exit), leaves
+ * that to the watchdog. @s still says what failed: the channel.
+ */
+static void detach_by_call(struct agent_session *s, const struct agent_session_opts *o)
+{
+	struct inject_report rep = s->rep;
+	int ret;
+
+	if (target_alive(s->pid))
+		agent_session_call(s, o, "cprof_agent_detach", NULL, &ret);
+	s->rep = rep;
+	s->failed = AGENT_SESSION_CHANNEL;
+}
+
 int agent_session_open(struct agent_session *s, const struct agent_session_opts *o)
 {
 	struct inject_opts io = inject_opts_for(s, o);
@@ -83,13 +102,21 @@ int agent_session_open(struct agent_session *s, const struct agent_session_opts 
 	/* The agent is a module of the target now: its frames must resolve. */
 	symbolizer_refresh(s->sym);
 	r = channel_open(&s->ch, s->pid, s->fd);
+	if (r == 0 && fault_injected("agent-channel")) {
+		channel_close(s->ch);
+		s->ch = NULL;
+		r = -EIO;
+	}
+	if (r < 0) {
+		s->failed = AGENT_SESSION_CHANNEL;
+		detach_by_call(s, o);
+		return r;
+	}
 	/* Each record carries the rate it was drawn at: those drawn at the
 	 * defaults until the agent takes these are as unbiased. */
-	if (r == 0 && (o->events & (o->events - 1)))
+	if (o->events & (o->events - 1))
 		channel_set_rates(s->ch, o->rates);
-	if (r < 0)
-		s->failed = AGENT_SESSION_CHANNEL;
-	return r;
+	return 0;
 }
 
 int agent_session_call(struct agent_session *s, const struct agent_session_opts *o,
@@ -111,7 +138,9 @@ int agent_session_call(struct agent_session *s, const struct agent_session_opts 
 
 void agent_session_release(struct agent_session *s)
 {
-	/* After the channel: the detach is sent through it. */
+	/* Before the channel closes: the detach is sent through it. */
+	if (s->ch)
+		agent_channel_end(s->ch);
 	channel_close(s->ch);
 	s->ch = NULL;
 	if (s->pid) /* prepared: a zeroed session holds no claim */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/fault.h"
 
 struct agent_profiler {
 	struct agent_profiler_opts o;
@@ -133,6 +134,8 @@ static int new_builders(struct agent_profiler *p)
 			r = contention_new(&p->contention[k], &co);
 		}
 	}
+	if (r == 0 && fault_injected("agent-builders"))
+		r = -ENOMEM;
 	return r;
 }
 
@@ -155,8 +158,11 @@ int agent_profiler_start(struct agent_profiler *p, char *err, size_t errlen)
 		return p->start_result = r;
 	}
 	/* Cancelled: an empty window over at once, and an empty profile. */
-	if (new_builders(p) < 0)
+	if (new_builders(p) < 0) {
+		snprintf(err, errlen, "cannot set up the profile of pid %d: out of memory",
+			 p->o.pid);
 		return p->start_result = -ENOMEM;
+	}
 	agent_window_begin(&p->w, p->s.ch, p->o.pid, &wo, &p->h);
 	return p->start_result = r;
 }

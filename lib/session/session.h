@@ -95,7 +95,9 @@ int agent_session_prepare(struct agent_session *s, pid_t pid, struct symbolizer 
  * events at their rates, its channel open in @s->ch. 0, or -errno with
  * @s->failed saying at which step: -EBUSY at AGENT_SESSION_CLAIM is another
  * cprof's session (@s->holder); -ECANCELED means @o->cancelled said so
- * before a thread was stopped, the target as it was.
+ * before a thread was stopped, the target as it was. A channel that cannot
+ * be opened after the load has the agent's session ended by a call of its
+ * own (the hooks gone) before this returns.
  */
 int agent_session_open(struct agent_session *s, const struct agent_session_opts *o);
 
@@ -118,10 +120,20 @@ int agent_session_call(struct agent_session *s, const struct agent_session_opts 
 void agent_session_strerror(const struct agent_session *s, const struct agent_session_opts *o,
 			    int err, const char *comm, char *buf, size_t size);
 
-/* Closes the channel (the agent detaches by itself if the window did not
- * end the session), drops the claim, frees the modules. A zeroed @s is
- * released as well. */
+/* Ends the agent's session if it still runs (agent_channel_end()), closes
+ * the channel, drops the claim, frees the modules: whatever failed after
+ * the load, the hooks go before cprof goes on or exits, not at the agent's
+ * watchdog. A zeroed @s is released as well. */
 void agent_session_release(struct agent_session *s);
+
+/*
+ * Ends the session on @ch unless the agent ended it already: the detach
+ * asked for and waited on, then the ring's pages given back in the target
+ * (channel_give_back()). 0, or channel_command()'s -errno (-ESRCH: the
+ * target is gone); -ETIMEDOUT at once when a detach was asked on @ch
+ * before and never answered.
+ */
+int agent_channel_end(struct channel *ch);
 
 struct window_result {
 	uint64_t start_realtime_ns; /* for the profile's time_nanos */

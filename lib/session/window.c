@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "target/target.h"
+#include "util/fault.h"
 #include "util/util.h"
 
 /* Drain often: a busy target fills the ring fast (ALLOCs carry stacks). */
@@ -123,6 +124,8 @@ static int tick(struct agent_window *w, uint64_t now, uint64_t until)
 
 	channel_heartbeat(w->ch);
 	r = drain_until(w->ch, w->h, res, MAX(until, now + DRAIN_MIN_NS));
+	if (r >= 0 && fault_injected("window-drain"))
+		r = -EIO;
 	if (r < 0)
 		return r;
 	if (w->o.cancelled && w->o.cancelled())
@@ -185,6 +188,8 @@ int agent_window_end(struct agent_window *w)
 			r = live_wait(w->ch, w->h, res, w->pid);
 		else
 			r = agent_window_live(w->ch, w->h, res, w->pid);
+		if (r == 0 && fault_injected("window-live"))
+			r = -EIO;
 	}
 	if (detach && !res->target_exited) {
 		k = channel_command(w->ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED,
@@ -201,6 +206,25 @@ int agent_window_end(struct agent_window *w)
 	else if (!detach)
 		res->detached = true; /* not asked: the session goes on */
 	return r < 0 ? r : k;
+}
+
+int agent_channel_end(struct channel *ch)
+{
+	struct channel_counters c;
+	int r;
+
+	channel_counters(ch, &c);
+	if (c.state == CPROF_STATE_DETACHED)
+		return 0;
+	/* Asked and not answered: the agent is stopped or stuck, and asking
+	 * again would wait as long for nothing. Its watchdog ends the session
+	 * once it runs and finds cprof gone. */
+	if (channel_sent(ch) == CPROF_CMD_DETACH)
+		return -ETIMEDOUT;
+	r = channel_command(ch, CPROF_CMD_DETACH, CPROF_STATE_DETACHED, DETACH_TIMEOUT_MS);
+	if (r == 0)
+		channel_give_back(ch);
+	return r;
 }
 
 int agent_window_run(struct channel *ch, pid_t pid, const struct window_opts *o,
