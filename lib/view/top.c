@@ -29,12 +29,16 @@ struct edges {
 		const char *caller;
 		size_t callee; /* index in the function sums */
 		bool called;   /* some call along it was not inlined */
+		size_t stack;  /* the last stack it was seen in, + 1 */
 	} *e;
 	size_t n, alloc;
 	struct u64map index; /* hash of the pair -> first index (probed) */
 };
 
-static int note_edge(struct edges *es, const char *caller, size_t callee, uint8_t how)
+/* The pair's first time in stack @stack counts, as pprof's seenEdge has
+ * it: a later one in the same stack adds nothing. */
+static int note_edge(struct edges *es, const char *caller, size_t callee, uint8_t how,
+		     size_t stack)
 {
 	uint64_t key = hash_u64((uint64_t)(uintptr_t)caller * 31 + callee), i;
 	int r;
@@ -42,7 +46,9 @@ static int note_edge(struct edges *es, const char *caller, size_t callee, uint8_
 	/* Collisions probe key + 1: pairs are few, a probe is a compare. */
 	for (; u64map_get(&es->index, key, &i); key++)
 		if (es->e[i].caller == caller && es->e[i].callee == callee) {
-			es->e[i].called |= (how & VIEW_CALLED) != 0;
+			if (es->e[i].stack != stack + 1)
+				es->e[i].called |= (how & VIEW_CALLED) != 0;
+			es->e[i].stack = stack + 1;
 			return 0;
 		}
 	r = GROW(es->e, es->n + 1, es->alloc);
@@ -50,7 +56,7 @@ static int note_edge(struct edges *es, const char *caller, size_t callee, uint8_
 		r = u64map_put(&es->index, key, es->n);
 	if (r < 0)
 		return r;
-	es->e[es->n++] = (struct edge){ caller, callee, (how & VIEW_CALLED) != 0 };
+	es->e[es->n++] = (struct edge){ caller, callee, (how & VIEW_CALLED) != 0, stack + 1 };
 	return 0;
 }
 
@@ -110,14 +116,18 @@ out:
 }
 
 /*
- * pprof's "(inline)" marks on the @n functions shown. pprof builds its graph
- * of the shown nodes only: a frame's caller is the nearest shown frame above
- * it, and the edge between them is inline when the frame is an inlined line
- * of its location (not its outermost), in every sample (an edge is inline
- * only if every call along it was). A function is "(inline)" if one of its
- * caller edges is, "(partial-inline)" if others are not.
+ * pprof's "(inline)" marks on the @n functions shown. The edge into a frame
+ * is inline when the frame is an inlined line of its location (not its
+ * outermost), in every sample (an edge is inline only if every call along
+ * it was). A function is "(inline)" if one of its caller edges is,
+ * "(partial-inline)" if others are not. pprof rebuilds its graph of the
+ * shown nodes only when its cut-off or --top left some out: a frame's
+ * caller is then the nearest shown frame above it. With @all (nothing left
+ * out) it keeps its first graph, of every function, those whose samples
+ * cancel out in a comparison included: a frame's caller is the frame above
+ * it, shown or not.
  */
-static int mark_inline(const struct view_stacks *vs, struct view_func *f, size_t n)
+static int mark_inline(const struct view_stacks *vs, struct view_func *f, size_t n, bool all)
 {
 	struct edges edges = { 0 };
 	struct u64map slot;
@@ -134,10 +144,13 @@ static int mark_inline(const struct view_stacks *vs, struct view_func *f, size_t
 		for (size_t k = 0; k < s->n && r == 0; k++) {
 			uint64_t j;
 
-			if (!u64map_get(&slot, (uint64_t)(uintptr_t)s->frames[k], &j))
+			if (!u64map_get(&slot, (uint64_t)(uintptr_t)s->frames[k], &j)) {
+				if (all)
+					parent = s->frames[k];
 				continue;
+			}
 			if (parent && parent != s->frames[k])
-				r = note_edge(&edges, parent, j, s->how[k]);
+				r = note_edge(&edges, parent, j, s->how[k], i);
 			parent = s->frames[k];
 		}
 	}
@@ -160,7 +173,7 @@ int view_functions(const struct profile *p, size_t index, struct view_func **ret
 		return r;
 	r = function_sums(&vs, ret, ret_n);
 	if (r == 0)
-		r = mark_inline(&vs, *ret, *ret_n);
+		r = mark_inline(&vs, *ret, *ret_n, true);
 	if (r < 0)
 		free(*ret);
 	view_stacks_release(&vs);
@@ -259,7 +272,7 @@ int view_top_write(const struct profile *p, size_t index, size_t max_rows,
 		if (abs_saturated(fn[i].cum) >= cutoff)
 			fn[kept++] = fn[i];
 	rows = max_rows && max_rows < kept ? max_rows : kept;
-	r = mark_inline(&vs, fn, rows);
+	r = mark_inline(&vs, fn, rows, rows == n);
 	if (r < 0)
 		goto out;
 	mins = calloc(rows + 1, sizeof(*mins));

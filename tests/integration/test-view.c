@@ -358,6 +358,65 @@ Test(view, cprof_profiles_compared_as_pprof, .timeout = 300)
 	expect_folded_difference(out[1], out[0], NULL);
 }
 
+/*
+ * One side of a comparison by hand: main calls wait, into which inner is
+ * inlined; OLD samples inner itself, NEW what inner calls (leafy). main and
+ * wait cancel out and are not shown, so no shown frame calls inner. pprof
+ * keeps its first graph when nothing is cut (here the cut-off is 0): there
+ * the caller of inner is wait, shown or not, along an inline edge, so inner
+ * is "(inline)". Seen in a comparison of two demo profiles (main's own
+ * condition wait sampled once in each).
+ */
+static void write_cancelling_side(const char *path, bool new_side)
+{
+	static const struct profile_value_type types[] = { { "samples", "count" } };
+	static const char *const names[] = { "main", "wait", "inner", "leafy" };
+	struct profile_line lines[4] = { 0 }, waited[2];
+	const struct profile_mapping m = { .start = 0x1000, .limit = 0x4000, .file = "/bin/c",
+					   .build_id = "", .has_functions = true,
+					   .has_inline_frames = true };
+	struct profile *p = NULL;
+	uint64_t map, loc_main, loc_wait, loc_leafy, stack[3];
+	int64_t one = 1;
+
+	cr_assert_eq(profile_new(&p, types, 1), 0);
+	cr_assert_eq(profile_add_mapping(p, &m, &map), 0);
+	for (size_t i = 0; i < 4; i++)
+		cr_assert_eq(profile_intern_function(p, names[i], names[i], "c.c", 1,
+						     &lines[i].function_id), 0);
+	waited[0] = lines[2]; /* innermost first: inner inlined into wait */
+	waited[1] = lines[1];
+	cr_assert_eq(profile_add_location(p, 0x1000, map, &lines[0], 1, &loc_main), 0);
+	cr_assert_eq(profile_add_location(p, 0x2000, map, waited, 2, &loc_wait), 0);
+	cr_assert_eq(profile_add_location(p, 0x3000, map, &lines[3], 1, &loc_leafy), 0);
+	if (new_side) {
+		stack[0] = loc_leafy, stack[1] = loc_wait, stack[2] = loc_main;
+		cr_assert_eq(profile_add_sample(p, stack, 3, &one, NULL, 0), 0);
+	} else {
+		stack[0] = loc_wait, stack[1] = loc_main;
+		cr_assert_eq(profile_add_sample(p, stack, 2, &one, NULL, 0), 0);
+	}
+	write_profile(path, p);
+	profile_free(p);
+}
+
+Test(view, inline_marks_through_callers_that_cancel_out, .timeout = 120)
+{
+	char *old = tmp_file("cancel-old.pb.gz"), *new = tmp_file("cancel-new.pb.gz");
+	struct th_run r;
+
+	write_cancelling_side(old, false);
+	write_cancelling_side(new, true);
+	TH_CPROF(&r, 60000, "view", new, "--diff-base", old);
+	cr_assert_eq(r.exit_code, 0, "%s", r.err);
+	cr_expect_not_null(strstr(r.out, " inner (inline)\n"), "inner is not marked inline:\n%s",
+			   r.out);
+	th_run_release(&r);
+	diff_agrees_with_pprof(new, old, NULL);
+	free(old);
+	free(new);
+}
+
 /* ---- the flame graph ---------------------------------------------------- */
 
 /* Well-formed XML: xmllint when installed, else its first and last tags. */
