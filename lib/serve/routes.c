@@ -20,6 +20,10 @@
 #define PREFIX "/debug/pprof/"
 #define TEXT "text/plain; charset=utf-8"
 #define NOSNIFF "X-Content-Type-Options", "nosniff"
+/* Go's serveError()'s headers, beside its http.Error()'s content type. */
+#define GO_ERROR NOSNIFF, "X-Go-Pprof", "1"
+/* Retry-After counts whole seconds: the interval, rounded up. */
+#define SNAPSHOT_RETRY_S ((SERVE_SNAPSHOT_INTERVAL_MS + 999) / 1000)
 
 static const char *const kind_names[] = {
 	[SK_HEAP] = "heap",	    [SK_ALLOCS] = "allocs",
@@ -75,9 +79,25 @@ static void reply_text(struct http_request *req, unsigned status, const char *co
 
 void serve_error(struct http_request *req, unsigned status, const char *text)
 {
-	static const char *const h[] = { NOSNIFF, "X-Go-Pprof", "1", NULL };
+	static const char *const h[] = { GO_ERROR, NULL };
 
 	reply_text(req, status, h, "%s\n", text);
+}
+
+/* A goroutine profile asked too soon (serve_snapshot_refused()): 429, as
+ * serveError() would write it, and when to come back. */
+static bool refused_snapshot(const struct serve *s, struct http_request *req,
+			     enum serve_kind k)
+{
+	char retry[16];
+	const char *const h[] = { GO_ERROR, "Retry-After", retry, NULL };
+
+	if (k != SK_GOROUTINE || !serve_snapshot_refused(s))
+		return false;
+	snprintf(retry, sizeof(retry), "%d", SNAPSHOT_RETRY_S);
+	reply_text(req, 429, h, "goroutine profiles are limited to one every %d ms: each stops "
+		   "every thread of the process\n", SERVE_SNAPSHOT_INTERVAL_MS);
+	return true;
 }
 
 void serve_profile(struct http_request *req, struct profile *p, const char *filename)
@@ -226,6 +246,8 @@ static void serve_delta(struct serve *s, struct http_request *req, enum serve_ki
 		serve_error(req, 400, "seconds and debug params are incompatible");
 		return;
 	}
+	if (refused_snapshot(s, req, k))
+		return;
 	if (serve_window(s, req, k, (unsigned)sec, why, sizeof(why)) < 0)
 		serve_error(req, 500, why);
 }
@@ -244,6 +266,8 @@ static void serve_named(struct serve *s, struct http_request *req, enum serve_ki
 		serve_delta(s, req, k, seconds);
 		return;
 	}
+	if (refused_snapshot(s, req, k))
+		return;
 	if (debug != 0) {
 		if (serve_text(s, k, debug, &text, &len, why, sizeof(why)) < 0)
 			serve_error(req, 500, why);

@@ -192,6 +192,45 @@ static struct contention *empty_of(struct serve *s, enum serve_kind k)
 	return k == SK_BLOCK || k == SK_MUTEX ? s->empty[k] : NULL;
 }
 
+/* A snapshot may start now: one at a time (the loop's tick runs between
+ * two, however long each takes) and their starts the interval apart. */
+static bool snapshot_ready(const struct serve *s)
+{
+	return !s->snapshot_since_tick &&
+	       now_monotonic_ns() - s->snapshot_ns >= SERVE_SNAPSHOT_INTERVAL_MS * 1000000ULL;
+}
+
+/* A goroutine delta's end is due: its second snapshot waits for its turn. */
+static bool snapshot_owed(const struct serve *s)
+{
+	uint64_t now = now_monotonic_ns();
+
+	for (const struct serve_job *j = s->jobs; j; j = j->next)
+		if (j->kind == SK_GOROUTINE && now >= j->deadline_ns)
+			return true;
+	return false;
+}
+
+bool serve_snapshot_refused(const struct serve *s)
+{
+	return !snapshot_ready(s) || snapshot_owed(s);
+}
+
+/* The one place serve stops the target's threads: when their turn has
+ * come, and the start kept for the next. */
+static int snapshot_take(struct serve *s, struct threads_snapshot **ret, char *why,
+			 size_t whylen)
+{
+	if (!snapshot_ready(s)) {
+		snprintf(why, whylen, "a goroutine profile was taken less than %d ms ago",
+			 SERVE_SNAPSHOT_INTERVAL_MS);
+		return -EAGAIN;
+	}
+	s->snapshot_ns = now_monotonic_ns();
+	s->snapshot_since_tick = true;
+	return threads_snapshot_take(ret, s->o.pid, s->sym, why, whylen);
+}
+
 /* What kind @k's profile or text is made of, taken now: the threads'
  * snapshot (*@ret_t), an empty profile of a kind not hooked (*@ret_empty),
  * or the agent's records, with a fresh live set if @live (a text's; a
@@ -207,7 +246,7 @@ static int collect(struct serve *s, enum serve_kind k, bool live,
 	if (unavailable(s, k, why, whylen))
 		return -ENOTSUP;
 	if (k == SK_GOROUTINE)
-		r = threads_snapshot_take(ret_t, s->o.pid, s->sym, why, whylen);
+		r = snapshot_take(s, ret_t, why, whylen);
 	else if (!*ret_empty && live)
 		r = agent_profiler_take_live(s->ap);
 	if (r < 0 && k != SK_GOROUTINE)
@@ -385,8 +424,15 @@ static void delta_answer(struct serve *s, struct serve_job *j)
 	struct profile *p1 = NULL;
 	char why[1024];
 	int64_t t0 = j->p0->time_nanos;
+	int r = serve_build(s, j->kind, &p1, why, sizeof(why));
 
-	if (serve_build(s, j->kind, &p1, why, sizeof(why)) < 0) {
+	/* At the stop, a goroutine delta whose snapshot's turn has not come:
+	 * the threads are not stopped again for it. */
+	if (r == -EAGAIN) {
+		serve_error(j->req, 503, "cprof serve is stopping");
+		return;
+	}
+	if (r < 0) {
 		serve_error(j->req, 500, "failed to collect profile");
 		return;
 	}
@@ -422,7 +468,8 @@ static void job_end(struct serve *s, struct serve_job *j, bool abandoned)
 }
 
 /* Each window drained; those over (their time, the target gone, the
- * client gone) answered. @all: every one, now. */
+ * client gone) answered, a goroutine delta once its snapshot's turn has
+ * come. @all: every one, now. */
 static void jobs_tick(struct serve *s, bool all)
 {
 	uint64_t now = now_monotonic_ns();
@@ -431,8 +478,10 @@ static void jobs_tick(struct serve *s, bool all)
 		struct serve_job *j = *pp;
 		int r = j->p ? profiler_poll(j->p, 0) : 0;
 		bool abandoned = http_abandoned(j->req);
+		bool waits = now < j->deadline_ns ||
+			     (j->kind == SK_GOROUTINE && !snapshot_ready(s));
 
-		if (!all && !abandoned && r == 0 && now < j->deadline_ns) {
+		if (!all && !abandoned && r == 0 && waits) {
 			pp = &j->next;
 			continue;
 		}
@@ -460,6 +509,8 @@ int serve_run(struct serve *s, enum serve_end *ret)
 			break;
 		}
 		agent_tick(s);
+		/* The heartbeat has had its turn: the next snapshot may come. */
+		s->snapshot_since_tick = false;
 		jobs_tick(s, false);
 	}
 	/* Windows under way end with what they have. */

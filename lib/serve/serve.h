@@ -14,6 +14,11 @@
  * with Go's parameters (seconds, debug, gc), content types, status codes
  * and error texts. Every window runs in serve's one loop (serve_run()),
  * which is also the agent's heartbeat. Nothing here prints.
+ *
+ * A goroutine profile (any ?debug=, a delta's ends) stops every thread of
+ * the target: one is taken at a time, their starts at least
+ * SERVE_SNAPSHOT_INTERVAL_MS apart, and a request that comes sooner gets
+ * 429 with Retry-After.
  */
 #ifndef CPROF_SERVE_SERVE_H
 #define CPROF_SERVE_SERVE_H
@@ -24,6 +29,10 @@
 #include <sys/types.h>
 
 #include "session/profiler.h"
+
+/* Ten snapshots a second at most: were each to hold the threads for 10 ms,
+ * a client asking without pause still leaves them 90% of their time. */
+#define SERVE_SNAPSHOT_INTERVAL_MS 100
 
 struct serve;
 

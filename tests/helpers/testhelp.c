@@ -1908,7 +1908,9 @@ int64_t th_cpuclock_gap(const struct th_cpuclock *c)
 	return c->max_gap;
 }
 
-int64_t th_schedstat_total(pid_t pid)
+/* The sum over @pid's live threads of their schedstat run times, and with
+ * @wait of their times waiting for a CPU too. */
+static int64_t schedstat_sum(pid_t pid, bool wait)
 {
 	char path[64];
 	DIR *d;
@@ -1921,7 +1923,7 @@ int64_t th_schedstat_total(pid_t pid)
 		return -1;
 	while ((e = readdir(d))) {
 		char p2[300];
-		unsigned long long run = 0;
+		unsigned long long run = 0, waited = 0;
 
 		if (e->d_name[0] == '.')
 			continue;
@@ -1929,12 +1931,22 @@ int64_t th_schedstat_total(pid_t pid)
 		FILE *f = fopen(p2, "re");
 		if (!f)
 			continue; /* the thread just exited */
-		if (fscanf(f, "%llu", &run) == 1)
-			total += (int64_t)run;
+		if (fscanf(f, "%llu %llu", &run, &waited) >= 1)
+			total += (int64_t)run + (wait ? (int64_t)waited : 0);
 		fclose(f);
 	}
 	closedir(d);
 	return total;
+}
+
+int64_t th_schedstat_total(pid_t pid)
+{
+	return schedstat_sum(pid, false);
+}
+
+int64_t th_schedstat_runnable(pid_t pid)
+{
+	return schedstat_sum(pid, true);
 }
 
 int th_task_list(pid_t pid, pid_t *tids, int max)

@@ -393,12 +393,21 @@ int64_t th_rusage_ns(const struct rusage *ru);
  * processes of ours (a target, cprof). -1 when unknown.
  */
 double th_foreign_load(const struct th_cpustat *a, const struct th_cpustat *b, int64_t ours_ns);
+/*
+ * A machine whose other tenants take more than this of the CPUs may keep a
+ * thread from running as much as it could: a test that judges how much a
+ * thread ran (not what it used) judges it only when they did not.
+ */
+#define TH_MAX_FOREIGN 0.15
 
 /* Up to @max thread ids of @pid into @tids (target_list_tids()); 0 if gone. */
 int th_task_list(pid_t pid, pid_t *tids, int max);
 
 /* Sum of the schedstat run times (ns) of the live threads of @pid, or -1. */
 int64_t th_schedstat_total(pid_t pid);
+/* The same with their times waiting for a CPU: the time they were runnable
+ * (a thread stopped, by ptrace say, is neither running nor waiting). */
+int64_t th_schedstat_runnable(pid_t pid);
 
 /* Sleeps @ms milliseconds (restarting after signals). */
 void th_sleep_ms(int ms);

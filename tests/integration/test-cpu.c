@@ -314,17 +314,11 @@ static void cpu_run_release(struct cpu_run *c)
 	memset(c, 0, sizeof(*c));
 }
 
-/*
- * A machine whose other tenants take more than MAX_FOREIGN of the CPUs may
- * keep a thread from running as much as it could: a test that judges how
- * much a thread ran (not what it used) judges it only when they did not.
- * Totals are judged always: a target's CPU time is its CPU time.
- */
-#define MAX_FOREIGN 0.15
-
+/* How much a thread ran is judged on a machine not contended
+ * (TH_MAX_FOREIGN); totals always: a target's CPU time is its CPU time. */
 static bool contended(const struct cpu_run *c)
 {
-	return c->foreign < 0 || c->foreign > MAX_FOREIGN;
+	return c->foreign < 0 || c->foreign > TH_MAX_FOREIGN;
 }
 
 static double share(int64_t part, int64_t whole)

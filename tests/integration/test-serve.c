@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 #include "pprof/pprof.h"
 #include "profile/profile.h"
 #include "serve-client.h"
+#include "serve/serve.h"
 #include "testhelp.h"
 
 TestSuite(serve, .init = th_init, .fini = th_cleanup);
@@ -36,6 +38,13 @@ TestSuite(serve, .init = th_init, .fini = th_cleanup);
  * window, as cprof cpu's (test-cpu's CPU_TOTAL_MAX_ERR, and a margin for
  * the window's edges, which a request does not place as exactly). */
 #define SERVE_CPU_MAX_ERR 0.05
+/* How long a client asks /goroutine without pause. The target's time then,
+ * against an equal window without requests: runnable (not held by a
+ * snapshot) at least LOOP_RUNNABLE_MIN of it, as serve.h's interval means;
+ * its CPU time, which others' work takes from too, LOOP_CPU_MIN. */
+#define LOOP_MS 2000
+#define LOOP_RUNNABLE_MIN 0.9
+#define LOOP_CPU_MIN 0.8
 /* Idle connections a test holds open against serve's bound. */
 #define IDLE_CONNECTIONS 1000
 /* serve's descriptors beyond one a connection, under them. */
@@ -423,6 +432,7 @@ Test(serve, goroutines_are_the_targets_threads, .timeout = 120)
 	cr_expect_null(strstr(r.body, "peer_gone"), "the agent's frames:\n%s", r.body);
 	reply_release(&r);
 
+	th_sleep_ms(SERVE_SNAPSHOT_INTERVAL_MS);
 	get(&s, "/debug/pprof/goroutine", NULL, &r);
 	cr_expect_eq(r.status, 200);
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -481,5 +491,144 @@ Test(serve, cpu_profile_holds_the_clock, .timeout = 120)
 	profile_free(p);
 	reply_release(&r);
 	th_cpuclock_free(clk);
+	cr_expect_eq(serve_stop(&s, SIGTERM), 0);
+}
+
+/* What the target had of its time, read at one moment. */
+struct share {
+	int64_t run, runnable, serve_run;
+	uint64_t ns;
+	struct th_cpustat load;
+};
+
+static void share_read(struct share *m, pid_t target, pid_t serve)
+{
+	th_cpustat_read(&m->load);
+	m->run = th_schedstat_total(target);
+	m->runnable = th_schedstat_runnable(target);
+	m->serve_run = th_schedstat_total(serve);
+	m->ns = th_now_ns();
+	cr_assert(m->run >= 0 && m->runnable >= 0, "pid %d's schedstat cannot be read", target);
+}
+
+/* From @a to @b: the target's CPU time and the time it was runnable, per
+ * second, and the share of the CPUs that went to other processes. */
+static void share_between(const struct share *a, const struct share *b, double *ret_cpu,
+			  double *ret_runnable, double *ret_foreign)
+{
+	double ns = (double)(b->ns - a->ns);
+
+	*ret_cpu = (double)(b->run - a->run) / ns;
+	*ret_runnable = (double)(b->runnable - a->runnable) / ns;
+	*ret_foreign = th_foreign_load(&a->load, &b->load,
+				       (b->run - a->run) + (b->serve_run - a->serve_run));
+}
+
+/* Keeps every thread of @pid (0: the calling thread) on CPU @cpu. */
+static void pin(pid_t pid, int cpu)
+{
+	pid_t tids[64] = { 0 };
+	int n = pid ? th_task_list(pid, tids, (int)ARRAY_SIZE(tids)) : 1;
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(sched_setaffinity(tids[i], sizeof(set), &set), 0, "cpu %d: %s", cpu,
+			     strerror(errno));
+}
+
+/*
+ * A client that asks /goroutine without pause: its snapshots are at least
+ * SERVE_SNAPSHOT_INTERVAL_MS apart, the others get 429 with Retry-After,
+ * and the target keeps its time. A thread that always runs is runnable but
+ * while a snapshot holds it: the time it was runnable is what the
+ * snapshots left it, whatever else the machine runs. Its CPU time, which
+ * others take too, is judged where they take little. The client and serve
+ * share a CPU, the target has another: what is judged is what the
+ * snapshots take from it, not what thousands of requests a second cost a
+ * machine of two CPUs. The index's count of goroutines takes no snapshot:
+ * a profile right after it is served.
+ */
+Test(serve, goroutine_snapshots_are_bounded, .timeout = 120)
+{
+	pid_t target = TH_SPAWN("busy", "1", "60");
+	int n200 = 0, n429 = 0, nother = 0, other = 0, cpus[2], ncpus = 0;
+	double cpu0, cpu1, runnable0, runnable1, foreign0, foreign1, paused_ms = 0;
+	struct share m0, m1, m2;
+	struct server s;
+	struct reply r;
+	cpu_set_t allowed;
+
+	serve_start(&s, target, (const char *const[]){ "--listen", "127.0.0.1:0", "--no-agent",
+						       NULL });
+	cr_assert_eq(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+	for (int c = 0; c < CPU_SETSIZE && ncpus < 2; c++)
+		if (CPU_ISSET(c, &allowed))
+			cpus[ncpus++] = c;
+	if (ncpus == 2) {
+		pin(0, cpus[0]);
+		pin(s.pid, cpus[0]);
+		pin(target, cpus[1]);
+	}
+	share_read(&m0, target, s.pid);
+	th_sleep_ms(LOOP_MS);
+	share_read(&m1, target, s.pid);
+	while (th_now_ns() - m1.ns < LOOP_MS * 1000000ULL) {
+		const char *at;
+
+		get(&s, "/debug/pprof/goroutine?debug=1", NULL, &r);
+		if (r.status == 200) {
+			n200++;
+			at = r.body ? strstr(r.body, "# paused ") : NULL;
+			paused_ms += at ? strtod(at + 9, NULL) : 0;
+		} else if (r.status == 429) {
+			n429++;
+			at = r.head ? strcasestr(r.head, "\r\nRetry-After: ") : NULL;
+			cr_expect(at && strtol(at + 15, NULL, 10) >= 1, "429 without a Retry-After "
+				  "of 1 s or more:\n%s", r.head);
+			cr_expect(has_header(&r, "\r\nX-Go-Pprof: 1"), "%s", r.head);
+			cr_expect(r.body && strstr(r.body, "stops every thread"), "429: %s", r.body);
+		} else {
+			nother++;
+			other = r.status;
+		}
+		reply_release(&r);
+	}
+	share_read(&m2, target, s.pid);
+	/* Others' share is of every CPU this test may use, as before the pin. */
+	cr_assert_eq(sched_setaffinity(0, sizeof(allowed), &allowed), 0);
+	share_between(&m0, &m1, &cpu0, &runnable0, &foreign0);
+	share_between(&m1, &m2, &cpu1, &runnable1, &foreign1);
+	cr_log_info("measured: goroutine loop of %.0f ms: %d served, %d refused (429); serve "
+		    "said its snapshots held the target %.3f ms in all", (m2.ns - m1.ns) / 1e6,
+		    n200, n429, paused_ms);
+	cr_log_info("measured: the target runnable %.3f s/s under the loop, %.3f without "
+		    "(%.1f%%); its CPU %.3f s/s, %.3f without (%.1f%%); others took %.0f%%, "
+		    "%.0f%% of the CPUs", runnable1, runnable0, 100 * runnable1 / runnable0,
+		    cpu1, cpu0, 100 * cpu1 / cpu0, 100 * foreign1, 100 * foreign0);
+	cr_expect_eq(nother, 0, "%d replies were neither 200 nor 429 (%d)", nother, other);
+	cr_expect(n200 >= 2 && n429 >= 1, "%d served, %d refused", n200, n429);
+	cr_expect_leq(n200, (int)((m2.ns - m1.ns) / (SERVE_SNAPSHOT_INTERVAL_MS * 1000000ULL)) + 1,
+		      "%d snapshots in %.0f ms: closer than %d ms", n200, (m2.ns - m1.ns) / 1e6,
+		      SERVE_SNAPSHOT_INTERVAL_MS);
+	cr_expect_geq(runnable1, runnable0 * LOOP_RUNNABLE_MIN, "the target was runnable %.3f "
+		      "s/s under the loop, %.3f without", runnable1, runnable0);
+	if (ncpus < 2 || foreign0 < 0 || foreign1 < 0 || foreign0 > TH_MAX_FOREIGN ||
+	    foreign1 > TH_MAX_FOREIGN)
+		cr_log_info("not judged: the target's CPU time (%d CPUs; others took %.0f%%, "
+			    "%.0f%%)", ncpus, 100 * foreign1, 100 * foreign0);
+	else
+		cr_expect_geq(cpu1, cpu0 * LOOP_CPU_MIN, "the target ran %.3f s/s under the "
+			      "loop, %.3f without", cpu1, cpu0);
+
+	th_sleep_ms(2 * SERVE_SNAPSHOT_INTERVAL_MS);
+	get(&s, "/debug/pprof/", NULL, &r);
+	cr_expect_eq(r.status, 200);
+	reply_release(&r);
+	get(&s, "/debug/pprof/goroutine?debug=1", NULL, &r);
+	cr_expect_eq(r.status, 200, "a goroutine profile right after the index: %d %s",
+		     r.status, r.body);
+	reply_release(&r);
 	cr_expect_eq(serve_stop(&s, SIGTERM), 0);
 }
