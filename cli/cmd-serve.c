@@ -263,6 +263,12 @@ int cmd_serve(int argc, char **argv)
 	if (serve_agent_lost(s))
 		report_warning("heap, allocs, threadcreate, block and mutex stopped: %s",
 			       serve_agent_lost(s));
+	if (serve_replies_cut(s) == 1)
+		report_warning("a reply was cut short at the stop: its client did not read it "
+			       "in time");
+	else if (serve_replies_cut(s) > 1)
+		report_warning("%d replies were cut short at the stop: their clients did not read "
+			       "them in time", serve_replies_cut(s));
 	serve_free(s);
 	interrupt_target_released(t.pid);
 	switch (end) {

@@ -16,8 +16,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "util/util.h"
+
 /* As Go's net.Listen: the kernel's own bound (net.core.somaxconn). */
 #define LISTEN_BACKLOG SOMAXCONN
+
+#define TEXT "text/plain; charset=utf-8"
+#define STOPPING "cprof serve is stopping\n"
 
 enum request_state { REQ_NEW, REQ_HANDLED, REQ_PARKED, REQ_RESUMED };
 
@@ -29,7 +34,7 @@ struct http_request {
 	/* An answer given while parked, queued once MHD calls back. */
 	struct MHD_Response *resp;
 	unsigned status;
-	struct http_request *next_parked;
+	struct http_request *next;
 };
 
 struct http_server {
@@ -39,14 +44,19 @@ struct http_server {
 	char address[sizeof(((struct sockaddr_un *)0)->sun_path) + 64];
 	char *unix_path; /* the socket made, removed at the end */
 	ino_t unix_ino;
-	struct http_request *parked;
+	/* Every request from its headers to its reply's last byte (or its
+	 * connection's end): parked ones, and the replies under way. */
+	struct http_request *live;
+	bool draining;  /* http_server_drain(): no request is routed ... */
+	unsigned stall_s; /* ... and a client silent this long is dropped */
+	int given_up;   /* replies it gave up on */
 };
 
-static void park_list_remove(struct http_server *s, struct http_request *req)
+static void live_remove(struct http_server *s, struct http_request *req)
 {
-	for (struct http_request **pp = &s->parked; *pp; pp = &(*pp)->next_parked)
+	for (struct http_request **pp = &s->live; *pp; pp = &(*pp)->next)
 		if (*pp == req) {
-			*pp = req->next_parked;
+			*pp = req->next;
 			return;
 		}
 }
@@ -115,6 +125,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		req->server = s;
 		req->conn = c;
 		req->path = strdup(url);
+		req->next = s->live;
+		s->live = req;
 		*con_cls = req;
 		/* Answered from the next call on, once the request is whole: a
 		 * response queued before would close the connection. */
@@ -125,16 +137,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		*upload_size = 0;
 		return MHD_YES;
 	}
-	if (req->state == REQ_RESUMED && req->resp)
-		return queue(req);
+	/* Resumed without an answer (none could be made): the connection
+	 * ends. */
+	if (req->state == REQ_RESUMED)
+		return req->resp ? queue(req) : MHD_NO;
 	if (req->state != REQ_NEW)
 		return MHD_YES;
 	req->state = REQ_HANDLED;
+	if (s->draining) {
+		static const char *const h[] = { MHD_HTTP_HEADER_CONNECTION, "close", NULL };
+
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->stall_s);
+		return http_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, TEXT, strdup(STOPPING),
+				  sizeof(STOPPING) - 1, h) == 0 ? MHD_YES : MHD_NO;
+	}
 	if (s->o.token && !token_ok(s, c)) {
 		static const char *const h[] = { "WWW-Authenticate", "Bearer", NULL };
 
-		return http_reply(req, MHD_HTTP_UNAUTHORIZED, "text/plain; charset=utf-8",
-				  strdup("Unauthorized\n"), 13, h) == 0 ? MHD_YES : MHD_NO;
+		return http_reply(req, MHD_HTTP_UNAUTHORIZED, TEXT, strdup("Unauthorized\n"), 13,
+				  h) == 0 ? MHD_YES : MHD_NO;
 	}
 	s->o.handle(s->o.arg, req);
 	return MHD_YES;
@@ -147,10 +168,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	struct http_request *req = *con_cls;
 
 	(void)c;
-	(void)why;
 	if (!req)
 		return;
-	park_list_remove(s, req);
+	if (s->draining && why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+		s->given_up++;
+	live_remove(s, req);
 	if (req->resp)
 		MHD_destroy_response(req->resp);
 	free(req->path);
@@ -325,6 +347,32 @@ out_free:
 	return r;
 }
 
+/* No connection is taken any more: a client that connects now is refused
+ * by the kernel, not kept in the backlog of a server that is going. MHD
+ * closes the listening socket at its stop unless quiesced off it; then it
+ * is ours to close. */
+static void stop_listening(struct http_server *s)
+{
+	if (MHD_quiesce_daemon(s->d) != MHD_INVALID_SOCKET && s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
+}
+
+/* Suspended connections must be resumed before the stop: with an
+ * answer, or, out of memory for one, without (on_request() ends those). */
+static void answer_parked(struct http_server *s)
+{
+	for (struct http_request *req = s->live; req; req = req->next) {
+		if (req->state != REQ_PARKED)
+			continue;
+		if (http_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, TEXT, strdup(STOPPING),
+			       sizeof(STOPPING) - 1, NULL) < 0) {
+			req->state = REQ_RESUMED;
+			MHD_resume_connection(req->conn);
+		}
+	}
+}
+
 void http_server_free(struct http_server *s)
 {
 	struct stat st;
@@ -332,19 +380,8 @@ void http_server_free(struct http_server *s)
 	if (!s)
 		return;
 	if (s->d) {
-		/* Suspended connections must be resumed before the stop: with
-		 * an answer, or, out of memory for one, to be closed by it. */
-		while (s->parked) {
-			struct http_request *req = s->parked;
-
-			if (http_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE,
-				       "text/plain; charset=utf-8",
-				       strdup("cprof serve is stopping\n"), 24, NULL) < 0) {
-				park_list_remove(s, req);
-				req->state = REQ_RESUMED;
-				MHD_resume_connection(req->conn);
-			}
-		}
+		stop_listening(s);
+		answer_parked(s);
 		MHD_run(s->d);
 		MHD_stop_daemon(s->d);
 	}
@@ -366,6 +403,30 @@ const char *http_server_address(const struct http_server *s)
 int http_server_run(struct http_server *s, int timeout_ms)
 {
 	return MHD_run_wait(s->d, timeout_ms) == MHD_YES ? 0 : -EIO;
+}
+
+int http_server_drain(struct http_server *s, unsigned stall_s, unsigned max_ms)
+{
+	uint64_t end = now_monotonic_ns() + (uint64_t)max_ms * 1000000;
+	int r = 0, left = 0;
+
+	s->draining = true;
+	s->stall_s = stall_s;
+	stop_listening(s);
+	answer_parked(s);
+	/* MHD counts the silence from a connection's last byte either way. */
+	for (struct http_request *req = s->live; req; req = req->next)
+		MHD_set_connection_option(req->conn, MHD_CONNECTION_OPTION_TIMEOUT, stall_s);
+	while (s->live && r == 0) {
+		uint64_t now = now_monotonic_ns();
+
+		if (now >= end)
+			break;
+		r = http_server_run(s, (int)((end - now) / 1000000) + 1);
+	}
+	for (struct http_request *req = s->live; req; req = req->next)
+		left++;
+	return r < 0 ? r : s->given_up + left;
 }
 
 const char *http_path(const struct http_request *req)
@@ -394,7 +455,6 @@ int http_reply(struct http_request *req, unsigned status, const char *content_ty
 	req->resp = r;
 	req->status = status;
 	req->state = REQ_RESUMED;
-	park_list_remove(req->server, req);
 	MHD_resume_connection(req->conn);
 	return 0;
 }
@@ -405,8 +465,6 @@ int http_park(struct http_request *req)
 		return -EINVAL;
 	MHD_suspend_connection(req->conn);
 	req->state = REQ_PARKED;
-	req->next_parked = req->server->parked;
-	req->server->parked = req;
 	return 0;
 }
 

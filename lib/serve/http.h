@@ -8,6 +8,9 @@
  * Bounded: connections, each one's memory (headers, URL and arguments
  * included: beyond it a request gets 431 or 414), and idle time (a client
  * that stops sending or reading is dropped). Nothing here prints.
+ *
+ * Its end: http_server_drain() writes the replies under way to their end,
+ * then http_server_free() closes what is left.
  */
 #ifndef CPROF_SERVE_HTTP_H
 #define CPROF_SERVE_HTTP_H
@@ -48,6 +51,17 @@ const char *http_server_address(const struct http_server *s);
 /* Serves what is due, waiting up to @timeout_ms for it. 0 or -errno. */
 int http_server_run(struct http_server *s, int timeout_ms);
 
+/*
+ * The stop: no connection is taken any more (the listening socket is
+ * closed), a request that comes on one kept open gets 503 and its close,
+ * parked requests get 503, and the replies under way are written to their
+ * end. A client that reads nothing for @stall_s is dropped, and it all
+ * takes @max_ms at most (a client that reads a byte at a time). Returns
+ * how many replies it gave up on, or -errno. Only http_server_free() may
+ * follow.
+ */
+int http_server_drain(struct http_server *s, unsigned stall_s, unsigned max_ms);
+
 /* The request: its path (no query), its query argument @name or NULL. */
 const char *http_path(const struct http_request *req);
 const char *http_arg(const struct http_request *req, const char *name);
@@ -61,7 +75,8 @@ int http_reply(struct http_request *req, unsigned status, const char *content_ty
 	       size_t len, const char *const *headers);
 
 /* Suspends @req until http_reply(), which the caller owes it: a parked
- * request lives until answered (http_server_free() answers those left). */
+ * request lives until answered (http_server_drain() and
+ * http_server_free() answer those left). */
 int http_park(struct http_request *req);
 
 /* A parked request whose client has closed its end. */

@@ -51,6 +51,7 @@ struct serve {
 	 * was taken since the loop's last tick (serve_snapshot_refused()). */
 	uint64_t snapshot_ns;
 	bool snapshot_since_tick;
+	int replies_cut;               /* at the stop (serve_replies_cut()) */
 };
 
 /* routes.c: http_server_opts.handle. */

@@ -130,6 +130,11 @@ const char *serve_agent_lost(const struct serve *s)
 	return s->agent_lost ? s->agent_why : NULL;
 }
 
+int serve_replies_cut(const struct serve *s)
+{
+	return s->replies_cut;
+}
+
 /* The agent's session ended (the hooks go) and let go of. */
 static void agent_end(struct serve *s)
 {
@@ -513,9 +518,14 @@ int serve_run(struct serve *s, enum serve_end *ret)
 		s->snapshot_since_tick = false;
 		jobs_tick(s, false);
 	}
-	/* Windows under way end with what they have. */
+	/* Windows under way end with what they have, and every reply under
+	 * way is written to its end: a SIGTERM cuts none short. */
 	jobs_tick(s, true);
-	http_server_run(s->http, 0);
+	if (*ret != SERVE_FAILED) {
+		int n = http_server_drain(s->http, SERVE_REPLY_STALL_S, SERVE_STOP_MAX_MS);
+
+		s->replies_cut = n > 0 ? n : 0;
+	}
 	return r;
 }
 

@@ -18,7 +18,9 @@
  * A goroutine profile (any ?debug=, a delta's ends) stops every thread of
  * the target: one is taken at a time, their starts at least
  * SERVE_SNAPSHOT_INTERVAL_MS apart, and a request that comes sooner gets
- * 429 with Retry-After.
+ * 429 with Retry-After. At the stop, the replies under way are written to
+ * their end; a client that reads nothing for SERVE_REPLY_STALL_S is given
+ * up on.
  */
 #ifndef CPROF_SERVE_SERVE_H
 #define CPROF_SERVE_SERVE_H
@@ -33,6 +35,10 @@
 /* Ten snapshots a second at most: were each to hold the threads for 10 ms,
  * a client asking without pause still leaves them 90% of their time. */
 #define SERVE_SNAPSHOT_INTERVAL_MS 100
+/* At the stop: a scraper reads its reply at once, so a client silent
+ * this long is not reading; the stop waits SERVE_STOP_MAX_MS in all. */
+#define SERVE_REPLY_STALL_S 2
+#define SERVE_STOP_MAX_MS 5000
 
 struct serve;
 
@@ -80,5 +86,9 @@ int serve_run(struct serve *s, enum serve_end *ret);
 /* The agent's session ended by itself during serve_run() (it took cprof
  * for gone): why, or NULL. */
 const char *serve_agent_lost(const struct serve *s);
+
+/* Replies serve_run() gave up on at its end: their clients read nothing
+ * for SERVE_REPLY_STALL_S, or were not done in SERVE_STOP_MAX_MS. */
+int serve_replies_cut(const struct serve *s);
 
 #endif

@@ -186,22 +186,28 @@ static inline bool has_header(const struct reply *r, const char *line)
 	return r->head && strcasestr(r->head, line);
 }
 
-/* Ends serve with @sig: its exit code. Its log (where a sanitized build
+/* serve's end, waited for: its exit code. Its log (where a sanitized build
  * reports) must hold no sanitizer's report. */
-static inline int serve_stop(struct server *s, int sig)
+static inline int serve_wait(struct server *s)
 {
 	uint8_t *log = NULL;
 	size_t len = 0;
 	int st;
 
-	cr_assert(th_signal(s->pid, sig));
 	st = th_wait_exit(s->pid, 20000);
-	cr_assert_neq(st, -1, "cprof serve did not end within 20 s of signal %d", sig);
+	cr_assert_neq(st, -1, "cprof serve did not end within 20 s of its signal");
 	if (th_read_file(s->log, &log, &len) == 0)
 		cr_expect(!memmem(log, len, "Sanitizer", 9) && !memmem(log, len, "runtime error:", 14),
 			  "serve's log:\n%.*s", (int)len, (char *)log);
 	free(log);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Ends serve with @sig: its exit code (serve_wait()). */
+static inline int serve_stop(struct server *s, int sig)
+{
+	cr_assert(th_signal(s->pid, sig));
+	return serve_wait(s);
 }
 
 #endif

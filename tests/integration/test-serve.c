@@ -45,6 +45,14 @@ TestSuite(serve, .init = th_init, .fini = th_cleanup);
 #define LOOP_MS 2000
 #define LOOP_RUNNABLE_MIN 0.9
 #define LOOP_CPU_MIN 0.8
+/* A command line of BIG_ARGS arguments of BIG_ARG_LEN bytes (the kernel
+ * takes up to 128 KiB an argument): a reply of ~1 MB, several times what
+ * a unix socket buffers (net.core.wmem_default; TCP's grow to hold it). */
+#define BIG_ARGS 8
+#define BIG_ARG_LEN 120000
+/* The slow client reads SLOW_CHUNK bytes every SLOW_PAUSE_MS. */
+#define SLOW_CHUNK 8192
+#define SLOW_PAUSE_MS 10
 /* Idle connections a test holds open against serve's bound. */
 #define IDLE_CONNECTIONS 1000
 /* serve's descriptors beyond one a connection, under them. */
@@ -631,4 +639,142 @@ Test(serve, goroutine_snapshots_are_bounded, .timeout = 120)
 		     r.status, r.body);
 	reply_release(&r);
 	cr_expect_eq(serve_stop(&s, SIGTERM), 0);
+}
+
+struct slow_read {
+	char *buf;
+	size_t len, alloc;
+	bool end;       /* the peer closed its end */
+	pid_t server;   /* watched while reading ... */
+	uint64_t gone_ns; /* ... seen gone then (th_now_ns()), or 0 */
+};
+
+/* Reads @fd SLOW_CHUNK bytes every SLOW_PAUSE_MS until @until bytes in
+ * all (0: until its end), for REPLY_MS at most. */
+static void read_slowly(int fd, struct slow_read *b, size_t until)
+{
+	uint64_t t0 = th_now_ns();
+
+	while (!b->end && (!until || b->len < until) && th_now_ns() - t0 < REPLY_MS * 1000000ULL) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t n;
+
+		if (b->server && !b->gone_ns && !th_alive(b->server))
+			b->gone_ns = th_now_ns();
+
+		if (b->len + SLOW_CHUNK + 1 > b->alloc) {
+			b->alloc = (b->len + SLOW_CHUNK + 1) * 2;
+			b->buf = realloc(b->buf, b->alloc);
+			cr_assert_not_null(b->buf);
+		}
+		if (poll(&pfd, 1, 100) <= 0)
+			continue;
+		n = read(fd, b->buf + b->len, SLOW_CHUNK);
+		if (n <= 0)
+			b->end = true;
+		else
+			b->len += (size_t)n;
+		b->buf[b->len] = '\0';
+		th_sleep_ms(SLOW_PAUSE_MS);
+	}
+}
+
+/* The body of the reply in @b, and its Content-Length (-1: none). */
+static const char *reply_body(const struct slow_read *b, long *ret_length)
+{
+	const char *sep = b->buf ? strstr(b->buf, "\r\n\r\n") : NULL;
+	const char *cl = b->buf ? strcasestr(b->buf, "\r\nContent-Length: ") : NULL;
+
+	*ret_length = cl && sep && cl < sep ? strtol(cl + 18, NULL, 10) : -1;
+	return sep ? sep + 4 : NULL;
+}
+
+/*
+ * SIGTERM while a large reply is on its way to a client that reads slowly:
+ * the client gets it whole and serve exits 0. Beside it a client that reads
+ * nothing is given up on after SERVE_REPLY_STALL_S, which it shows by the
+ * part of its reply it never got: the reply did not fit the sockets'
+ * buffers, the slow client's was under way too.
+ */
+Test(serve, replies_under_way_are_written_at_the_stop, .timeout = 120)
+{
+	const char *args[3 + BIG_ARGS + 1] = { "120", "1", "10" };
+	static const char request[] = "GET /debug/pprof/cmdline HTTP/1.1\r\nHost: x\r\n"
+				      "Connection: close\r\n\r\n";
+	const char *sock = th_tmp_path("big.sock");
+	struct slow_read slow = { 0 }, stalled = { 0 };
+	char path[64], listen[PATH_MAX + 8], *big[BIG_ARGS];
+	uint8_t *want = NULL, *log = NULL;
+	size_t want_len = 0, log_len = 0;
+	const char *body;
+	struct server s;
+	long length;
+	uint64_t sig_ns;
+	pid_t target;
+	int fd, quiet, code;
+
+	for (int i = 0; i < BIG_ARGS; i++) {
+		big[i] = malloc(BIG_ARG_LEN);
+		cr_assert_not_null(big[i]);
+		memset(big[i], 'a' + i, BIG_ARG_LEN - 1);
+		big[i][BIG_ARG_LEN - 1] = '\0';
+		args[3 + i] = big[i];
+	}
+	target = th_spawn_target("demo", args);
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", target);
+	cr_assert_eq(th_read_file(path, &want, &want_len), 0);
+	while (want_len && want[want_len - 1] == '\0')
+		want_len--;
+	snprintf(listen, sizeof(listen), "unix:%s", sock);
+	serve_start(&s, target, (const char *const[]){ "--listen", listen, "--no-agent", NULL });
+	fd = connect_to(s.addr);
+	quiet = connect_to(s.addr);
+	cr_assert(fd >= 0 && quiet >= 0, "cannot connect to %s", s.addr);
+	cr_assert_eq(write(quiet, request, sizeof(request) - 1), (ssize_t)sizeof(request) - 1);
+	cr_assert_eq(write(fd, request, sizeof(request) - 1), (ssize_t)sizeof(request) - 1);
+	read_slowly(fd, &slow, 16 * SLOW_CHUNK);
+	cr_assert(!slow.end, "the reply came whole before the stop (%zu bytes)", slow.len);
+
+	cr_assert(th_signal(s.pid, SIGTERM));
+	sig_ns = th_now_ns();
+	slow.server = s.pid;
+	read_slowly(fd, &slow, 0);
+	code = serve_wait(&s);
+	if (!slow.gone_ns)
+		slow.gone_ns = th_now_ns();
+	cr_log_info("measured: stop under way: the slow client read %zu bytes, serve ended "
+		    "%.0f ms after SIGTERM", slow.len, (slow.gone_ns - sig_ns) / 1e6);
+	cr_expect_eq(code, 0, "serve's exit code after SIGTERM");
+	cr_expect_lt(slow.gone_ns - sig_ns, (SERVE_REPLY_STALL_S + 2) * 1000000000ULL,
+		     "serve took %.0f ms to stop", (slow.gone_ns - sig_ns) / 1e6);
+	body = reply_body(&slow, &length);
+	cr_assert_not_null(body, "no reply: %.200s", slow.buf);
+	cr_expect(!strncmp(slow.buf, "HTTP/1.1 200 ", 13), "%.200s", slow.buf);
+	cr_expect_eq(length, (long)want_len, "Content-Length %ld of a %zu-byte command line",
+		     length, want_len);
+	cr_expect_eq((size_t)(slow.buf + slow.len - body), want_len,
+		     "the slow client got %zu of %zu bytes", (size_t)(slow.buf + slow.len - body),
+		     want_len);
+	cr_expect(!memcmp(body, want, want_len < (size_t)(slow.buf + slow.len - body)
+			  ? want_len : (size_t)(slow.buf + slow.len - body)),
+		  "the reply is not the command line");
+
+	read_slowly(quiet, &stalled, 0);
+	body = reply_body(&stalled, &length);
+	cr_expect(body && (size_t)(stalled.buf + stalled.len - body) < want_len,
+		  "the client that read nothing still got all %zu bytes: the test's reply fits "
+		  "the sockets' buffers", want_len);
+	cr_assert_eq(th_read_file(s.log, &log, &log_len), 0);
+	cr_expect(memmem(log, log_len, "cut short", 9), "serve's log does not say a reply was "
+		  "cut short:\n%.*s", (int)log_len, (char *)log);
+
+	close(fd);
+	close(quiet);
+	free(slow.buf);
+	free(stalled.buf);
+	free(want);
+	free(log);
+	for (int i = 0; i < BIG_ARGS; i++)
+		free(big[i]);
+	th_kill(target);
 }
