@@ -518,9 +518,12 @@ int serve_run(struct serve *s, enum serve_end *ret)
 		s->snapshot_since_tick = false;
 		jobs_tick(s, false);
 	}
-	/* Windows under way end with what they have, and every reply under
-	 * way is written to its end: a SIGTERM cuts none short. */
+	/* Windows under way end with what they have; the hooks go before
+	 * the replies under way are written to their end (a SIGTERM cuts none
+	 * short), not after a slow client. */
 	jobs_tick(s, true);
+	if (s->ap)
+		agent_end(s);
 	if (*ret != SERVE_FAILED) {
 		int n = http_server_drain(s->http, SERVE_REPLY_STALL_S, SERVE_STOP_MAX_MS);
 

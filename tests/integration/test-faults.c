@@ -256,6 +256,7 @@ static void run_switch(const char *name, const char *command)
 	cr_assert_neq(r.exit_code, 0, "%s %s: exit 0 after a failure", command, name);
 	cr_assert(!r.timed_out, "%s %s: cprof hung", command, name);
 	cr_assert(th_alive(pid), "%s %s: the target died", command, name);
+	th_run_release(&r);
 	th_assert_let_go(pid, false, name);
 	h = th_agent_header(pid);
 	cr_assert_not_null(h, "%s %s: no agent channel in the target", command, name);
