@@ -390,15 +390,16 @@ pid_t th_spawn_cmd(const char *const *argv, const char *name)
 	close(fds[1]);
 	track(pid, fds[0], true);
 
-	/* Wait for "ready\n", at most 10 s. */
+	/* Wait for "ready\n", at most TH_READY_TIMEOUT_S. */
 	char buf[256];
 	size_t len = 0;
-	uint64_t deadline = th_now_ns() + 10000000000ULL;
+	uint64_t deadline = th_now_ns() + TH_READY_TIMEOUT_S * 1000000000ULL;
 	for (;;) {
 		struct pollfd pfd = {fds[0], POLLIN, 0};
 		uint64_t now = th_now_ns();
 
-		cr_assert(now < deadline, "target %s did not say ready within 10 s", name);
+		cr_assert(now < deadline, "target %s did not say ready within %d s", name,
+			  TH_READY_TIMEOUT_S);
 		int n = poll(&pfd, 1, (int)((deadline - now) / 1000000) + 1);
 		if (n < 0 && errno == EINTR)
 			continue;

@@ -55,8 +55,15 @@ int th_dir_entries(const char *path);
 /* ---- targets ----------------------------------------------------------- */
 
 /*
+ * A target says "ready" well within a second. The bound is for one that
+ * never will, not for a slow start: these VMs stall every process for
+ * many seconds now and then, and a test that waited less failed there.
+ */
+#define TH_READY_TIMEOUT_S 30
+
+/*
  * Starts TARGETS_DIR/@name with the NULL-terminated @args, waits (up to
- * 10 s) until it prints "ready", and returns its pid. The target is
+ * TH_READY_TIMEOUT_S) until it prints "ready", and returns its pid. The target is
  * registered for cleanup, and reaped by a thread of ours as soon as it exits
  * (as a shell would: a profiler must see it vanish, not stay our zombie).
  * Fails the test if it cannot start.
