@@ -10,6 +10,7 @@
 #include "session/keep.h"
 #include "target/target.h"
 #include "threads/threads.h"
+#include "util/fault.h"
 #include "util/util.h"
 
 /* The loop's tick: the agent's heartbeat and the windows' drains. */
@@ -117,6 +118,10 @@ int serve_load_agent(struct serve *s, const struct agent_profiler_opts *o, char 
 	}
 	if (r == 0)
 		r = agent_profiler_stop(s->ap);
+	if (r == 0 && fault_injected("serve-agent")) {
+		snprintf(err, errlen, "test fault");
+		r = -EIO;
+	}
 	if (r < 0) {
 		snprintf(s->agent_why, sizeof(s->agent_why), "%s", err);
 		agent_profiler_free(s->ap);

@@ -2,8 +2,9 @@
  * Every failure between the agent's load and its detach unhooks it before
  * cprof exits (issue 36). Each test-only fault switch (lib/util/fault.h,
  * CPROF_TEST_FAULT=NAME) makes one step fail as a real failure there
- * would; each is run here with heap and with record on a fresh demo, and
- * after cprof's exit:
+ * would; each is run here with heap and with record on a fresh demo (those
+ * of serve's own steps with serve), and after cprof's exit (serve's: while
+ * it still serves):
  *
  *   - cprof said the switch fired, and did not exit 0;
  *   - no thread of the target is traced or stopped;
@@ -32,6 +33,7 @@
 #include <unistd.h>
 
 #include "agent/wire.h"
+#include "serve-client.h"
 #include "testhelp.h"
 #include "util/util.h"
 
@@ -41,12 +43,17 @@
 
 TestSuite(faults, .init = th_init, .fini = th_cleanup, .timeout = 300);
 
-/* Each switch, and what it stands for. */
-static const char *const switches[] = {
-	"agent-channel",  /* the agent's channel cannot be opened */
-	"agent-builders", /* the profile's builders cannot be made */
-	"window-drain",	  /* a drain of the records fails mid-window */
-	"window-live",	  /* the live set's last snapshot fails */
+/* Each switch, what it stands for, and whether serve is where it stands
+ * (serve goes on without the agent: the hooks must go while it serves). */
+static const struct {
+	const char *name;
+	bool serve;
+} switches[] = {
+	{ "agent-channel", false },  /* the agent's channel cannot be opened */
+	{ "agent-builders", false }, /* the profile's builders cannot be made */
+	{ "window-drain", false },   /* a drain of the records fails mid-window */
+	{ "window-live", false },    /* the live set's last snapshot fails */
+	{ "serve-agent", true },     /* serve's session fails once the agent is in */
 };
 
 /* ---- the switches the sources have ----------------------------------------- */
@@ -98,7 +105,7 @@ Test(faults, every_switch_is_listed)
 		bool listed = false;
 
 		for (size_t j = 0; j < ARRAY_SIZE(switches); j++)
-			listed |= !strcmp(found[i], switches[j]);
+			listed |= !strcmp(found[i], switches[j].name);
 		cr_expect(listed, "the sources have the fault switch '%s', which this test does "
 				  "not run: add it to switches[]", found[i]);
 	}
@@ -106,9 +113,9 @@ Test(faults, every_switch_is_listed)
 		bool there = false;
 
 		for (size_t i = 0; i < n; i++)
-			there |= !strcmp(found[i], switches[j]);
+			there |= !strcmp(found[i], switches[j].name);
 		cr_expect(there, "switches[] lists '%s', which the sources no longer have",
-			  switches[j]);
+			  switches[j].name);
 	}
 }
 
@@ -231,13 +238,35 @@ static unsigned got_into_agent(pid_t pid, char *first, size_t size)
 
 /* ---- a switch, a command ------------------------------------------------------ */
 
+/* The agent ended its session because cprof said so, and nothing of the
+ * target's GOT points into it. */
+static void expect_unhooked(pid_t pid, const char *name, const char *command)
+{
+	struct cprof_wire_header *h;
+	char first[4200];
+	unsigned hits;
+
+	cr_assert(th_alive(pid), "%s %s: the target died", command, name);
+	th_assert_let_go(pid, false, name);
+	h = th_agent_header(pid);
+	cr_assert_not_null(h, "%s %s: no agent channel in the target", command, name);
+	cr_expect_eq(h->state, CPROF_STATE_DETACHED, "%s %s: the agent's session still runs",
+		     command, name);
+	cr_expect(h->detach_reason == CPROF_DETACH_COMMAND || h->detach_reason == CPROF_DETACH_API,
+		  "%s %s: the hooks went for reason %u (3: the watchdog saw cprof exit, 4: its "
+		  "heartbeat stopped), not because cprof removed them",
+		  command, name, h->detach_reason);
+	munmap(h, CPROF_WIRE_HEADER_SIZE);
+	hits = got_into_agent(pid, first, sizeof(first));
+	cr_expect_eq(hits, 0, "%s %s: %u GOT entries still point into the agent (%s)", command,
+		     name, hits, first);
+}
+
 static void run_switch(const char *name, const char *command)
 {
-	char mark[128], first[4200], dir_arg[256];
 	const char *out = th_tmp_path("fault.pb.gz");
-	struct cprof_wire_header *h;
+	char mark[128], dir_arg[256];
 	struct th_run r;
-	unsigned hits;
 	pid_t pid;
 
 	pid = TH_SPAWN("demo", "60", "2", "2000");
@@ -255,21 +284,32 @@ static void run_switch(const char *name, const char *command)
 	cr_assert_not_null(strstr(r.err, mark), "%s %s: the switch did not fire", command, name);
 	cr_assert_neq(r.exit_code, 0, "%s %s: exit 0 after a failure", command, name);
 	cr_assert(!r.timed_out, "%s %s: cprof hung", command, name);
-	cr_assert(th_alive(pid), "%s %s: the target died", command, name);
 	th_run_release(&r);
-	th_assert_let_go(pid, false, name);
-	h = th_agent_header(pid);
-	cr_assert_not_null(h, "%s %s: no agent channel in the target", command, name);
-	cr_expect_eq(h->state, CPROF_STATE_DETACHED, "%s %s: the agent's session still runs",
-		     command, name);
-	cr_expect(h->detach_reason == CPROF_DETACH_COMMAND || h->detach_reason == CPROF_DETACH_API,
-		  "%s %s: the hooks went for reason %u (3: the watchdog saw cprof exit, 4: its "
-		  "heartbeat stopped), not because cprof removed them",
-		  command, name, h->detach_reason);
-	munmap(h, CPROF_WIRE_HEADER_SIZE);
-	hits = got_into_agent(pid, first, sizeof(first));
-	cr_expect_eq(hits, 0, "%s %s: %u GOT entries still point into the agent (%s)", command,
-		     name, hits, first);
+	expect_unhooked(pid, name, command);
+	th_kill(pid);
+}
+
+/* serve goes on without the agent's kinds: the hooks must be gone while
+ * it still serves, not once it exits. */
+static void run_serve_switch(const char *name)
+{
+	struct server sv;
+	char *log;
+	size_t len;
+	pid_t pid;
+
+	pid = TH_SPAWN("demo", "60", "2", "2000");
+	cr_assert_eq(setenv("CPROF_TEST_FAULT", name, 1), 0);
+	serve_start(&sv, pid, (const char *const[]){ "--listen", "127.0.0.1:0", NULL });
+	unsetenv("CPROF_TEST_FAULT");
+	cr_assert(th_alive(sv.pid), "serve %s: serve is gone", name);
+	expect_unhooked(pid, name, "serve");
+	cr_expect_eq(serve_stop(&sv, SIGTERM), 0, "serve %s: its exit", name);
+	cr_assert_eq(th_read_file(sv.log, (uint8_t **)&log, &len), 0);
+	log = realloc(log, len + 1);
+	log[len] = 0;
+	cr_expect_not_null(strstr(log, "not served: test fault"), "serve %s: %s", name, log);
+	free(log);
 	th_kill(pid);
 }
 
@@ -304,12 +344,22 @@ Test(faults, heap)
 {
 	skip_unless_root();
 	for (size_t i = 0; i < ARRAY_SIZE(switches); i++)
-		run_switch(switches[i], "heap");
+		if (!switches[i].serve)
+			run_switch(switches[i].name, "heap");
 }
 
 Test(faults, record)
 {
 	skip_unless_root();
 	for (size_t i = 0; i < ARRAY_SIZE(switches); i++)
-		run_switch(switches[i], "record");
+		if (!switches[i].serve)
+			run_switch(switches[i].name, "record");
+}
+
+Test(faults, serve)
+{
+	skip_unless_root();
+	for (size_t i = 0; i < ARRAY_SIZE(switches); i++)
+		if (switches[i].serve)
+			run_serve_switch(switches[i].name);
 }
