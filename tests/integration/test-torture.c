@@ -276,16 +276,25 @@ static long long status_field(const char *text, const char *key, int base)
 	return -1;
 }
 
-/* TracerPid of @pid (its main thread), -1 when gone. It names the tracing
- * thread (cprof's tracer thread), not its process: nothing but cprof traces
- * our targets, so any tracer is cprof. */
+/* A TracerPid of a thread of @pid, 0 when none is traced, -1 when it is
+ * gone. It names the tracing thread (cprof's tracer thread), not its
+ * process: nothing but cprof traces our targets, so any tracer is cprof.
+ * Every thread: the agent's load stops the one thread it chose, which is
+ * seldom the main one. */
 static long tracer_of(pid_t pid)
 {
-	char buf[2048];
+	pid_t tids[64];
+	int n = th_task_list(pid, tids, 64);
 
-	if (proc_file(pid, 0, "status", buf, sizeof(buf)) < 0)
+	if (n <= 0)
 		return -1;
-	return (long)status_field(buf, "TracerPid", 10);
+	for (int i = 0; i < n; i++) {
+		long tracer = th_task_tracer(pid, tids[i]);
+
+		if (tracer > 0)
+			return tracer;
+	}
+	return 0;
 }
 
 /* True if @pid runs the cprof binary (not our fork before exec) and has a
