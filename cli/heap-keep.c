@@ -14,8 +14,9 @@
 #include "interrupt.h"
 #include "output.h"
 #include "pprof/pprof.h"
-#include "session/keep.h"
 #include "report.h"
+#include "session/keep.h"
+#include "session/session.h"
 #include "target/target.h"
 #include "util/util.h"
 
@@ -267,7 +268,7 @@ int keep_go_on(int lfd, int code_fd, int code, struct channel *ch, const struct 
 	if (!tell_foreground(code_fd, code)) {
 		/* Nobody knows we run: end the session instead. */
 		close(lfd);
-		keep_end(ch);
+		agent_channel_end(ch);
 		return code;
 	}
 	interrupt_reset();
@@ -280,7 +281,7 @@ int keep_give_up(int lfd, int code_fd, int code, struct channel *ch)
 	/* On a failure the hooks go before the foreground exits with it (not
 	 * a second later, when the agent's watchdog sees us gone). */
 	if (code != EXIT_OK && ch)
-		keep_end(ch);
+		agent_channel_end(ch);
 	tell_foreground(code_fd, code);
 	close(lfd);
 	return code;

@@ -7,7 +7,7 @@
 #include "agent/wire.h"
 #include "perf/perf.h"
 #include "serve/serve-private.h"
-#include "session/keep.h"
+#include "session/session.h"
 #include "target/target.h"
 #include "threads/threads.h"
 #include "util/fault.h"
@@ -146,7 +146,7 @@ static void agent_end(struct serve *s)
 	struct channel *ch = agent_profiler_channel(s->ap);
 
 	if (ch)
-		keep_end(ch);
+		agent_channel_end(ch);
 	agent_profiler_free(s->ap);
 	s->ap = NULL;
 }

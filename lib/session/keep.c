@@ -66,11 +66,6 @@ int keep_listen(int fd)
 	return listen(fd, 8) < 0 ? -errno : 0;
 }
 
-int keep_end(struct channel *ch)
-{
-	return agent_channel_end(ch);
-}
-
 /*
  * The other end runs as root or as us: an abstract name is anyone's to
  * bind, and neither end trusts what another user's process would say (a
@@ -319,7 +314,7 @@ void keep_serve(int lfd, struct channel *ch, const struct target *t,
 	}
 	close(lfd);
 	if (ch)
-		keep_end(ch);
+		agent_channel_end(ch);
 	if (stop_fd >= 0) {
 		struct conn c = { .fd = stop_fd, .deadline = after_ms(SERVE_REPLY_MS) };
 

@@ -58,10 +58,6 @@ int keep_bind(const struct target *t);
 /* Daemon: @fd (keep_bind()) starts accepting. 0 or -errno. */
 int keep_listen(int fd);
 
-/* Ends the agent's session on @ch: the hooks go (the agent confirms within
- * 2 s). 0 or -errno. */
-int keep_end(struct channel *ch);
-
 /*
  * Daemon: serves @t's session on @ch (draining into @h) through @fd (a
  * keep_listen()ed socket, closed here) until "stop", the target's exit, or

@@ -70,7 +70,7 @@ static int claim_session(struct agent_session *s)
  * go by a call of the agent's own cprof_agent_detach(), not when its
  * watchdog gives up on a heartbeat nobody beats. A target that is gone, or
  * a cancel (cprof is on its way out, and the watchdog sees it exit), leaves
- * that to the watchdog. @s still says what failed: the channel.
+ * that to the watchdog. @s says what failed: the channel.
  */
 static void detach_by_call(struct agent_session *s, const struct agent_session_opts *o)
 {
@@ -108,7 +108,6 @@ int agent_session_open(struct agent_session *s, const struct agent_session_opts 
 		r = -EIO;
 	}
 	if (r < 0) {
-		s->failed = AGENT_SESSION_CHANNEL;
 		detach_by_call(s, o);
 		return r;
 	}
