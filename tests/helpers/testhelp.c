@@ -988,6 +988,21 @@ int th_read_file(const char *path, uint8_t **ret_buf, size_t *ret_len)
 	return 0;
 }
 
+char *th_read_text(const char *path, size_t *ret_len)
+{
+	uint8_t *buf = NULL, *text;
+	size_t len = 0;
+
+	if (th_read_file(path, &buf, &len) < 0)
+		return NULL;
+	text = realloc(buf, len + 1);
+	cr_assert_not_null(text, "out of memory for %s", path);
+	text[len] = '\0';
+	if (ret_len)
+		*ret_len = len;
+	return (char *)text;
+}
+
 bool th_is_gzip(const uint8_t *buf, size_t len)
 {
 	return len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b;

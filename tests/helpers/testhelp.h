@@ -189,6 +189,9 @@ void th_run_log(const struct th_run *r, const char *what);
 
 /* Reads all of @path into a malloc'd buffer. Returns 0 or -errno. */
 int th_read_file(const char *path, uint8_t **ret_buf, size_t *ret_len);
+/* The same as a NUL-terminated text (its length in *@ret_len, which may be
+ * NULL), or NULL when it cannot be read. */
+char *th_read_text(const char *path, size_t *ret_len);
 
 /* True if @buf starts with the gzip magic. */
 bool th_is_gzip(const uint8_t *buf, size_t len);

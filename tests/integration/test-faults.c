@@ -295,7 +295,6 @@ static void run_serve_switch(const char *name)
 {
 	struct server sv;
 	char *log;
-	size_t len;
 	pid_t pid;
 
 	pid = TH_SPAWN("demo", "60", "2", "2000");
@@ -305,9 +304,8 @@ static void run_serve_switch(const char *name)
 	cr_assert(th_alive(sv.pid), "serve %s: serve is gone", name);
 	expect_unhooked(pid, name, "serve");
 	cr_expect_eq(serve_stop(&sv, SIGTERM), 0, "serve %s: its exit", name);
-	cr_assert_eq(th_read_file(sv.log, (uint8_t **)&log, &len), 0);
-	log = realloc(log, len + 1);
-	log[len] = 0;
+	log = th_read_text(sv.log, NULL);
+	cr_assert_not_null(log, "serve %s: no log %s", name, sv.log);
 	cr_expect_not_null(strstr(log, "not served: test fault"), "serve %s: %s", name, log);
 	free(log);
 	th_kill(pid);

@@ -61,16 +61,12 @@ static void skip_without_ptrace(void)
 
 static char *slurp(const char *dir, const char *name)
 {
-	char path[512];
-	uint8_t *buf;
-	size_t len;
+	char path[512], *text;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	cr_assert_eq(th_read_file(path, &buf, &len), 0, "no %s", path);
-	buf = realloc(buf, len + 1);
-	cr_assert_not_null(buf);
-	buf[len] = '\0';
-	return (char *)buf;
+	text = th_read_text(path, NULL);
+	cr_assert_not_null(text, "no %s", path);
+	return text;
 }
 
 static struct profile *load(const char *dir, const char *name)

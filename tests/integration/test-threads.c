@@ -785,9 +785,7 @@ Test(threads, debug2_to_file)
 	const char *path = th_tmp_path("threads.txt");
 	struct target t;
 	struct th_run r;
-	uint8_t *buf;
-	size_t len;
-	char pid[16];
+	char pid[16], *text;
 
 	target_start(&t, 8);
 	snprintf(pid, sizeof(pid), "%d", (int)t.pid);
@@ -795,12 +793,10 @@ Test(threads, debug2_to_file)
 	assert_run(&r, 0, "cprof threads --debug 2 -o");
 	th_assert_let_go(t.pid, false, "after --debug 2 -o");
 	cr_assert_eq(r.out_len, 0, "stdout is not empty: %s", r.out);
-	cr_assert(th_read_file(path, &buf, &len) == 0, "nothing written to %s", path);
-	buf = realloc(buf, len + 1);
-	cr_assert(buf);
-	buf[len] = '\0';
-	check_debug2(&t, (const char *)buf, false);
-	free(buf);
+	text = th_read_text(path, NULL);
+	cr_assert_not_null(text, "nothing written to %s", path);
+	check_debug2(&t, text, false);
+	free(text);
 	th_run_release(&r);
 	th_kill(t.pid);
 }

@@ -919,25 +919,11 @@ static int run_code(const struct run *r)
 	return WIFSIGNALED(r->status) ? 128 + WTERMSIG(r->status) : -1;
 }
 
-static char *slurp(const char *path, size_t *ret_len)
-{
-	uint8_t *buf = NULL;
-	size_t len = 0;
-
-	if (th_read_file(path, &buf, &len) < 0)
-		return NULL;
-	buf = realloc(buf, len + 1);
-	cr_assert(buf);
-	buf[len] = '\0';
-	if (ret_len)
-		*ret_len = len;
-	return (char *)buf;
-}
 
 /* The first lines of cprof's stderr, for a log. */
 static const char *err_text(const struct run *r, char *buf, size_t size)
 {
-	char *e = slurp(r->err_path, NULL);
+	char *e = th_read_text(r->err_path, NULL);
 
 	snprintf(buf, size, "%s", e ? e : "(none)");
 	free(e);
@@ -947,7 +933,7 @@ static const char *err_text(const struct run *r, char *buf, size_t size)
 /* Did cprof say a Ctrl-C came before the agent was loaded (cli/agent-load.c)? */
 static bool unloaded(const struct run *r)
 {
-	char *e = slurp(r->err_path, NULL);
+	char *e = th_read_text(r->err_path, NULL);
 	bool yes = e && strstr(e, "interrupted before the agent was loaded");
 
 	free(e);
@@ -1127,7 +1113,7 @@ static bool is_kept_old(const char *dir, const char *name, bool sigkilled, pid_t
 			return false;
 	}
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	text = slurp(path, &len);
+	text = th_read_text(path, &len);
 	ok = text && len == strlen(OLD_OUTPUT) && !memcmp(text, OLD_OUTPUT, len);
 	free(text);
 	return ok;
@@ -1207,7 +1193,7 @@ static void judge_run(struct stats *st, const struct run *r, const struct plan *
 	bool ended_well = !r->hung && !killed && code == 0;
 	bool ended_badly = !r->hung && !killed && code != 0;
 	size_t text_len = 0;
-	char *text = slurp(r->out_path, &text_len);
+	char *text = th_read_text(r->out_path, &text_len);
 	const char *bad = NULL;
 
 	said_threads = (size_t)-1;
@@ -1261,7 +1247,7 @@ static void judge_run(struct stats *st, const struct run *r, const struct plan *
 		bool exists, old, unchanged;
 
 		out_path_of(dir, path, sizeof(path));
-		now = slurp(path, &len);
+		now = th_read_text(path, &len);
 		exists = now != NULL;
 		old = exists && len == strlen(OLD_OUTPUT) && !memcmp(now, OLD_OUTPUT, len);
 		unchanged = had_old ? old : !exists;

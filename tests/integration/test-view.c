@@ -47,13 +47,10 @@ static char *tmp_file(const char *name)
 
 static char *read_text(const char *path)
 {
-	uint8_t *buf = NULL;
-	size_t len = 0;
+	char *text = th_read_text(path, NULL);
 
-	cr_assert_eq(th_read_file(path, &buf, &len), 0, "cannot read %s", path);
-	buf = realloc(buf, len + 1);
-	buf[len] = '\0';
-	return (char *)buf;
+	cr_assert_not_null(text, "cannot read %s", path);
+	return text;
 }
 
 static void write_profile(const char *path, const struct profile *p)
