@@ -18,6 +18,7 @@
 #include "session/keep.h"
 #include "session/session.h"
 #include "target/target.h"
+#include "util/fault.h"
 #include "util/util.h"
 
 /* A view of the pprof bytes the background session sent. */
@@ -246,6 +247,8 @@ int keep_go_on(int lfd, int code_fd, int code, struct channel *ch, const struct 
 	int r, null;
 
 	r = keep_listen(lfd);
+	if (r == 0 && fault_injected("keep-listen"))
+		r = -EADDRINUSE;
 	if (r < 0) {
 		char name[128];
 

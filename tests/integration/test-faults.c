@@ -3,8 +3,8 @@
  * cprof exits (issue 36). Each test-only fault switch (lib/util/fault.h,
  * CPROF_TEST_FAULT=NAME) makes one step fail as a real failure there
  * would; each is run here with heap and with record on a fresh demo (those
- * of serve's own steps with serve), and after cprof's exit (serve's: while
- * it still serves):
+ * of serve's own steps with serve, those of heap --keep's sampler with it),
+ * and after cprof's exit (serve's: while it still serves):
  *
  *   - cprof said the switch fired, and did not exit 0;
  *   - no thread of the target is traced or stopped;
@@ -43,17 +43,21 @@
 
 TestSuite(faults, .init = th_init, .fini = th_cleanup, .timeout = 300);
 
-/* Each switch, what it stands for, and whether serve is where it stands
- * (serve goes on without the agent: the hooks must go while it serves). */
+/* Where a switch stands: every agent command's steps, serve's own (serve
+ * goes on without the agent: the hooks must go while it serves), or those
+ * of heap --keep's background sampler. */
+enum where { EVERY, SERVE, KEEP };
+
 static const struct {
 	const char *name;
-	bool serve;
+	enum where where;
 } switches[] = {
-	{ "agent-channel", false },  /* the agent's channel cannot be opened */
-	{ "agent-builders", false }, /* the profile's builders cannot be made */
-	{ "window-drain", false },   /* a drain of the records fails mid-window */
-	{ "window-live", false },    /* the live set's last snapshot fails */
-	{ "serve-agent", true },     /* serve's session fails once the agent is in */
+	{ "agent-channel", EVERY },  /* the agent's channel cannot be opened */
+	{ "agent-builders", EVERY }, /* the profile's builders cannot be made */
+	{ "window-drain", EVERY },   /* a drain of the records fails mid-window */
+	{ "window-live", EVERY },    /* the live set's last snapshot fails */
+	{ "serve-agent", SERVE },    /* serve's session fails once the agent is in */
+	{ "keep-listen", KEEP },     /* --keep's socket cannot listen, profile written */
 };
 
 /* ---- the switches the sources have ----------------------------------------- */
@@ -275,6 +279,9 @@ static void run_switch(const char *name, const char *command)
 		snprintf(dir_arg, sizeof(dir_arg), "%s", th_tmp_path("fault-record"));
 		TH_CPROF(&r, 60000, "record", "-p", th_pid_str(pid), "-d", "1s", "-o", dir_arg,
 			 "-q");
+	} else if (!strcmp(command, "heap --keep")) {
+		TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--keep", "-o", out,
+			 "-q");
 	} else {
 		TH_CPROF(&r, 60000, command, "-p", th_pid_str(pid), "-d", "1s", "-o", out, "-q");
 	}
@@ -342,7 +349,7 @@ Test(faults, heap)
 {
 	skip_unless_root();
 	for (size_t i = 0; i < ARRAY_SIZE(switches); i++)
-		if (!switches[i].serve)
+		if (switches[i].where == EVERY)
 			run_switch(switches[i].name, "heap");
 }
 
@@ -350,7 +357,7 @@ Test(faults, record)
 {
 	skip_unless_root();
 	for (size_t i = 0; i < ARRAY_SIZE(switches); i++)
-		if (!switches[i].serve)
+		if (switches[i].where == EVERY)
 			run_switch(switches[i].name, "record");
 }
 
@@ -358,6 +365,15 @@ Test(faults, serve)
 {
 	skip_unless_root();
 	for (size_t i = 0; i < ARRAY_SIZE(switches); i++)
-		if (switches[i].serve)
+		if (switches[i].where == SERVE)
 			run_serve_switch(switches[i].name);
+}
+
+/* --keep's sampler, past the profile it wrote: the hooks go with it. */
+Test(faults, keep)
+{
+	skip_unless_root();
+	for (size_t i = 0; i < ARRAY_SIZE(switches); i++)
+		if (switches[i].where == KEEP)
+			run_switch(switches[i].name, "heap --keep");
 }
