@@ -21,8 +21,7 @@
 /* As Go's net.Listen: the kernel's own bound (net.core.somaxconn). */
 #define LISTEN_BACKLOG SOMAXCONN
 
-#define TEXT "text/plain; charset=utf-8"
-#define STOPPING "cprof serve is stopping\n"
+#define STOPPING HTTP_STOPPING "\n"
 
 enum request_state { REQ_NEW, REQ_HANDLED, REQ_PARKED, REQ_RESUMED };
 
@@ -148,13 +147,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		static const char *const h[] = { MHD_HTTP_HEADER_CONNECTION, "close", NULL };
 
 		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->stall_s);
-		return http_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, TEXT, strdup(STOPPING),
+		return http_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, HTTP_TEXT, strdup(STOPPING),
 				  sizeof(STOPPING) - 1, h) == 0 ? MHD_YES : MHD_NO;
 	}
 	if (s->o.token && !token_ok(s, c)) {
 		static const char *const h[] = { "WWW-Authenticate", "Bearer", NULL };
 
-		return http_reply(req, MHD_HTTP_UNAUTHORIZED, TEXT, strdup("Unauthorized\n"), 13,
+		return http_reply(req, MHD_HTTP_UNAUTHORIZED, HTTP_TEXT, strdup("Unauthorized\n"), 13,
 				  h) == 0 ? MHD_YES : MHD_NO;
 	}
 	s->o.handle(s->o.arg, req);
@@ -365,7 +364,7 @@ static void answer_parked(struct http_server *s)
 	for (struct http_request *req = s->live; req; req = req->next) {
 		if (req->state != REQ_PARKED)
 			continue;
-		if (http_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, TEXT, strdup(STOPPING),
+		if (http_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, HTTP_TEXT, strdup(STOPPING),
 			       sizeof(STOPPING) - 1, NULL) < 0) {
 			req->state = REQ_RESUMED;
 			MHD_resume_connection(req->conn);

@@ -22,6 +22,10 @@
 struct http_server;
 struct http_request;
 
+/* The content type of every text reply, and the one said at the stop. */
+#define HTTP_TEXT "text/plain; charset=utf-8"
+#define HTTP_STOPPING "cprof serve is stopping"
+
 struct http_server_opts {
 	/* "HOST:PORT" (HOST an IPv4 or IPv6 address, "[::1]:6060"; port 0:
 	 * any free one) or "unix:/PATH" (made mode 0600, removed at the end). */

@@ -18,7 +18,6 @@
 #include "util/util.h"
 
 #define PREFIX "/debug/pprof/"
-#define TEXT "text/plain; charset=utf-8"
 #define NOSNIFF "X-Content-Type-Options", "nosniff"
 /* Go's serveError()'s headers, beside its http.Error()'s content type. */
 #define GO_ERROR NOSNIFF, "X-Go-Pprof", "1"
@@ -74,7 +73,7 @@ static void reply_text(struct http_request *req, unsigned status, const char *co
 	va_end(ap);
 	if (n < 0)
 		body = NULL;
-	reply(req, status, TEXT, body, n < 0 ? 0 : (size_t)n, headers);
+	reply(req, status, HTTP_TEXT, body, n < 0 ? 0 : (size_t)n, headers);
 }
 
 void serve_error(struct http_request *req, unsigned status, const char *text)
@@ -203,7 +202,7 @@ static void serve_cmdline(struct serve *s, struct http_request *req)
 	close(fd);
 	while (len && buf[len - 1] == '\0')
 		len--;
-	reply(req, 200, TEXT, buf, len, h);
+	reply(req, 200, HTTP_TEXT, buf, len, h);
 }
 
 /* Go's Profile (cpu) and cprof's wall: seconds <= 0 or not a number is 30. */
@@ -272,7 +271,7 @@ static void serve_named(struct serve *s, struct http_request *req, enum serve_ki
 		if (serve_text(s, k, debug, &text, &len, why, sizeof(why)) < 0)
 			serve_error(req, 500, why);
 		else
-			reply(req, 200, TEXT, text, len, h);
+			reply(req, 200, HTTP_TEXT, text, len, h);
 		return;
 	}
 	if (serve_build(s, k, &p, why, sizeof(why)) < 0)

@@ -439,7 +439,7 @@ static void delta_answer(struct serve *s, struct serve_job *j)
 	/* At the stop, a goroutine delta whose snapshot's turn has not come:
 	 * the threads are not stopped again for it. */
 	if (r == -EAGAIN) {
-		serve_error(j->req, 503, "cprof serve is stopping");
+		serve_error(j->req, 503, HTTP_STOPPING);
 		return;
 	}
 	if (r < 0) {
