@@ -12,9 +12,11 @@
  *
  * cprof: PROFILE is a `cprof cpu` profile, judged as test-cpu.c judges one
  * (judge_totals): over the profile's window [time_nanos, time_nanos +
- * duration_nanos], the process's sampled total (cpu/nanoseconds, less the
- * "[unsampled: ...]" frames) against the process clock, and each reported
- * thread's samples (label thread_id) against its own clock.
+ * duration_nanos], the process's total (cpu/nanoseconds, less the
+ * unlabeled "[unsampled: short-lived threads]" frame; a live thread no
+ * sample caught is counted, its account under its own thread_id) against
+ * the process clock, and each reported thread's (label thread_id) against
+ * its own clock.
  *
  * perf: SCRIPT is `perf script -F tid,time,period --ns` of a `perf record
  * -e cpu-clock -k realtime` (stamps in CLOCK_REALTIME, as the truth's).
@@ -27,9 +29,9 @@
  * where PROCESS is the process's total over its clock, WORST the reported
  * thread whose ratio is furthest from 1, KNOWN how well the truth is known
  * at the window's ends (the widest th_truth_slack over the clock, process
- * or thread), SAMPLES the samples summed, UNSAMPLED_S cprof's "[unsampled]"
- * frames, and WHOLE the process's total with them over its clock (perf: 0
- * and PROCESS). Exit 1 with the cause on stderr when a file cannot be
+ * or thread), SAMPLES the samples summed, UNSAMPLED_S cprof's unlabeled
+ * "[unsampled]" frame, and WHOLE the process's total with it over its clock
+ * (perf: 0 and PROCESS). Exit 1 with the cause on stderr when a file cannot be
  * read or the truth does not cover the window; 64 on bad usage.
  */
 #include <errno.h>
@@ -51,7 +53,7 @@
 struct totals {
 	int64_t t0, t1;	     /* the window, realtime ns */
 	int64_t process;     /* ns */
-	int64_t unsampled;   /* ns, not in process */
+	int64_t unsampled;   /* ns of threads that ended unsampled, not in process */
 	int64_t samples;
 	int nthreads;
 	pid_t tids[TRUTH_MAX_THREADS];
@@ -90,8 +92,9 @@ static int cprof_totals(const char *path, struct totals *ret)
 		int64_t v = s->values[vi];
 
 		ret->samples += s->values[ni];
-		/* test-cpu's "sampled": thread mode's top-up is no measurement. */
-		if (!strncmp(th_leaf_name(p, s), "[unsampled", 10)) {
+		/* As test-cpu judges: the threads that ended unsampled apart. */
+		if (!strncmp(th_leaf_name(p, s), "[unsampled", 10) &&
+		    (!l || l->str || l->num <= 0)) {
 			ret->unsampled += v;
 			continue;
 		}
