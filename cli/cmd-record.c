@@ -506,6 +506,8 @@ int record_once(const struct record_opts *o, const struct target *t)
 		report_note("wrote %s: read summary.txt first", d.final);
 		if (o->json && record_write_manifest(&rec, stdout) < 0)
 			code = EXIT_FAIL;
+		if (o->json)
+			report_json_printed();
 	}
 out_free:
 	for (int k = 0; k < RK_N; k++) {

@@ -53,6 +53,7 @@ static int write_json(const struct epilogue_facts *f)
 		printf("\"pause_ms\":null,");
 	json_top(stdout, f->profile);
 	printf("}\n");
+	report_json_printed();
 	if (fflush(stdout) != 0 || ferror(stdout))
 		return -EIO;
 	return 0;

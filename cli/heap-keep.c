@@ -223,8 +223,11 @@ int keep_start(const struct target *t, int *ret_lfd, int *ret_code_fd)
 	for (;;) {
 		ssize_t n = read(fds[0], &code, 1);
 
-		if (n == 1)
+		if (n == 1) {
+			/* The child printed --json's object, whatever it said. */
+			report_json_printed();
 			return code;
+		}
 		if (n == 0 || errno != EINTR)
 			return EXIT_FAIL; /* it died: it said why on stderr */
 	}

@@ -1,4 +1,5 @@
 /* cprof: the command table, global options and exit codes. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,7 +43,8 @@ static void usage(FILE *f)
 		   "      --version  print the version, the libraries, the agent's path\n"
 		   "\n"
 		   "exit codes: 0 ok, 1 failure while profiling, 2 target cannot be profiled,\n"
-		   "3 permission denied, 4 output cannot be written, 64 usage error.\n"
+		   "3 permission denied, 4 output cannot be written, 5 record: some kinds\n"
+		   "not written, 64 usage error.\n"
 		   "See cprof(1).\n");
 }
 
@@ -53,6 +55,16 @@ void command_line_join(int argc, char **argv, char *buf, size_t size)
 	n += (size_t)snprintf(buf, size, "cprof");
 	for (int i = 0; i < argc && n < size; i++)
 		n += (size_t)snprintf(buf + n, size - n, " %s", argv[i]);
+}
+
+/* Whether --json is among the options (before a "--"), wherever the
+ * parsing of the others stops. */
+static bool json_asked(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--json"))
+			return true;
+	return false;
 }
 
 int main(int argc, char **argv)
@@ -82,12 +94,15 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(commands[i].name, name)) {
-			int code = commands[i].fn(argc - 1, argv + 1);
+			int code;
 
+			if (json_asked(argc - 1, argv + 1))
+				report_json_wanted();
+			code = commands[i].fn(argc - 1, argv + 1);
 			/* What the suite's fault test looks for (util/fault.h). */
 			if (fault_fired())
 				fprintf(stderr, "cprof: test fault '%s' injected\n", fault_fired());
-			return code;
+			return report_json_fallback(name, code);
 		}
 	if (name[0] == '-')
 		return report_usage(NULL, "unknown option '%s'", name);

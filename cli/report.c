@@ -6,19 +6,39 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "json.h"
 #include "profile/profile.h"
 #include "symbolize/symbolize.h"
 
 static bool quiet;
 static bool progress_shown;
+/* --json: whether it was asked for and printed, and the first error and
+ * hint said, for the object of a run that printed none. */
+static bool json_wanted, json_printed;
+static char first_error[512], first_hint[512];
 
 void report_set_quiet(bool q)
 {
 	quiet = q;
 }
 
+/* Keeps the first message of a kind in @buf, for --json. */
+static void keep_first(char *buf, size_t size, const char *fmt, va_list ap)
+{
+	if (!buf[0])
+		vsnprintf(buf, size, fmt, ap);
+}
+
 static void vreport(const char *prefix, const char *fmt, va_list ap)
 {
+	va_list copy;
+
+	va_copy(copy, ap);
+	if (!strcmp(prefix, "error: "))
+		keep_first(first_error, sizeof(first_error), fmt, copy);
+	else if (!strcmp(prefix, "hint: "))
+		keep_first(first_hint, sizeof(first_hint), fmt, copy);
+	va_end(copy);
 	report_progress_done();
 	fprintf(stderr, "cprof: %s", prefix);
 	vfprintf(stderr, fmt, ap);
@@ -120,9 +140,39 @@ int report_usage(const char *cmd, const char *fmt, ...)
 	va_start(ap, fmt);
 	vreport("error: ", fmt, ap);
 	va_end(ap);
-	if (cmd)
-		fprintf(stderr, "cprof: hint: see 'cprof %s --help'\n", cmd);
-	else
-		fprintf(stderr, "cprof: hint: see 'cprof --help'\n");
+	report_hint("see 'cprof %s%s--help'", cmd ? cmd : "", cmd ? " " : "");
 	return EXIT_USAGE;
+}
+
+void report_json_wanted(void)
+{
+	json_wanted = true;
+}
+
+void report_json_printed(void)
+{
+	json_printed = true;
+}
+
+int report_json_fallback(const char *command, int code)
+{
+	if (!json_wanted || json_printed)
+		return code;
+	printf("{\"command\":");
+	json_string(stdout, command);
+	printf(",\"exit\":%d,\"error\":", code);
+	if (code == EXIT_OK)
+		printf("null");
+	else
+		json_string(stdout, first_error[0] ? first_error : "failed: see stderr");
+	printf(",\"hint\":");
+	if (code != EXIT_OK && first_hint[0])
+		json_string(stdout, first_hint);
+	else
+		printf("null");
+	printf("}\n");
+	json_printed = true;
+	if (fflush(stdout) != 0 && code == EXIT_OK)
+		return EXIT_OUTPUT;
+	return code;
 }

@@ -48,6 +48,17 @@ struct symbolizer;
  * when the program's frames were looked up and stayed "NAME+0xOFF". */
 void report_unsymbolized_program(struct symbolizer *s);
 
+/*
+ * --json on every path: main() says it was asked for, whoever prints the
+ * command's object says so, and at the end a run that printed none (a
+ * failure before or instead of its result) prints
+ * {"command", "exit", "error", "hint"}: the first error and hint said on
+ * stderr, null on success. Returns @code (EXIT_OUTPUT when stdout failed).
+ */
+void report_json_wanted(void);
+void report_json_printed(void);
+int report_json_fallback(const char *command, int code);
+
 /* Usage error for command @cmd: message, then "see 'cprof @cmd --help'". */
 int report_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

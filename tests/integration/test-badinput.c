@@ -498,6 +498,59 @@ Test(badinput, help)
 	th_run_release(&r);
 }
 
+/* ---- --json on a refusal ------------------------------------------------ */
+
+/*
+ * With --json a refused run prints one object on stdout all the same: the
+ * exit code it exits with, the error and the hint it said on stderr.
+ */
+static void refuse_json(const char *row, pid_t target, const char *pid, int code,
+			const char *const *extra)
+{
+	for (size_t i = 0; i < NCMDS; i++) {
+		const char *args[8] = { 0 };
+		char exit_key[32], error[512];
+		const char *line = NULL, *nl;
+		struct th_run r;
+		size_t n = 0;
+
+		for (; extra && extra[n]; n++)
+			args[n] = extra[n];
+		args[n] = "--json";
+		run_cmd(&r, &cmds[i], pid, th_tmp_path("json-out"), args);
+		expect_run(&r, row, &cmds[i], code, NULL);
+		snprintf(exit_key, sizeof(exit_key), "\"exit\":%d,", code);
+		cr_expect(r.out_len > 2 && r.out[0] == '{' && !strcmp(r.out + r.out_len - 2, "}\n") &&
+				  !strchr(r.out, '\n')[1],
+			  "%s, %s --json: not one object on stdout: '%s'", row, cmds[i].name, r.out);
+		cr_expect(strstr(r.out, exit_key) != NULL, "%s, %s --json: no %s in %s", row,
+			  cmds[i].name, exit_key, r.out);
+		line = strstr(r.err, "cprof: error: ");
+		cr_assert_not_null(line, "%s, %s: no error on stderr", row, cmds[i].name);
+		line += strlen("cprof: error: ");
+		nl = strchr(line, '\n');
+		snprintf(error, sizeof(error), "\"error\":\"%.*s\"", (int)(nl ? nl - line : 400),
+			 line);
+		cr_expect(strstr(r.out, error) != NULL, "%s, %s --json: %s is not in %s", row,
+			  cmds[i].name, error, r.out);
+		cr_expect(strstr(r.out, "\"hint\":\"") != NULL, "%s, %s --json: no hint in %s", row,
+			  cmds[i].name, r.out);
+		th_run_release(&r);
+		if (target > 0)
+			th_assert_let_go(target, false, row);
+	}
+}
+
+Test(badinput, json_on_a_refusal)
+{
+	pid_t target = quiet_target();
+
+	refuse_json("no such pid", 0, th_pid_str(th_dead_pid()), 2, NULL);
+	refuse_json("bad duration", target, th_pid_str(target), 64, EXTRA("-d", "abc"));
+	refuse_json("unknown flag", 0, "1", 64, EXTRA("--bogus"));
+	th_kill(target);
+}
+
 /* ---- outputs ----------------------------------------------------------- */
 
 /* An output cprof cannot use: exit 4 before the target is touched. */
