@@ -16,6 +16,12 @@ int option_pid(const char *cmd, const char *arg, pid_t *ret)
 
 	if (r == -ERANGE)
 		return report_usage(cmd, "invalid pid '%s': out of range (1 to 4194304)", arg);
+	/* `-p $(pidof NAME) -d 30s` with NAME not running. */
+	if (r < 0 && arg[0] == '-')
+		return report_usage_hint(cmd, "if the pid came from $(pidof NAME) or $(pgrep NAME), "
+					      "it found no process: is NAME running?",
+					 "invalid pid '%s': -p is followed by an option, not a pid",
+					 arg);
 	if (r < 0)
 		return report_usage(cmd, "invalid pid '%s': not a number", arg);
 	return 0;
@@ -102,6 +108,11 @@ int option_finish(const char *cmd, int argc, char **argv, const struct common_op
 {
 	if (o->help)
 		return 0;
+	/* `-p $(pidof NAME)` unquoted, NAME being several processes. */
+	if (optind < argc && o->have_pid && parse_pid(argv[optind], &(pid_t){ 0 }) == 0)
+		return report_usage_hint(cmd, "cprof looks at one process; $(pidof NAME) gives one "
+					      "pid per process: pick one, e.g. -p \"$(pidof -s NAME)\"",
+					 "unexpected argument '%s': a second pid?", argv[optind]);
 	if (optind < argc)
 		return report_usage(cmd, "unexpected argument '%s'", argv[optind]);
 	if (!o->have_pid)

@@ -61,5 +61,8 @@ int report_json_fallback(const char *command, int code);
 
 /* Usage error for command @cmd: message, then "see 'cprof @cmd --help'". */
 int report_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same with @hint, what to do, before the pointer to --help. */
+int report_usage_hint(const char *cmd, const char *hint, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 #endif

@@ -311,6 +311,9 @@ Test(cli, usage_errors)
 		{ { "cpu", "-p", "1", "--bogus", NULL }, "unknown option '--bogus'" },
 		{ { "threads", "-p", "1", "--debug=7", NULL }, "invalid debug level '7'" },
 		{ { "threads", NULL }, "missing -p PID" },
+		/* -p $(pidof NAME) unquoted: NAME is several processes, or none. */
+		{ { "heap", "-p", "1", "2", NULL }, "pick one, e.g. -p \"$(pidof -s NAME)\"" },
+		{ { "cpu", "-p", "-d", "30s", NULL }, "it found no process: is NAME running?" },
 	};
 	struct th_run r;
 
