@@ -111,6 +111,17 @@ void report_error_text(const char *prefix, const char *text)
 	}
 }
 
+void report_log(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (quiet || isatty(STDERR_FILENO))
+		return;
+	va_start(ap, fmt);
+	vreport("", fmt, ap);
+	va_end(ap);
+}
+
 void report_progress(const char *fmt, ...)
 {
 	va_list ap;

@@ -32,6 +32,10 @@ void report_error_text(const char *prefix, const char *text);
 /* Quiet mode silences notes and progress, never errors or warnings. */
 void report_set_quiet(bool quiet);
 
+/* A note only when stderr is not a terminal, where no progress line is
+ * drawn: a runbook's log sees a window start and end. Quiet-aware. */
+void report_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* A progress line redrawn in place, only when stderr is a terminal. */
 void report_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void report_progress_done(void);
