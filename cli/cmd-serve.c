@@ -175,25 +175,29 @@ static int read_token(const char *path, char *buf, size_t size)
 }
 
 /* The agent loaded, or why not: serve goes on without it. */
-static void load_agent(struct serve *s, struct agent_profiler_opts *ao, const struct target *t)
+/* Whether the agent's session began. */
+static bool load_agent(struct serve *s, struct agent_profiler_opts *ao, const struct target *t)
 {
 	char agent[PATH_MAX], why[2048] = "";
 
 	if (agent_path(agent, sizeof(agent), why, sizeof(why)) < 0) {
 		report_warning("heap, allocs, threadcreate, block and mutex are not served: %s",
 			       why[0] ? why : "cannot find cprof-agent.so (set CPROF_AGENT)");
-		return;
+		return false;
 	}
 	agent_opts_fill(ao, agent);
 	if (t->state == 'T') {
 		report_warning("heap, allocs, threadcreate, block and mutex are not served: pid %d "
 			       "is stopped (SIGSTOP or a debugger): no thread can load the agent",
 			       t->pid);
-		return;
+		return false;
 	}
-	if (serve_load_agent(s, ao, why, sizeof(why)) < 0)
+	if (serve_load_agent(s, ao, why, sizeof(why)) < 0) {
 		report_warning("heap, allocs, threadcreate, block and mutex are not served: %s",
 			       why);
+		return false;
+	}
+	return true;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -201,6 +205,7 @@ int cmd_serve(int argc, char **argv)
 	struct serve_args a;
 	struct serve_opts so;
 	struct agent_profiler_opts ao = { 0 };
+	bool agent = false;
 	struct serve *s = NULL;
 	struct target t;
 	enum serve_end end = SERVE_FAILED;
@@ -252,7 +257,7 @@ int cmd_serve(int argc, char **argv)
 		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
 	}
 	if (!a.no_agent)
-		load_agent(s, &ao, &t);
+		agent = load_agent(s, &ao, &t);
 	if (!interrupt_requested() && !strncmp(serve_address(s), "unix:", 5))
 		report_note("serving /debug/pprof/ on %s for pid %d (%s); Ctrl-C stops",
 			    serve_address(s), t.pid, t.comm);
@@ -273,7 +278,12 @@ int cmd_serve(int argc, char **argv)
 	interrupt_target_released(t.pid);
 	switch (end) {
 	case SERVE_CANCELLED:
-		report_note("stopped serving pid %d: the agent is unloaded", t.pid);
+		if (agent)
+			report_note("stopped serving pid %d: its allocator and locks are unhooked; the "
+				    "agent stays loaded in it, idle, for later sessions "
+				    "(cprof-heap(1))", t.pid);
+		else
+			report_note("stopped serving pid %d", t.pid);
 		return EXIT_OK;
 	case SERVE_TARGET_EXITED:
 		report_error("pid %d (%s) exited: nothing left to serve", t.pid, t.comm);
