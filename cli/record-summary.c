@@ -67,19 +67,45 @@ static void threads_by_state(FILE *f, const struct record_entry *e)
 	fputc('\n', f);
 }
 
-/* pprof -top's first SUMMARY_TOP rows of the entry's default sample type. */
-static int top_table(FILE *f, const struct record_entry *e)
+/* pprof -top's first SUMMARY_TOP rows of sample type @index; from its
+ * "Type:" line on only with @bare (the file's header said already). */
+static int top_rows(FILE *f, const struct record_entry *e, size_t index, bool bare)
 {
 	char *text = NULL;
-	size_t index, len = 0;
+	const char *from, *type;
+	size_t len = 0, n;
+	int r;
+
+	r = view_render(e->profile, index, VIEW_TOP, SUMMARY_TOP, NULL, &text, &len);
+	if (r < 0)
+		return r;
+	type = bare ? strstr(text, "\nType: ") : NULL;
+	from = type ? type + 1 : text;
+	n = len - (size_t)(from - text);
+	if (fwrite(from, 1, n, f) != n)
+		r = -EIO;
+	free(text);
+	return r;
+}
+
+/*
+ * The table of the entry's default sample type; for the heap, alloc_space's
+ * too: a target that churns holds little at the end, and what it allocated
+ * in the window is the story then (go tool pprof -sample_index=alloc_space).
+ */
+static int top_table(FILE *f, const struct record_entry *e)
+{
+	size_t index, alloc;
 	int r;
 
 	if (view_sample_index(e->profile, NULL, &index) < 0)
 		return 0;
-	r = view_render(e->profile, index, VIEW_TOP, SUMMARY_TOP, NULL, &text, &len);
-	if (r == 0 && fwrite(text, 1, len, f) != len)
-		r = -EIO;
-	free(text);
+	r = top_rows(f, e, index, false);
+	if (r == 0 && view_sample_index(e->profile, "alloc_space", &alloc) == 0 &&
+	    alloc != index) {
+		fputc('\n', f);
+		r = top_rows(f, e, alloc, true);
+	}
 	return r;
 }
 
