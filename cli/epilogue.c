@@ -45,8 +45,16 @@ static int write_json(const struct epilogue_facts *f)
 	json_string(stdout, f->command);
 	printf(",\"pid\":%d,\"output\":", (int)f->pid);
 	json_string(stdout, f->output);
-	printf(",\"duration_s\":%.6f,\"samples\":%llu,\"lost\":%llu,", f->duration_ns / 1e9,
-	       (unsigned long long)f->samples, (unsigned long long)f->lost);
+	/* Times in ns, as the pprof file and manifest.json give them; the
+	 * _s and _ms keys are their old names, kept for a release. */
+	printf(",\"exit\":0,\"duration_ns\":%llu,\"samples\":%llu,\"lost\":%llu,",
+	       (unsigned long long)f->duration_ns, (unsigned long long)f->samples,
+	       (unsigned long long)f->lost);
+	if (f->pause_ns >= 0)
+		printf("\"pause_ns\":%lld,", (long long)f->pause_ns);
+	else
+		printf("\"pause_ns\":null,");
+	printf("\"duration_s\":%.6f,", f->duration_ns / 1e9);
 	if (f->pause_ns >= 0)
 		printf("\"pause_ms\":%.3f,", f->pause_ns / 1e6);
 	else

@@ -194,9 +194,13 @@ int record_write_manifest(const struct record *r, FILE *f)
 		json_string(f, e->name);
 		fprintf(f, ",\"file\":");
 		json_string(f, e->file);
-		fprintf(f, ",\"samples\":%llu,\"lost\":%llu,\"pause_ns\":%lld}",
-			(unsigned long long)e->facts.count, (unsigned long long)e->facts.lost,
-			(long long)e->facts.pause_ns);
+		fprintf(f, ",\"samples\":%llu,\"lost\":%llu,\"pause_ns\":",
+			(unsigned long long)e->facts.count, (unsigned long long)e->facts.lost);
+		/* null where no thread was stopped, as --json says it. */
+		if (e->facts.pause_ns >= 0)
+			fprintf(f, "%lld}", (long long)e->facts.pause_ns);
+		else
+			fprintf(f, "null}");
 		sep = ",";
 	}
 	fprintf(f, "],\"refused\":[");
