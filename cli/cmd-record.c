@@ -436,14 +436,10 @@ static int outcome(const struct record *rec)
 	int asked = 0, written = 0;
 
 	for (int k = 0; k < RK_N; k++) {
-		const struct record_entry *e = &rec->e[k];
-
-		asked += e->asked;
-		written += e->written;
-		if (e->asked && !e->written)
-			report_warning("%s: not recorded: %s", e->name,
-				       e->refused[0] ? e->refused : "no profile was taken");
+		asked += rec->e[k].asked;
+		written += rec->e[k].written;
 	}
+	record_report_refusals(rec);
 	if (written == asked)
 		return EXIT_OK;
 	if (written == 0)

@@ -1,4 +1,5 @@
-/* cprof record's summary.txt and manifest.json (record.h). */
+/* What cprof record says of its window: summary.txt, manifest.json, and the
+ * kinds it did not write, on stderr (record.h). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +7,7 @@
 
 #include "json.h"
 #include "record.h"
+#include "report.h"
 #include "threads/threads.h"
 #include "util/util.h"
 #include "view/view.h"
@@ -109,6 +111,76 @@ static int top_table(FILE *f, const struct record_entry *e)
 	return r;
 }
 
+const char *record_refusal(const struct record_entry *e, size_t *ret_len,
+			   const char **ret_hint)
+{
+	const char *why = e->refused[0] ? e->refused : "no profile was taken";
+	const char *hint = strstr(why, "\nhint: ");
+
+	*ret_len = hint ? (size_t)(hint - why) : strlen(why);
+	*ret_hint = hint ? hint + 1 : NULL;
+	return why;
+}
+
+/* Whether a kind before @k was refused for the same reason (said then). */
+static bool said_before(const struct record *r, int k)
+{
+	for (int j = 0; j < k; j++)
+		if (r->e[j].asked && !r->e[j].written && !strcmp(r->e[j].refused, r->e[k].refused))
+			return true;
+	return false;
+}
+
+/* The kinds refused for @k's reason, "heap, block, mutex", into @buf. */
+static void kinds_refused_alike(const struct record *r, int k, char *buf, size_t size)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (int j = k; j < RK_N && n < size; j++)
+		if (r->e[j].asked && !r->e[j].written && !strcmp(r->e[j].refused, r->e[k].refused))
+			n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? ", " : "",
+					      r->e[j].name);
+}
+
+/* "not recorded: heap, block: WHY", then its hint lines, once per reason. */
+static void refusal_line(FILE *f, const struct record *r, int k)
+{
+	char kinds[256];
+	const char *hint;
+	size_t len;
+	const char *why = record_refusal(&r->e[k], &len, &hint);
+
+	if (said_before(r, k))
+		return;
+	kinds_refused_alike(r, k, kinds, sizeof(kinds));
+	fprintf(f, "not recorded: %s: %.*s\n", kinds, (int)len, why);
+	if (hint)
+		fprintf(f, "%s\n", hint);
+}
+
+void record_report_refusals(const struct record *r)
+{
+	for (int k = 0; k < RK_N; k++) {
+		char kinds[256];
+		const char *hint, *why;
+		size_t len;
+
+		if (!r->e[k].asked || r->e[k].written || said_before(r, k))
+			continue;
+		why = record_refusal(&r->e[k], &len, &hint);
+		kinds_refused_alike(r, k, kinds, sizeof(kinds));
+		report_warning("%s: not recorded: %.*s", kinds, (int)len, why);
+		while (hint && !strncmp(hint, "hint: ", 6)) {
+			const char *nl = strchr(hint, '\n');
+
+			report_hint("%.*s", nl ? (int)(nl - hint - 6) : (int)strlen(hint + 6),
+				    hint + 6);
+			hint = nl ? nl + 1 : NULL;
+		}
+	}
+}
+
 int record_write_summary(const struct record *r, FILE *f)
 {
 	char start[32];
@@ -126,8 +198,7 @@ int record_write_summary(const struct record *r, FILE *f)
 	fputc('\n', f);
 	for (int k = 0; k < RK_N; k++)
 		if (r->e[k].asked && !r->e[k].written)
-			fprintf(f, "not recorded: %s: %s\n", r->e[k].name,
-				r->e[k].refused[0] ? r->e[k].refused : "no profile was taken");
+			refusal_line(f, r, k);
 	for (int k = 0; k < RK_N && ret == 0; k++) {
 		const struct record_entry *e = &r->e[k];
 
@@ -163,8 +234,9 @@ static const char *build_id(const struct record *r)
 
 int record_write_manifest(const struct record *r, FILE *f)
 {
-	const char *sep = "";
-	char start[32];
+	const char *sep = "", *why, *hint;
+	char start[32], text[sizeof(r->e[0].refused)];
+	size_t len;
 
 	utc_time(r->start_realtime_ns, start, sizeof(start));
 	fprintf(f, "{\"cprof_version\":");
@@ -212,8 +284,15 @@ int record_write_manifest(const struct record *r, FILE *f)
 			continue;
 		fprintf(f, "%s{\"kind\":", sep);
 		json_string(f, e->name);
+		why = record_refusal(e, &len, &hint);
+		snprintf(text, sizeof(text), "%.*s", (int)len, why);
 		fprintf(f, ",\"why\":");
-		json_string(f, e->refused[0] ? e->refused : "no profile was taken");
+		json_string(f, text);
+		fprintf(f, ",\"hint\":");
+		if (hint)
+			json_string(f, hint + strlen("hint: "));
+		else
+			fputs("null", f);
 		fputc('}', f);
 		sep = ",";
 	}

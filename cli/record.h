@@ -80,6 +80,17 @@ int record_loop(const struct record_opts *o, uint64_t interval_ns, uint64_t tota
  * by state, every kind refused and why. 0 or -errno. */
 int record_write_summary(const struct record *r, FILE *f);
 
+/*
+ * Why @e was not written, in two parts: its reason (the first *@ret_len
+ * bytes of the text returned) and what to do about it (the return value of
+ * @ret_hint: its "hint: " lines, NULL when it has none).
+ */
+const char *record_refusal(const struct record_entry *e, size_t *ret_len,
+			   const char **ret_hint);
+
+/* Says on stderr which kinds were not written and why, each reason once. */
+void record_report_refusals(const struct record *r);
+
 /* manifest.json of @r. 0 or -errno. */
 int record_write_manifest(const struct record *r, FILE *f);
 

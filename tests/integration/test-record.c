@@ -203,10 +203,17 @@ Test(record, the_agents_kinds_refused_on_a_static_binary)
 	TH_CPROF(&r, 60000, "record", "-p", th_pid_str(pid), "-d", "1s", "-o", dir);
 	th_run_log(&r, "record");
 	cr_assert_eq(r.exit_code, 5, "static: exit %d\n%s", r.exit_code, r.err);
-	cr_expect(strstr(r.err, "heap: not recorded"), "%s", r.err);
+	/* The agent's four kinds for one reason: said once, with its hint. */
+	cr_expect(strstr(r.err, "heap, block, mutex, threadcreate: not recorded"), "%s", r.err);
+	cr_expect(strstr(r.err, "statically linked") &&
+			  !strstr(strstr(r.err, "statically linked") + 1, "statically linked"),
+		  "the reason is not said once: %s", r.err);
+	cr_expect(strstr(r.err, "\ncprof: hint: "), "no hint: %s", r.err);
 	th_run_release(&r);
 	manifest = slurp(dir, "manifest.json");
 	cr_expect(strstr(manifest, "{\"kind\":\"heap\",\"why\":"), "%s", manifest);
+	cr_expect(strstr(manifest, "\"hint\":\"") && !strstr(manifest, "\\nhint: "),
+		  "the hint is not a field of its own: %s", manifest);
 	cr_expect(strstr(manifest, "\"file\":\"cpu.pb.gz\""), "%s", manifest);
 	free(manifest);
 	p = load(dir, "threads-start.pb.gz");
