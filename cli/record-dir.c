@@ -79,9 +79,16 @@ int record_dir_make(struct record_dir *d, const char *path, pid_t pid, char *why
 	memcpy(d->tmp + n, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
 	if (!mkdtemp(d->tmp)) {
 		int r = -errno;
+		const char *slash = strrchr(d->final, '/');
 
-		snprintf(why, whylen, "cannot make a directory beside %s: %s", d->final,
-			 strerror(errno));
+		/* The directory it is made in is what is missing or refused. */
+		if (!slash)
+			snprintf(why, whylen, "cannot make %s in the current directory: %s",
+				 d->final, strerror(-r));
+		else
+			snprintf(why, whylen, "cannot make %s in %.*s: %s", slash + 1,
+				 slash == d->final ? 1 : (int)(slash - d->final), d->final,
+				 strerror(-r));
 		d->tmp[0] = '\0';
 		return r;
 	}
