@@ -353,8 +353,10 @@ static void threads_at_end(struct record *rec)
 
 	if (!e->asked)
 		return;
+	/* No process, no snapshot: nothing was refused (the window's line
+	 * says the process exited), and the run is as whole as it could be. */
 	if (rec->target_exited) {
-		snprintf(e->refused, sizeof(e->refused), "the process exited during the window");
+		e->asked = false;
 		return;
 	}
 	r = profiler_new_threads(&e->p, rec->pid, rec->sym, rec->command_line);

@@ -223,6 +223,33 @@ Test(record, the_agents_kinds_refused_on_a_static_binary)
 	th_kill(pid);
 }
 
+/* The process exits mid-window: what was collected is written, exit 0 as
+ * every command's, and no snapshot of a process that is gone. */
+Test(record, the_target_exits_mid_window)
+{
+	const char *dir = th_tmp_path("record-exits");
+	char *summary, path[4200];
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	th_require_perf(false);
+	pid = TH_SPAWN("demo", "2", "1", "200");
+	TH_CPROF(&r, 60000, "record", "-p", th_pid_str(pid), "-d", "10s", "-o", dir);
+	th_run_log(&r, "record");
+	cr_expect_eq(r.exit_code, 0, "exit %d\n%s", r.exit_code, r.err);
+	cr_expect(strstr(r.err, "exited during the profile"), "%s", r.err);
+	cr_expect(!strstr(r.err, "not recorded"), "%s", r.err);
+	th_run_release(&r);
+	summary = slurp(dir, "summary.txt");
+	cr_expect(strstr(summary, "the process exited during it"), "%s", summary);
+	free(summary);
+	profile_free(load(dir, "cpu.pb.gz"));
+	snprintf(path, sizeof(path), "%s/threads-end.pb.gz", dir);
+	cr_expect_neq(access(path, F_OK), 0, "a snapshot of a process that is gone");
+	th_kill(pid);
+}
+
 Test(record, an_existing_directory_is_refused_before_the_target_is_touched)
 {
 	const char *dir = th_tmp_path("record-exists");
