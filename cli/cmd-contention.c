@@ -34,9 +34,9 @@ static const struct contention_command block_command = {
 	"Record where the threads of process PID wait: pthread mutexes, rwlocks and\n"
 	"condition variables, semaphores (Go's block profile). The stack that waited\n"
 	"is charged. Writes contentions/count and delay/nanoseconds.\n",
-	"      --rate DURATION      waits this long are always recorded; shorter ones\n"
+	"      --block-rate DURATION  waits this long are always recorded; shorter ones\n"
 	"                           with probability wait/rate, counted unbiased\n"
-	"                           (default 10us)\n",
+	"                           (default 10us; --rate is its old name, deprecated)\n",
 	CPROF_WIRE_BLOCK_RATE_DEFAULT
 };
 
@@ -45,8 +45,10 @@ static const struct contention_command mutex_command = {
 	"Record lock contention in process PID (Go's mutex profile): the delay that\n"
 	"waiters suffered is charged to the stack that held the lock, where it\n"
 	"unlocked. Writes contentions/count and delay/nanoseconds.\n",
-	"      --rate N             record one in N contention events, values scaled\n"
-	"                           by N (default 1: every event)\n",
+	"      --mutex-fraction N   record one in N contention events, values scaled\n"
+	"                           by N (default 1: every event; Go's\n"
+	"                           SetMutexProfileFraction; --rate is its old name,\n"
+	"                           deprecated)\n",
 	CPROF_WIRE_MUTEX_RATE_DEFAULT
 };
 
@@ -84,32 +86,56 @@ static void help(const struct contention_command *k)
 	       "  -q, --quiet              no progress or summary on stderr\n"
 	       "  -h, --help               show this help\n",
 	       k->name,
-	       k->events == CPROF_EVENTS_BLOCK ? " [--rate DURATION]"
-	       : k->events == CPROF_EVENTS_MUTEX ? " [--rate N]"
+	       k->events == CPROF_EVENTS_BLOCK ? " [--block-rate DURATION]"
+	       : k->events == CPROF_EVENTS_MUTEX ? " [--mutex-fraction N]"
 						 : "",
 	       k->summary, k->rate_help, k->name);
+}
+
+/* The command's rate option, as serve names it too; NULL: none. */
+static const char *rate_option(const struct contention_command *k)
+{
+	if (k->events == CPROF_EVENTS_BLOCK)
+		return "--block-rate";
+	if (k->events == CPROF_EVENTS_MUTEX)
+		return "--mutex-fraction";
+	return NULL;
+}
+
+/* @arg of the command's rate option. */
+static int parse_rate(struct contention_run *a, const char *arg)
+{
+	int64_t v;
+	int r;
+
+	if (a->cmd->events == CPROF_EVENTS_BLOCK)
+		return option_duration(a->cmd->name, "--block-rate", arg, &a->rate);
+	r = option_int(a->cmd->name, "--mutex-fraction", arg, 1, 1000000000, &v);
+	if (r == 0)
+		a->rate = (uint64_t)v;
+	return r;
 }
 
 static int on_option(int c, const char *arg, void *ctx)
 {
 	struct contention_run *a = ctx;
 	const char *name = a->cmd->name;
-	int64_t v;
-	int r;
 
 	switch (c) {
 	case 'd':
 		return option_duration(name, "duration", arg, &a->duration_ns);
-	case 'R':
-		if (a->cmd->events == CPROF_EVENTS_BLOCK)
-			return option_duration(name, "rate", arg, &a->rate);
-		if (a->cmd->events == CPROF_EVENTS_MUTEX) {
-			r = option_int(name, "rate", arg, 1, 1000000000, &v);
-			if (r == 0)
-				a->rate = (uint64_t)v;
-			return r;
-		}
-		return report_usage(name, "unknown option '--rate'");
+	case 'r':
+		if (!rate_option(a->cmd))
+			return report_usage(name, "unknown option '--rate'");
+		option_deprecated(name, "--rate", rate_option(a->cmd));
+		return parse_rate(a, arg);
+	case 'B':
+	case 'M':
+		if (strcmp(rate_option(a->cmd) ? rate_option(a->cmd) : "",
+			   c == 'B' ? "--block-rate" : "--mutex-fraction"))
+			return report_usage(name, "unknown option '%s'",
+					    c == 'B' ? "--block-rate" : "--mutex-fraction");
+		return parse_rate(a, arg);
 	case 'D':
 		return option_debug(name, arg, 1, &a->common);
 	}
@@ -121,7 +147,9 @@ static int parse_args(int argc, char **argv, struct contention_run *a)
 	static const struct option longopts[] = {
 		{ "pid", required_argument, NULL, 'p' },
 		{ "duration", required_argument, NULL, 'd' },
-		{ "rate", required_argument, NULL, 'R' },
+		{ "block-rate", required_argument, NULL, 'B' },
+		{ "mutex-fraction", required_argument, NULL, 'M' },
+		{ "rate", required_argument, NULL, 'r' }, /* their old name */
 		{ "debug", required_argument, NULL, 'D' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },

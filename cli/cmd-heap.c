@@ -46,7 +46,7 @@ struct heap_run {
 
 static void heap_help(void)
 {
-	printf("usage: cprof heap -p PID [-d DURATION] [--rate SIZE] [--index TYPE] [--debug N] "
+	printf("usage: cprof heap -p PID [-d DURATION] [--heap-rate SIZE] [--index TYPE] [--debug N] "
 	       "[--keep | --stop] [--source SOURCE] [-o FILE] [--format FORMAT] [--top N] [--json] "
 	       "[-q]\n"
 	       "\n"
@@ -59,8 +59,9 @@ static void heap_help(void)
 	       "\n"
 	       "  -p, --pid PID            process to profile\n"
 	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
-	       "      --rate SIZE          mean bytes between samples: 512KiB, 64k, 4096\n"
-	       "                           (default 512KiB, Go's MemProfileRate; 1: every one)\n"
+	       "      --heap-rate SIZE     mean bytes between samples: 512KiB, 64k, 4096\n"
+	       "                           (default 512KiB, Go's MemProfileRate; 1: every one;\n"
+	       "                           --rate is its old name, deprecated)\n"
 	       "      --index TYPE         sample type pprof shows first: inuse_space (default),\n"
 	       "                           inuse_objects, alloc_space or alloc_objects\n"
 	       "      --debug N            1: Go's text heap profile (to stdout without -o); 0:\n"
@@ -72,7 +73,7 @@ static void heap_help(void)
 	       "      --stop               end the background sampling of --keep (hooks removed)\n"
 	       "      --source SOURCE      auto (default): jemalloc's own heap profiler when the\n"
 	       "                           target's jemalloc runs it (MALLOC_CONF=prof:true) and\n"
-	       "                           no -d, --rate or --keep is given, else hooks; jemalloc:\n"
+	       "                           no -d, --heap-rate or --keep is given, else hooks; jemalloc:\n"
 	       "                           its profile since the program started, no hooks, no\n"
 	       "                           window; hooks: cprof's sampling hooks\n"
 	       "  -o, --output FILE        where to write, - for stdout (default heap.pb.gz;\n"
@@ -105,12 +106,15 @@ static int heap_option(int c, const char *arg, void *ctx)
 		}
 		return report_usage(CMD, "invalid source '%s': expected auto, jemalloc or hooks",
 				    arg);
+	case 'r':
+		option_deprecated(CMD, "--rate", "--heap-rate");
+		/* fall through */
 	case 'R':
 		a->rate_given = true;
 		r = parse_size(arg, &a->rate);
 		if (r < 0 || a->rate == 0 || a->rate > CPROF_WIRE_RATE_MAX)
-			return report_usage(CMD, "invalid rate '%s': expected a size from 1 to 1TiB, "
-					    "like 512KiB, 64k or 4096", arg);
+			return report_usage(CMD, "invalid --heap-rate '%s': expected a size from 1 "
+					    "to 1TiB, like 512KiB, 64k or 4096", arg);
 		return 0;
 	case 'I':
 		for (size_t i = 0; i < ARRAY_SIZE(indexes); i++)
@@ -131,7 +135,8 @@ static int parse_args(int argc, char **argv, struct heap_run *a)
 	static const struct option longopts[] = {
 		{ "pid", required_argument, NULL, 'p' },
 		{ "duration", required_argument, NULL, 'd' },
-		{ "rate", required_argument, NULL, 'R' },
+		{ "heap-rate", required_argument, NULL, 'R' },
+		{ "rate", required_argument, NULL, 'r' }, /* its old name */
 		{ "index", required_argument, NULL, 'I' },
 		{ "debug", required_argument, NULL, 'D' },
 		{ "keep", no_argument, NULL, 'K' },
@@ -156,7 +161,7 @@ static int parse_args(int argc, char **argv, struct heap_run *a)
 	if (a->source == HEAP_SOURCE_JEMALLOC &&
 	    (a->duration_given || a->rate_given || a->keep || a->stop))
 		return report_usage(CMD, "--source jemalloc reads jemalloc's own profile: -d, "
-				    "--rate, --keep and --stop are the hooks'");
+				    "--heap-rate, --keep and --stop are the hooks'");
 	return option_output(CMD, &a->common);
 }
 
@@ -175,7 +180,7 @@ static void hooks_summary(const struct heap_run *a, const struct run *run)
 		    (unsigned long long)a->rate, plural(a->rate, "byte", "bytes"), window);
 	if (w->counters.lost_allocs)
 		report_warning("%llu sampled %s not recorded (the agent's ring was full): "
-			       "alloc figures are the recorded %llu scaled by %.3f; a larger --rate "
+			       "alloc figures are the recorded %llu scaled by %.3f; a larger --heap-rate "
 			       "records them all", (unsigned long long)w->counters.lost_allocs,
 			       plural(w->counters.lost_allocs, "allocation", "allocations"),
 			       (unsigned long long)st->allocs, heap_alloc_factor(h));

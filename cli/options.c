@@ -27,6 +27,12 @@ int option_pid(const char *cmd, const char *arg, pid_t *ret)
 	return 0;
 }
 
+void option_deprecated(const char *cmd, const char *old, const char *now)
+{
+	report_warning("%s: %s is deprecated, and goes in a later release: it is %s, as serve "
+		       "names it", cmd, old, now);
+}
+
 int option_duration(const char *cmd, const char *opt, const char *arg, uint64_t *ret_ns)
 {
 	uint64_t ns;

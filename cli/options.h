@@ -83,6 +83,8 @@ bool option_output_is_top(const struct common_opts *o);
 
 /* --debug N of a command with Go's text layouts 1 to @max. 0 or EXIT_USAGE. */
 int option_debug(const char *cmd, const char *arg, int max, struct common_opts *o);
+/* Warns that @cmd's option @old is deprecated, named @now. */
+void option_deprecated(const char *cmd, const char *old, const char *now);
 int option_duration(const char *cmd, const char *opt, const char *arg, uint64_t *ret_ns);
 int option_int(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max,
 	       int64_t *ret);

@@ -98,7 +98,6 @@ int run_window(struct profiler **ps, size_t n, const struct run_window_opts *o,
 	       bool *ret_exited, char *err, size_t errlen)
 {
 	struct progress pr = { .o = o };
-	uint64_t start;
 	struct profilers_run_opts ro = {
 		.duration_ns = o->duration_ns,
 		.cancelled = interrupt_requested,
@@ -109,19 +108,15 @@ int run_window(struct profiler **ps, size_t n, const struct run_window_opts *o,
 	int r;
 
 	format_duration(o->duration_ns, pr.total, sizeof(pr.total));
-	start = now_monotonic_ns();
 	if (o->verb)
 		report_log("%s pid %d (%s) for %s", o->verb, o->target->pid, o->target->comm,
 			   pr.total);
 	r = profilers_window(ps, n, &ro, ret_exited, err, errlen);
 	report_progress_done();
-	if (o->verb) {
-		char took[32];
-
-		format_duration(now_monotonic_ns() - start, took, sizeof(took));
-		report_log("%s pid %d: the window ended after %s", o->verb, o->target->pid,
-			   took);
-	}
+	/* The window's length is the profile's to say (the agent's load and
+	 * the first snapshot are no part of it). */
+	if (o->verb)
+		report_log("%s pid %d: the window is over", o->verb, o->target->pid);
 	return r;
 }
 

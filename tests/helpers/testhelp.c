@@ -2260,3 +2260,13 @@ int th_free_port(void)
 	close(fd);
 	return port;
 }
+
+const char *th_rate_option(const char *kind)
+{
+	if (!strcmp(kind, "heap"))
+		return "--heap-rate";
+	if (!strcmp(kind, "block"))
+		return "--block-rate";
+	cr_assert_str_eq(kind, "mutex", "no rate option for %s", kind);
+	return "--mutex-fraction";
+}

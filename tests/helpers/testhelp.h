@@ -451,6 +451,10 @@ void th_skip_accuracy_when_sanitized(void);
 /* "@pid" as text, in one of 8 rotating static buffers (for argument lists). */
 const char *th_pid_str(pid_t pid);
 
+/* The sampling rate's option of cprof command @kind: --heap-rate,
+ * --block-rate or --mutex-fraction. */
+const char *th_rate_option(const char *kind);
+
 /* Reads small file @what of /proc/@pid/task/@tid. Returns 0 or -1. */
 int th_task_read(pid_t pid, pid_t tid, const char *what, char *buf, size_t size);
 /* State letter of thread @tid of @pid, 0 when it is gone. */

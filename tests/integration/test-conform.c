@@ -203,7 +203,7 @@ static char *session_output(const char *kind, const char *rate, bool storm, int 
 	argv[argc++] = "-d";
 	argv[argc++] = "20s";
 	if (rate) {
-		argv[argc++] = "--rate";
+		argv[argc++] = th_rate_option(kind);
 		argv[argc++] = rate;
 	}
 	argv[argc++] = "-o";

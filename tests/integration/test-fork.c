@@ -26,7 +26,7 @@ static void session(const char *kind, pid_t pid, const char *duration, const cha
 	struct th_run r;
 
 	if (rate)
-		TH_CPROF(&r, 60000, kind, "-p", th_pid_str(pid), "-d", duration, "--rate", rate,
+		TH_CPROF(&r, 60000, kind, "-p", th_pid_str(pid), "-d", duration, th_rate_option(kind), rate,
 			 "-q", "-o", th_tmp_path("fork.pb.gz"));
 	else
 		TH_CPROF(&r, 60000, kind, "-p", th_pid_str(pid), "-d", duration, "-q", "-o",
@@ -87,7 +87,7 @@ Test(fork, child_profiled_later_gets_in)
 	child = atoi(line + 6);
 	free(out);
 	cr_assert_gt(child, 0);
-	TH_CPROF(&r, 30000, "mutex", "-p", th_pid_str(child), "-d", "1s", "--rate", "1", "-q",
+	TH_CPROF(&r, 30000, "mutex", "-p", th_pid_str(child), "-d", "1s", "--mutex-fraction", "1", "-q",
 		 "-o", th_tmp_path("child.pb.gz"));
 	cr_assert_eq(r.exit_code, 0, "cprof mutex on the child: exit %d: %s", r.exit_code, r.err);
 	th_run_release(&r);

@@ -150,9 +150,9 @@ static double speed_against(pid_t pid, const char *report, pid_t twin, const cha
 Test(heap_truth, single_threaded_target_keeps_its_speed)
 {
 	static const char *const sessions[][4] = {
-		{ "heap", "--rate", "512KiB", "1s" },
-		{ "block", "--rate", "1ns", "1s" },
-		{ "mutex", "--rate", "1", "1s" },
+		{ "heap", "--heap-rate", "512KiB", "1s" },
+		{ "block", "--block-rate", "1ns", "1s" },
+		{ "mutex", "--mutex-fraction", "1", "1s" },
 		{ "threadcreate", NULL, NULL, "1s" },
 	};
 	const char *report = th_tmp_path("ring-speed.report");

@@ -67,7 +67,7 @@ Test(heap, debug1_text_and_index)
 
 	skip_without_ptrace();
 	pid = TH_SPAWN("heapsites", "10", th_tmp_path("unused.report"), "64", "1000");
-	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--rate", "64KiB", "--debug",
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--heap-rate", "64KiB", "--debug",
 		 "1");
 	th_run_log(&r, "cprof heap --debug 1");
 	cr_assert_eq(r.exit_code, 0);
@@ -161,13 +161,13 @@ Test(heap, walked_stacks_match_copied_stacks)
 
 	skip_without_ptrace();
 	pid = TH_SPAWN("heapsites", "60", th_tmp_path("unused.report"), "64", "2000");
-	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "2s", "--rate", "64KiB", "--debug",
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "2s", "--heap-rate", "64KiB", "--debug",
 		 "1");
 	cr_assert_eq(r.exit_code, 0);
 	nw = parse_text(r.out, walked, 512, &samples[0], &nwalked[0]);
 	th_run_release(&r);
 	cr_assert_eq(setenv("CPROF_COPY_STACKS", "1", 1), 0);
-	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "2s", "--rate", "64KiB", "--debug",
+	TH_CPROF(&r, 30000, "heap", "-p", th_pid_str(pid), "-d", "2s", "--heap-rate", "64KiB", "--debug",
 		 "1");
 	unsetenv("CPROF_COPY_STACKS");
 	cr_assert_eq(r.exit_code, 0);

@@ -112,7 +112,7 @@ Test(package, deb_unpacks_and_runs, .timeout = 300)
 	p = run_unpacked(cprof, "cpu", pid, NULL, th_tmp_path("cpu.pb.gz"));
 	cr_expect_gt(p->nsamples, 0);
 	profile_free(p);
-	p = run_unpacked(cprof, "heap", pid, "--rate=4096", th_tmp_path("heap.pb.gz"));
+	p = run_unpacked(cprof, "heap", pid, "--heap-rate=4096", th_tmp_path("heap.pb.gz"));
 	cr_expect_gt(p->nsamples, 0);
 	profile_free(p);
 	th_kill(pid);

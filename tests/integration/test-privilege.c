@@ -224,7 +224,7 @@ Test(privilege, heap_of_own_process)
 	require_same_uid_ptrace();
 	snprintf(out, sizeof(out), "%s/heap.pb.gz", nobody_dir());
 	target = nobody_target();
-	AS_NOBODY(&r, "heap", "-p", th_pid_str(target), "-d", "500ms", "--rate", "4KiB", "-o", out);
+	AS_NOBODY(&r, "heap", "-p", th_pid_str(target), "-d", "500ms", "--heap-rate", "4KiB", "-o", out);
 	cr_expect_eq(r.exit_code, 0, "exit %d:\n%s", r.exit_code, r.err);
 	if (r.exit_code == 0)
 		profile_free(th_load_profile(out));

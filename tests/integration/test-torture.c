@@ -1452,7 +1452,7 @@ static void command_args(const struct trial_ctx *c, const struct target *t, cons
 		args[n++] = "-d";
 		args[n++] = c->dur;
 		if (c->st.cmd != CMD_MUTEX) {
-			args[n++] = "--rate";
+			args[n++] = c->st.cmd == CMD_HEAP ? "--heap-rate" : "--block-rate";
 			args[n++] = c->st.cmd == CMD_HEAP ? "64KiB" : "10us";
 		}
 		args[n++] = "-o";

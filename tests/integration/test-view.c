@@ -744,7 +744,7 @@ Test(view, threads_and_heap_views, .timeout = 120)
 
 	/* alloc_space: what was allocated in the window is there even when a
 	 * slow (sanitized) cprof loses records of frees. */
-	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--rate", "64KiB",
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--heap-rate", "64KiB",
 		 "--index", "alloc_space", "-o", svg, "--top", "3");
 	if (r.exit_code == 3)
 		TH_SKIP_MISSING("no permission to load the agent: %s", r.err);
@@ -754,7 +754,7 @@ Test(view, threads_and_heap_views, .timeout = 120)
 	th_run_release(&r);
 	/* cprof's heap profiles carry drop_frames (the agent's hooks): pprof
 	 * prunes them, and so must cprof view. */
-	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--rate", "64KiB", "-o",
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "1s", "--heap-rate", "64KiB", "-o",
 		 heap, "-q");
 	cr_assert_eq(r.exit_code, 0, "%s", r.err);
 	th_run_release(&r);
