@@ -519,6 +519,59 @@ Test(badinput, help)
 	th_run_release(&r);
 }
 
+/* ---- outcomes that still write ------------------------------------------ */
+
+/* The output of @c's run into @dir: a file to decode, or record's directory. */
+static void expect_written(const struct cmd *c, const char *out, const char *row)
+{
+	char path[4200];
+
+	snprintf(path, sizeof(path), "%s%s", out, strcmp(c->name, "record") ? "" : "/cpu.pb.gz");
+	cr_expect_eq(access(path, F_OK), 0, "%s, %s: %s was not written", row, c->name, path);
+	if (access(path, F_OK) == 0)
+		profile_free(th_load_profile(path));
+}
+
+/*
+ * The process exits mid-window, or cprof is interrupted (SIGINT): every
+ * command with a window writes what it collected and exits 0, as cprof(1)'s
+ * EXIT STATUS says, and says why the window was short.
+ */
+static void short_window_row(const char *row, bool target_exits)
+{
+	for (size_t i = 0; i < NCMDS; i++) {
+		const struct cmd *c = &cmds[i];
+		const char *out = th_tmp_path("short");
+		const char *argv[] = { c->name, "-p", NULL, "-d", "10s", "-o", out, NULL };
+		pid_t pid;
+		struct th_run r;
+
+		if (!c->window)
+			continue;
+		pid = target_exits ? TH_SPAWN("demo", "2", "1", "200") : quiet_target();
+		argv[2] = th_pid_str(pid);
+		th_run_cprof_ex(&r, RUN_TIMEOUT_MS, target_exits ? 0 : SIGINT,
+				target_exits ? 0 : 1500, argv);
+		expect_run(&r, row, c, 0, target_exits ? "exited during the profile"
+						       : "interrupted; writing what was collected");
+		expect_written(c, out, row);
+		th_run_release(&r);
+		th_kill(pid);
+	}
+}
+
+Test(badinput, target_exits_mid_window)
+{
+	th_require_perf(false);
+	short_window_row("target exits mid-window", true);
+}
+
+Test(badinput, interrupted_mid_window)
+{
+	th_require_perf(false);
+	short_window_row("SIGINT mid-window", false);
+}
+
 /* ---- --json on a refusal ------------------------------------------------ */
 
 /*
