@@ -40,7 +40,7 @@ static void wall_help(void)
 	       "  -p, --pid PID            process to profile\n"
 	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
 	       "  -F, --frequency HZ       looks at every thread per second, and CPU samples per\n"
-	       "                           second of CPU time, 1-1000 (default 100)\n"
+	       "                           second of CPU time, 1-10000, as cpu's (default 100)\n"
 	       "  -o, --output FILE        where to write, - for stdout (default wall.pb.gz;\n"
 	       "                           a view without -o goes to stdout)\n"
 	       OPTIONS_OUTPUT_HELP
@@ -58,7 +58,7 @@ static int wall_option(int c, const char *arg, void *ctx)
 	case 'd':
 		return option_duration(CMD, "duration", arg, &a->duration_ns);
 	case 'F':
-		r = option_int(CMD, "frequency", arg, 1, 1000, &v);
+		r = option_int(CMD, "frequency", arg, 1, 10000, &v);
 		if (r == 0)
 			a->hz = (unsigned)v;
 		return r;
