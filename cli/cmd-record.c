@@ -490,6 +490,7 @@ int record_once(const struct record_opts *o, const struct target *t)
 	}
 	r = write_all(&rec, &d);
 	code = outcome(&rec);
+	rec.exit = code;
 	if (r == 0)
 		r = write_text_file(&d, "summary.txt", record_write_summary, &rec);
 	if (r == 0)

@@ -241,7 +241,8 @@ int record_write_manifest(const struct record *r, FILE *f)
 	utc_time(r->start_realtime_ns, start, sizeof(start));
 	fprintf(f, "{\"cprof_version\":");
 	json_string(f, CPROF_VERSION);
-	fprintf(f, ",\"pid\":%d,\"comm\":", r->pid);
+	/* As every command's --json object begins. */
+	fprintf(f, ",\"command\":\"record\",\"exit\":%d,\"pid\":%d,\"comm\":", r->exit, r->pid);
 	json_string(f, r->comm);
 	fprintf(f, ",\"executable\":");
 	json_string(f, r->exe);

@@ -48,6 +48,7 @@ struct record {
 	int64_t start_realtime_ns; /* the window's */
 	uint64_t window_ns;
 	bool interrupted, target_exited;
+	int exit;                  /* the code the run exits with, said in the manifest */
 	struct symbolizer *sym;    /* every kind's modules, read once; NULL: each its own */
 	struct record_entry e[RK_N];
 };
