@@ -144,35 +144,17 @@ void report_progress_done(void)
 	progress_shown = false;
 }
 
-static int vreport_usage(const char *cmd, const char *hint, const char *fmt, va_list ap)
+int report_usage_hint(const char *cmd, const char *hint, const char *fmt, ...)
 {
+	va_list ap;
+
+	va_start(ap, fmt);
 	vreport("error: ", fmt, ap);
+	va_end(ap);
 	if (hint)
 		report_hint("%s", hint);
 	report_hint("see 'cprof %s%s--help'", cmd ? cmd : "", cmd ? " " : "");
 	return EXIT_USAGE;
-}
-
-int report_usage(const char *cmd, const char *fmt, ...)
-{
-	va_list ap;
-	int r;
-
-	va_start(ap, fmt);
-	r = vreport_usage(cmd, NULL, fmt, ap);
-	va_end(ap);
-	return r;
-}
-
-int report_usage_hint(const char *cmd, const char *hint, const char *fmt, ...)
-{
-	va_list ap;
-	int r;
-
-	va_start(ap, fmt);
-	r = vreport_usage(cmd, hint, fmt, ap);
-	va_end(ap);
-	return r;
 }
 
 void report_json_wanted(void)

@@ -63,10 +63,10 @@ void report_json_wanted(void);
 void report_json_printed(void);
 int report_json_fallback(const char *command, int code);
 
-/* Usage error for command @cmd: message, then "see 'cprof @cmd --help'". */
-int report_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The same with @hint, what to do, before the pointer to --help. */
+/* Usage error for command @cmd: message, @hint (what to do; may be NULL),
+ * then "see 'cprof @cmd --help'". Returns EXIT_USAGE. */
 int report_usage_hint(const char *cmd, const char *hint, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+#define report_usage(cmd, ...) report_usage_hint((cmd), NULL, __VA_ARGS__)
 
 #endif
