@@ -615,6 +615,34 @@ static void refuse_json(const char *row, pid_t target, const char *pid, int code
 	}
 }
 
+/* And on success: the same keys begin every command's object (record's is
+ * its manifest). */
+Test(badinput, json_on_success)
+{
+	pid_t target = quiet_target();
+
+	th_require_perf(false);
+	for (size_t i = 0; i < NCMDS; i++) {
+		char want[128];
+		struct th_run r;
+
+		run_cmd(&r, &cmds[i], th_pid_str(target), th_tmp_path("json-ok"),
+			EXTRA("--json", "-q"));
+		expect_run(&r, "--json, written", &cmds[i], 0, NULL);
+		cr_expect(r.out_len > 2 && r.out[0] == '{' && !strcmp(r.out + r.out_len - 2, "}\n"),
+			  "%s --json: not one object on stdout: '%s'", cmds[i].name, r.out);
+		snprintf(want, sizeof(want), "\"command\":\"%s\"", cmds[i].name);
+		cr_expect(strstr(r.out, want), "%s --json: no %s in %s", cmds[i].name, want, r.out);
+		snprintf(want, sizeof(want), "\"exit\":0,");
+		cr_expect(strstr(r.out, want), "%s --json: no %s in %s", cmds[i].name, want, r.out);
+		snprintf(want, sizeof(want), "\"pid\":%d,", (int)target);
+		cr_expect(strstr(r.out, want), "%s --json: no %s in %s", cmds[i].name, want, r.out);
+		th_run_release(&r);
+		th_assert_let_go(target, false, "--json, written");
+	}
+	th_kill(target);
+}
+
 Test(badinput, json_on_a_refusal)
 {
 	pid_t target = quiet_target();
