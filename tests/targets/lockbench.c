@@ -3,7 +3,8 @@
  *
  * The uncontended lock of scripts/bench-locks: one thread locks and unlocks
  * a pthread mutex as fast as it can (nobody else ever takes it). On SIGUSR2
- * it writes the pairs done so far ("ops N\n") to REPORT (beside, then
+ * it writes the pairs done so far and the CPU time the whole process has
+ * used ("ops N\ncpu_ns T\n", as allocbench) to REPORT (beside, then
  * renamed). Prints "ready"; exits after SECONDS.
  */
 #include <pthread.h>
@@ -66,7 +67,11 @@ int main(int argc, char **argv)
 			snprintf(tmp, sizeof(tmp), "%s.tmp", argv[2]);
 			f = fopen(tmp, "w");
 			if (f) {
-				fprintf(f, "ops %lu\n", atomic_load(&ops));
+				struct timespec cpu;
+
+				clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+				fprintf(f, "ops %lu\ncpu_ns %lld\n", atomic_load(&ops),
+					(long long)cpu.tv_sec * 1000000000LL + cpu.tv_nsec);
 				fclose(f);
 				rename(tmp, argv[2]);
 			}
