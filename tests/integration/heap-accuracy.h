@@ -154,7 +154,7 @@ static inline void check_heapsites_accuracy(pid_t pid, const char *report, const
 	struct profile *p;
 	struct th_run r;
 
-	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", duration, "--rate", rate_arg, "-o",
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", duration, "--heap-rate", rate_arg, "-o",
 		 out, "--index", "alloc_space");
 	th_run_log(&r, "cprof heap");
 	cr_assert_eq(r.exit_code, 0, "%s: cprof heap exited %d", what, r.exit_code);
