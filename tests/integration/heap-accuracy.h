@@ -144,7 +144,7 @@ static inline void heapsites_check(const struct profile *p, pid_t pid, const cha
 
 /*
  * Runs the heapsites target (spawned by the caller as @pid, its report at
- * @report) under `cprof heap --rate @rate -d @duration` and checks the
+ * @report) under `cprof heap --heap-rate @rate -d @duration` and checks the
  * profile against its truth.
  */
 static inline void check_heapsites_accuracy(pid_t pid, const char *report, const char *rate_arg,
@@ -154,8 +154,8 @@ static inline void check_heapsites_accuracy(pid_t pid, const char *report, const
 	struct profile *p;
 	struct th_run r;
 
-	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", duration, "--heap-rate", rate_arg, "-o",
-		 out, "--index", "alloc_space");
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", duration, "--heap-rate", rate_arg,
+		 "-o", out, "--index", "alloc_space");
 	th_run_log(&r, "cprof heap");
 	cr_assert_eq(r.exit_code, 0, "%s: cprof heap exited %d", what, r.exit_code);
 	cr_assert(!strstr(r.err, "lost"), "%s: samples were lost: %s", what, r.err);

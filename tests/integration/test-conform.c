@@ -6,7 +6,7 @@
  * handlers ran, blocks' contents, sizes and alignment); its output is the
  * same in every run, so the output under each agent session must equal the
  * plain one, line by line:
- *   - heap, block and mutex, each with every call sampled (--rate 1, 1ns,
+ *   - heap, block and mutex, each with every call sampled (--heap-rate 1, --block-rate 1ns,
  *     1) and at the default rate; threadcreate (no rate);
  *   - sigstorm: signal handlers that call hooked functions (lock, contended
  *     timedlock, free) while the thread they interrupt is inside a hook
@@ -178,7 +178,7 @@ static void log_target_exit(pid_t pid, const char *session)
 }
 
 /*
- * Runs `conform [sigstorm] KIND` under `cprof KIND -p PID -d 20s [--rate
+ * Runs `conform [sigstorm] KIND` under `cprof KIND -p PID -d 20s [RATE_OPTION
  * RATE] -o OUT` until it printed "done" (within @timeout_ms), stops cprof
  * with SIGINT, and checks that cprof exited 0 and let the target go.
  * Returns the target's output, up to "done" if it got there (*@ret_done);
@@ -240,7 +240,7 @@ static char *session_output(const char *kind, const char *rate, bool storm, int 
 	return out;
 }
 
-/* The output under `cprof KIND [--rate RATE]` equals the plain one. */
+/* The output under `cprof KIND [RATE_OPTION RATE]` equals the plain one. */
 static void conforms(const char *kind, const char *rate)
 {
 	char session[96];
@@ -250,7 +250,8 @@ static void conforms(const char *kind, const char *rate)
 
 	skip_without_ptrace();
 	if (rate)
-		snprintf(session, sizeof(session), "%s: cprof %s --rate %s", conform_prog, kind, rate);
+		snprintf(session, sizeof(session), "%s: cprof %s %s %s", conform_prog, kind,
+			 th_rate_option(kind), rate);
 	else
 		snprintf(session, sizeof(session), "%s: cprof %s (its default rate)", conform_prog,
 			 kind);
@@ -361,7 +362,8 @@ static void storm(const char *kind, const char *rate)
 	bool done;
 
 	skip_without_ptrace();
-	snprintf(session, sizeof(session), "sigstorm under cprof %s --rate %s", kind, rate);
+	snprintf(session, sizeof(session), "sigstorm under cprof %s %s %s", kind,
+		 th_rate_option(kind), rate);
 	out = session_output(kind, rate, true, STORM_TIMEOUT_MS, session, &done);
 	cr_assert(done, "%s: no done within %d s (a deadlock in the agent?)", session,
 		  STORM_TIMEOUT_MS / 1000);

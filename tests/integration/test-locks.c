@@ -35,7 +35,7 @@ static void skip_without_ptrace(void)
 		TH_SKIP_MISSING("the agent needs ptrace of the target: run as root");
 }
 
-/* Runs `cprof CMD -p PID -d DUR [--rate RATE] -o OUT` and loads OUT. */
+/* Runs `cprof CMD -p PID -d DUR [RATE_OPTION RATE] -o OUT` and loads OUT. */
 static struct profile *profile_of(const char *cmd, pid_t pid, const char *dur, const char *rate,
 				  const char *out)
 {
@@ -232,12 +232,14 @@ Test(locks, block_walked_stacks_match_copied_stacks)
 
 	skip_without_ptrace();
 	pid = TH_SPAWN("locks", "ab", "20", "500", th_tmp_path("locks-walk.report"));
-	TH_CPROF(&r, 30000, "block", "-p", th_pid_str(pid), "-d", "2s", "--block-rate", "1ms", "-o", out_w);
+	TH_CPROF(&r, 30000, "block", "-p", th_pid_str(pid), "-d", "2s", "--block-rate", "1ms", "-o",
+		 out_w);
 	cr_assert_eq(r.exit_code, 0);
 	walked_of(r.err, &records[0], &nwalked[0]);
 	th_run_release(&r);
 	cr_assert_eq(setenv("CPROF_COPY_STACKS", "1", 1), 0);
-	TH_CPROF(&r, 30000, "block", "-p", th_pid_str(pid), "-d", "2s", "--block-rate", "1ms", "-o", out_c);
+	TH_CPROF(&r, 30000, "block", "-p", th_pid_str(pid), "-d", "2s", "--block-rate", "1ms", "-o",
+		 out_c);
 	unsetenv("CPROF_COPY_STACKS");
 	cr_assert_eq(r.exit_code, 0);
 	walked_of(r.err, &records[1], &nwalked[1]);
@@ -273,8 +275,8 @@ Test(locks, debug1_headers)
 			   65), "%.100s", r.out);
 	cr_assert(strstr(r.out, "site_a+0x"), "no frame of site_a");
 	th_run_release(&r);
-	TH_CPROF(&r, 30000, "mutex", "-p", th_pid_str(pid), "-d", "500ms", "--mutex-fraction", "2", "--debug",
-		 "1");
+	TH_CPROF(&r, 30000, "mutex", "-p", th_pid_str(pid), "-d", "500ms", "--mutex-fraction", "2",
+		 "--debug", "1");
 	cr_assert_eq(r.exit_code, 0);
 	cr_assert(!strncmp(r.out, "--- mutex:\ncycles/second=1000000000\nsampling period=2\n", 52),
 		  "%.100s", r.out);

@@ -877,7 +877,7 @@ static void group_rwlock(void)
 /*
  * Reader overflow: glibc keeps the readers in 29 bits of a word and answers
  * EAGAIN at 2^28 - 1 of them. 2^28 - 1 real rdlock calls took 0.76 s plain
- * and 1.3 s under cprof block --rate 1ns (2-core x86-64, glibc 2.36): too
+ * and 1.3 s under cprof block --block-rate 1ns (2-core x86-64, glibc 2.36): too
  * slow for a check run a dozen times per suite, so they are left out.
  * Instead EAGAIN is checked on a lock brought to the edge by setting
  * glibc's reader count directly (bits/struct_rwlock.h: __readers holds the
