@@ -28,11 +28,13 @@ static void skip_without_ptrace(void)
  * The bounds docs/measured.md quotes (tests/unit/test-docs checks them):
  * under overload every figure within RING_MAX_ERR of the target's count;
  * a single-threaded loop after four sessions at least SINGLE_MIN_SPEED of
- * its speed before; RSS at most SESSIONS_RSS_MAX_KB more after 20 sessions
+ * its speed before, each the median of LOOKS looks;
+ * RSS at most SESSIONS_RSS_MAX_KB more after 20 sessions
  * than after the first.
  */
 #define RING_MAX_ERR 0.10
-#define SINGLE_MIN_SPEED 0.60
+#define SINGLE_MIN_SPEED 0.85
+#define LOOKS 3
 #define SESSIONS_RSS_MAX_KB 2048
 
 static void assert_near(double got, double want, double tolerance, const char *what,
@@ -142,6 +144,25 @@ static double speed_against(pid_t pid, const char *report, pid_t twin, const cha
 }
 
 /*
+ * The median of LOOKS looks a second apart, each in @looks, sorted. A cost
+ * the sessions left lasts: it is in every look after them. A look can also
+ * catch a moment that slows one twin alone (a kernel thread at its pages, a
+ * neighbour on its cpu): 0.54x once after the sessions in a fresh clone's
+ * run, and 0.57x once before any session, each not in the next looks.
+ */
+static double speed_looks(pid_t pid, const char *report, pid_t twin, const char *twin_report,
+			  double *looks)
+{
+	for (int i = 0; i < LOOKS; i++) {
+		if (i)
+			th_sleep_ms(1000);
+		looks[i] = speed_against(pid, report, twin, twin_report);
+	}
+	qsort(looks, LOOKS, sizeof(looks[0]), by_value);
+	return looks[LOOKS / 2];
+}
+
+/*
  * The target's speed is measured against a twin that cprof never touches,
  * over the same windows, before and after: the machine's load weighs on
  * both alike. The agent's thread used to turn glibc's single-thread paths
@@ -158,7 +179,7 @@ Test(heap_truth, single_threaded_target_keeps_its_speed)
 	const char *report = th_tmp_path("ring-speed.report");
 	const char *twin_report = th_tmp_path("ring-twin.report");
 	struct th_ring_report rep;
-	double before, after;
+	double before, after, looks[LOOKS];
 	pid_t pid, twin;
 
 	skip_without_ptrace();
@@ -167,7 +188,7 @@ Test(heap_truth, single_threaded_target_keeps_its_speed)
 	th_sleep_ms(200);
 	th_ring_report(pid, report, &rep);
 	cr_assert_eq(rep.single, 1, "glibc's single-thread flag is off before any session");
-	before = speed_against(pid, report, twin, twin_report);
+	before = speed_looks(pid, report, twin, twin_report, looks);
 	for (size_t i = 0; i < sizeof(sessions) / sizeof(sessions[0]); i++) {
 		struct th_run r;
 
@@ -187,14 +208,14 @@ Test(heap_truth, single_threaded_target_keeps_its_speed)
 			     sessions[i][0]);
 		th_assert_let_go(pid, false, sessions[i][0]);
 	}
-	after = speed_against(pid, report, twin, twin_report);
+	after = speed_looks(pid, report, twin, twin_report, looks);
 	cr_log_info("measured: single-threaded malloc loop against its untouched twin: %.3fx "
-		    "before, %.3fx after four sessions (%.3fx)", before, after, after / before);
+		    "before, %.3fx after four sessions (%.3fx; looks %.3f-%.3f)", before, after,
+		    after / before, looks[0], looks[LOOKS - 1]);
 	/*
-	 * The flag above is the cause and is exact; the speed is a loose
-	 * guard against the 0.40x it was (scripts/bench-heap-truth gives the
-	 * figure), judged in the plain build only: the machines are shared,
-	 * and the twins alone differ by a quarter from one run to the next.
+	 * The flag above is the cause and is exact; the speed guards against
+	 * the 0.40x it was and any lasting cost of 15% (scripts/bench-after
+	 * gives the figure against a sham), judged in the plain build only.
 	 */
 #ifndef __SANITIZE_ADDRESS__
 	cr_expect_geq(after / before, SINGLE_MIN_SPEED,
