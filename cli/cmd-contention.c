@@ -84,7 +84,7 @@ static void help(const struct contention_command *k)
 	       "                           a view or text without -o goes to stdout)\n"
 	       OPTIONS_OUTPUT_HELP
 	       "  -q, --quiet              no progress or summary on stderr\n"
-	       "  -h, --help               show this help\n",
+	       "  -h, --help               show this help\n" OPTIONS_EXIT_HELP,
 	       k->name,
 	       k->events == CPROF_EVENTS_BLOCK ? " [--block-rate DURATION]"
 	       : k->events == CPROF_EVENTS_MUTEX ? " [--mutex-fraction N]"

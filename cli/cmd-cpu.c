@@ -51,7 +51,7 @@ static void cpu_help(void)
 	       "                           kernel.perf_event_paranoid <= 1\n"
 	       OPTIONS_OUTPUT_HELP
 	       "  -q, --quiet              no progress or summary on stderr\n"
-	       "  -h, --help               show this help\n");
+	       "  -h, --help               show this help\n" OPTIONS_EXIT_HELP);
 }
 
 static int cpu_option(int c, const char *arg, void *ctx)

@@ -80,7 +80,7 @@ static void heap_help(void)
 	       "                           a view or text without -o goes to stdout)\n"
 	       OPTIONS_OUTPUT_HELP
 	       "  -q, --quiet              no progress or summary on stderr\n"
-	       "  -h, --help               show this help\n");
+	       "  -h, --help               show this help\n" OPTIONS_EXIT_HELP);
 }
 
 static int heap_option(int c, const char *arg, void *ctx)

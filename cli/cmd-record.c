@@ -90,7 +90,7 @@ static void record_help(void)
 	       "      --json               at the end, print the manifest to stdout (with\n"
 	       "                           --loop: each window's, one line each)\n"
 	       "  -q, --quiet              no progress or summary on stderr\n"
-	       "  -h, --help               show this help\n");
+	       "  -h, --help               show this help\n" OPTIONS_EXIT_HELP);
 }
 
 static int parse_kinds(const char *arg, bool *kinds)

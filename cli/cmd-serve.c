@@ -72,7 +72,10 @@ static void serve_help(void)
 	       "      --no-agent           load no agent: profile, wall, goroutine and cmdline\n"
 	       "                           only\n"
 	       "  -q, --quiet              no messages on stderr but errors\n"
-	       "  -h, --help               show this help\n");
+	       "  -h, --help               show this help\n"
+	       "\nexit status: 0 stopped by SIGINT or SIGTERM, 1 the server could not start or\n"
+	       "failed, 2 the process exited or cannot be profiled, 3 not permitted, 64 usage\n"
+	       "(cprof-serve(1) EXIT STATUS)\n");
 }
 
 static int serve_option(int c, const char *arg, void *ctx)

@@ -38,7 +38,7 @@ static void threads_help(void)
 	       "                           a view or text without -o goes to stdout)\n"
 	       OPTIONS_OUTPUT_HELP
 	       "  -q, --quiet              no summary on stderr\n"
-	       "  -h, --help               show this help\n");
+	       "  -h, --help               show this help\n" OPTIONS_EXIT_HELP);
 }
 
 static int threads_option(int c, const char *arg, void *ctx)

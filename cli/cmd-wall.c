@@ -45,7 +45,7 @@ static void wall_help(void)
 	       "                           a view without -o goes to stdout)\n"
 	       OPTIONS_OUTPUT_HELP
 	       "  -q, --quiet              no progress or summary on stderr\n"
-	       "  -h, --help               show this help\n");
+	       "  -h, --help               show this help\n" OPTIONS_EXIT_HELP);
 }
 
 static int wall_option(int c, const char *arg, void *ctx)

@@ -44,7 +44,15 @@ enum { OPT_FORMAT = 0x1000, OPT_TOP, OPT_JSON };
 	"      --top N              the top N functions: the table's rows with --format\n"      \
 	"                           top, else a table printed to stderr after writing\n"        \
 	"      --json               at the end, print one JSON object to stdout: command,\n"      \
-	"                           pid, output, duration, samples, lost, pause, top 5\n"
+	"                           pid, output, exit, duration_ns, samples, lost,\n"            \
+	"                           pause_ns, top 5, ...; on failure command, exit, error\n"    \
+	"                           and hint\n"
+
+/* The exit codes, the last lines of each command's --help (cprof(1)). */
+#define OPTIONS_EXIT_HELP                                                                         \
+	"\nexit status: 0 written (also when cut short by a signal or the target's exit),\n"    \
+	"1 failed, 2 target cannot be profiled, 3 not permitted, 4 output cannot be\n"          \
+	"written, 5 record: some kinds not written, 64 usage (cprof(1) EXIT STATUS)\n"
 
 #define OPTION_NOT_COMMON 1
 /*
