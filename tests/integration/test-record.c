@@ -367,8 +367,13 @@ Test(record, loop_windows_follow_each_other_and_the_oldest_go)
 	n = loop_windows(dir, windows, 16, last, sizeof(last));
 	cr_assert_eq(n, LOOP_KEEP_LAST, "%zu windows kept with --keep-last %d", n, LOOP_KEEP_LAST);
 	cr_expect_eq(windows[1], windows[0] + 1, "windows %u and %u kept", windows[0], windows[1]);
+	/* How many fit is cprof's speed at writing a window: judged in the
+	 * plain build only, as every speed figure (the sanitized one, beside
+	 * other sanitized suites, wrote 2 to 4). */
+#ifndef __SANITIZE_ADDRESS__
 	cr_expect_geq(windows[1], LOOP_WINDOWS_MIN, "only %u windows in 10 s of 1 s windows",
 		      windows[1]);
+#endif
 	cr_log_info("measured: --loop 1s -d 10s: %u windows", windows[1]);
 	manifest = slurp(last, "manifest.json");
 	cr_expect(strstr(manifest, "\"refused\":[]"), "%s", manifest);
