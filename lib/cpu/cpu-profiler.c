@@ -17,12 +17,6 @@
 #define MAX_FRAMES 256
 /* perf copies at most this much of each thread's stack per sample. */
 #define STACK_BYTES 8192
-/*
- * Per cpu: 1 MiB at up to 100 Hz (drained every few tens of ms), 4 MiB
- * above, where ~8 KiB samples of every task on the cpu (system scope) fill
- * 1 MiB in 60 ms: a busy machine can keep cprof off the cpu that long.
- */
-#define RING_PAGES(hz) ((hz) <= 100 ? 256 : 1024)
 /* Frames of CPU no sample caught; their addresses are never a PC. */
 #define ADDR_ENDED 0
 #define ADDR_QUIET 1
@@ -226,7 +220,7 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 		.period_ns = sampling_period(o),
 		.scope = o->scope,
 		.stack_bytes = STACK_BYTES,
-		.ring_pages = RING_PAGES(o->hz),
+		.ring_pages = PERF_SAMPLE_RING_PAGES(o->hz),
 		.kernel = o->kernel,
 		.kernel_stacks = o->kernel_stacks,
 	};

@@ -41,6 +41,14 @@ struct perf_opts {
 	bool switches_only;
 };
 
+/*
+ * Data pages per cpu ring for samples with a stack copy at @hz: 1 MiB at up
+ * to 100 Hz (drained every few tens of ms), 4 MiB above, where ~8 KiB
+ * samples of every task on the cpu (system scope) fill 1 MiB in 60 ms: a
+ * busy machine can keep cprof off the cpu that long.
+ */
+#define PERF_SAMPLE_RING_PAGES(hz) ((hz) <= 100 ? 256 : 1024)
+
 /* Kernel frames kept per sample (kernel.perf_event_max_stack is 127). */
 #define PERF_KERNEL_FRAMES 128
 

@@ -19,8 +19,6 @@
 
 #define MAX_FRAMES 256
 #define STACK_BYTES 8192
-/* Per cpu, as lib/cpu's: 1 MiB at up to 100 Hz, 4 MiB above. */
-#define RING_PAGES(hz) ((hz) <= 100 ? 256 : 1024)
 /* PERF_RECORD_SWITCH: header and sample id (pid, tid, time, cpu). */
 #define SWITCH_RECORD_BYTES 32
 /*
@@ -918,7 +916,7 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 		 * dearer; a CPU's event costs it nothing. */
 		.scope = perf_system_scope_allowed() ? PERF_SCOPE_SYSTEM : PERF_SCOPE_THREAD,
 		.stack_bytes = STACK_BYTES,
-		.ring_pages = RING_PAGES(o->hz),
+		.ring_pages = PERF_SAMPLE_RING_PAGES(o->hz),
 		.task = true,
 		/* Samples in system calls carry the call's user stack. */
 		.kernel = perf_kernel_samples_allowed(),
