@@ -25,6 +25,8 @@ struct contention_command {
 	const char *name;
 	uint32_t events;
 	const char *summary; /* --help's first lines */
+	const char *rate_option; /* as serve names it; NULL: none */
+	int rate_key;            /* its getopt value */
 	const char *rate_help;
 	uint64_t default_rate;
 };
@@ -34,6 +36,7 @@ static const struct contention_command block_command = {
 	"Record where the threads of process PID wait: pthread mutexes, rwlocks and\n"
 	"condition variables, semaphores (Go's block profile). The stack that waited\n"
 	"is charged. Writes contentions/count and delay/nanoseconds.\n",
+	"--block-rate", 'B',
 	"      --block-rate DURATION  waits this long are always recorded; shorter ones\n"
 	"                           with probability wait/rate, counted unbiased\n"
 	"                           (default 10us; --rate is its old name, deprecated)\n",
@@ -45,6 +48,7 @@ static const struct contention_command mutex_command = {
 	"Record lock contention in process PID (Go's mutex profile): the delay that\n"
 	"waiters suffered is charged to the stack that held the lock, where it\n"
 	"unlocked. Writes contentions/count and delay/nanoseconds.\n",
+	"--mutex-fraction", 'M',
 	"      --mutex-fraction N   record one in N contention events, values scaled\n"
 	"                           by N (default 1: every event; Go's\n"
 	"                           SetMutexProfileFraction; --rate is its old name,\n"
@@ -56,6 +60,7 @@ static const struct contention_command threadcreate_command = {
 	"threadcreate", CPROF_EVENTS_THREADCREATE,
 	"Record the stacks that create threads (pthread_create) in process PID\n"
 	"(Go's threadcreate profile). Writes threadcreate/count.\n",
+	NULL, 0,
 	"",
 	1
 };
@@ -92,16 +97,6 @@ static void help(const struct contention_command *k)
 	       k->summary, k->rate_help, k->name);
 }
 
-/* The command's rate option, as serve names it too; NULL: none. */
-static const char *rate_option(const struct contention_command *k)
-{
-	if (k->events == CPROF_EVENTS_BLOCK)
-		return "--block-rate";
-	if (k->events == CPROF_EVENTS_MUTEX)
-		return "--mutex-fraction";
-	return NULL;
-}
-
 /* @arg of the command's rate option. */
 static int parse_rate(struct contention_run *a, const char *arg)
 {
@@ -109,8 +104,8 @@ static int parse_rate(struct contention_run *a, const char *arg)
 	int r;
 
 	if (a->cmd->events == CPROF_EVENTS_BLOCK)
-		return option_duration(a->cmd->name, "--block-rate", arg, &a->rate);
-	r = option_int(a->cmd->name, "--mutex-fraction", arg, 1, 1000000000, &v);
+		return option_duration(a->cmd->name, a->cmd->rate_option, arg, &a->rate);
+	r = option_int(a->cmd->name, a->cmd->rate_option, arg, 1, 1000000000, &v);
 	if (r == 0)
 		a->rate = (uint64_t)v;
 	return r;
@@ -125,14 +120,13 @@ static int on_option(int c, const char *arg, void *ctx)
 	case 'd':
 		return option_duration(name, "duration", arg, &a->duration_ns);
 	case 'r':
-		if (!rate_option(a->cmd))
+		if (!a->cmd->rate_option)
 			return report_usage(name, "unknown option '--rate'");
-		option_deprecated(name, "--rate", rate_option(a->cmd));
+		option_deprecated(name, "--rate", a->cmd->rate_option);
 		return parse_rate(a, arg);
 	case 'B':
 	case 'M':
-		if (strcmp(rate_option(a->cmd) ? rate_option(a->cmd) : "",
-			   c == 'B' ? "--block-rate" : "--mutex-fraction"))
+		if (c != a->cmd->rate_key)
 			return report_usage(name, "unknown option '%s'",
 					    c == 'B' ? "--block-rate" : "--mutex-fraction");
 		return parse_rate(a, arg);

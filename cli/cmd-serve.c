@@ -177,8 +177,8 @@ static int read_token(const char *path, char *buf, size_t size)
 	return 0;
 }
 
-/* The agent loaded, or why not: serve goes on without it. */
-/* Whether the agent's session began. */
+/* The agent loaded, or why not: serve goes on without it. Whether its
+ * session began. */
 static bool load_agent(struct serve *s, struct agent_profiler_opts *ao, const struct target *t)
 {
 	char agent[PATH_MAX], why[2048] = "";

@@ -47,18 +47,15 @@ static int write_json(const struct epilogue_facts *f)
 	json_string(stdout, f->output);
 	/* Times in ns, as the pprof file and manifest.json give them; the
 	 * _s and _ms keys are their old names, kept for a release. */
-	printf(",\"exit\":0,\"duration_ns\":%llu,\"samples\":%llu,\"lost\":%llu,",
+	printf(",\"exit\":0,\"duration_ns\":%llu,\"samples\":%llu,\"lost\":%llu,"
+	       "\"duration_s\":%.6f,",
 	       (unsigned long long)f->duration_ns, (unsigned long long)f->samples,
-	       (unsigned long long)f->lost);
+	       (unsigned long long)f->lost, f->duration_ns / 1e9);
 	if (f->pause_ns >= 0)
-		printf("\"pause_ns\":%lld,", (long long)f->pause_ns);
+		printf("\"pause_ns\":%lld,\"pause_ms\":%.3f,", (long long)f->pause_ns,
+		       f->pause_ns / 1e6);
 	else
-		printf("\"pause_ns\":null,");
-	printf("\"duration_s\":%.6f,", f->duration_ns / 1e9);
-	if (f->pause_ns >= 0)
-		printf("\"pause_ms\":%.3f,", f->pause_ns / 1e6);
-	else
-		printf("\"pause_ms\":null,");
+		printf("\"pause_ns\":null,\"pause_ms\":null,");
 	json_top(stdout, f->profile);
 	printf("}\n");
 	report_json_printed();

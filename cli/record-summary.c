@@ -117,8 +117,10 @@ const char *record_refusal(const struct record_entry *e, size_t *ret_len,
 	const char *why = e->refused[0] ? e->refused : "no profile was taken";
 	const char *hint = strstr(why, "\nhint: ");
 
-	*ret_len = hint ? (size_t)(hint - why) : strlen(why);
-	*ret_hint = hint ? hint + 1 : NULL;
+	if (ret_len)
+		*ret_len = hint ? (size_t)(hint - why) : strlen(why);
+	if (ret_hint)
+		*ret_hint = hint ? hint + 1 : NULL;
 	return why;
 }
 
@@ -163,21 +165,13 @@ void record_report_refusals(const struct record *r)
 {
 	for (int k = 0; k < RK_N; k++) {
 		char kinds[256];
-		const char *hint, *why;
-		size_t len;
 
 		if (!r->e[k].asked || r->e[k].written || said_before(r, k))
 			continue;
-		why = record_refusal(&r->e[k], &len, &hint);
 		kinds_refused_alike(r, k, kinds, sizeof(kinds));
-		report_warning("%s: not recorded: %.*s", kinds, (int)len, why);
-		while (hint && !strncmp(hint, "hint: ", 6)) {
-			const char *nl = strchr(hint, '\n');
-
-			report_hint("%.*s", nl ? (int)(nl - hint - 6) : (int)strlen(hint + 6),
-				    hint + 6);
-			hint = nl ? nl + 1 : NULL;
-		}
+		strncat(kinds, ": not recorded", sizeof(kinds) - strlen(kinds) - 1);
+		/* Its first line a warning, its "hint: " lines hints. */
+		report_warning_text(kinds, record_refusal(&r->e[k], NULL, NULL));
 	}
 }
 

@@ -84,7 +84,7 @@ int record_write_summary(const struct record *r, FILE *f);
 /*
  * Why @e was not written, in two parts: its reason (the first *@ret_len
  * bytes of the text returned) and what to do about it (the return value of
- * @ret_hint: its "hint: " lines, NULL when it has none).
+ * @ret_hint: its "hint: " lines, NULL when it has none). Either may be NULL.
  */
 const char *record_refusal(const struct record_entry *e, size_t *ret_len,
 			   const char **ret_hint);

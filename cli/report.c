@@ -91,7 +91,8 @@ void report_unsymbolized_program(struct symbolizer *s)
 		unsymbolized(m->path, m->build_id ? m->build_id : "");
 }
 
-void report_error_text(const char *prefix, const char *text)
+/* report_error_text() and report_warning_text(), said by @say. */
+static void report_text(void (*say)(const char *fmt, ...), const char *prefix, const char *text)
 {
 	const char *line = text;
 	bool first = true;
@@ -103,12 +104,22 @@ void report_error_text(const char *prefix, const char *text)
 		if (!strncmp(line, "hint: ", 6))
 			report_hint("%.*s", len - 6, line + 6);
 		else if (first)
-			report_error("%s%s%.*s", prefix ? prefix : "", prefix ? ": " : "", len, line);
+			say("%s%s%.*s", prefix ? prefix : "", prefix ? ": " : "", len, line);
 		else
-			report_error("%.*s", len, line);
+			say("%.*s", len, line);
 		first = false;
 		line = nl ? nl + 1 : NULL;
 	}
+}
+
+void report_error_text(const char *prefix, const char *text)
+{
+	report_text(report_error, prefix, text);
+}
+
+void report_warning_text(const char *prefix, const char *text)
+{
+	report_text(report_warning, prefix, text);
 }
 
 void report_log(const char *fmt, ...)

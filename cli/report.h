@@ -28,6 +28,8 @@ void report_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints a multi-line message from lib/: its first line as an error, lines
  * starting with "hint: " as hints. */
 void report_error_text(const char *prefix, const char *text);
+/* The same as a warning. */
+void report_warning_text(const char *prefix, const char *text);
 
 /* Quiet mode silences notes and progress, never errors or warnings. */
 void report_set_quiet(bool quiet);
