@@ -111,6 +111,12 @@ static int64_t tgid_of(int64_t tid)
 	return tgid;
 }
 
+/* Whether @s is one of cprof's "[unsampled: ...]" accounts, not a sample. */
+static bool unsampled(const struct profile *p, const struct profile_sample *s)
+{
+	return strncmp(th_leaf_name(p, s), "[unsampled", 10) == 0;
+}
+
 static void check_stderr_is_cprof(const struct th_run *r)
 {
 	/* Whatever cprof prints on stderr is in its own voice. */
@@ -156,7 +162,7 @@ static void check_profile(struct cpu_run *c, pid_t pid)
 		cr_assert_geq(s->values[1], 0);
 		nsamples += s->values[0];
 		/* Per-thread mode's CPU of threads too short to sample: no thread. */
-		if (!strncmp(th_leaf_name(p, s), "[unsampled", 10))
+		if (unsampled(p, s))
 			continue;
 		cr_assert(tid && !tid->str && tid->num > 0,
 			  "sample %zu (leaf \"%s\"): no numeric thread_id", i, th_leaf_name(p, s));
@@ -197,9 +203,8 @@ static void check_profile(struct cpu_run *c, pid_t pid)
 	th_assert_pprof_ok(c->path);
 }
 
-/* The cpu ns of @p's samples labelled thread_id @tid. */
-/* Thread @tid's cpu ns in the profile, all or (@unsampled) its account's. */
-static int64_t thread_total(const struct cpu_run *c, pid_t tid, bool unsampled)
+/* Thread @tid's cpu ns in the profile, all or (@only_unsampled) its account's. */
+static int64_t thread_total(const struct cpu_run *c, pid_t tid, bool only_unsampled)
 {
 	int64_t sum = 0;
 
@@ -209,7 +214,7 @@ static int64_t thread_total(const struct cpu_run *c, pid_t tid, bool unsampled)
 
 		if (!l || l->str || l->num != tid)
 			continue;
-		if (!unsampled || strncmp(th_leaf_name(c->p, s), "[unsampled", 10) == 0)
+		if (!only_unsampled || unsampled(c->p, s))
 			sum += s->values[c->cpu_vi];
 	}
 	return sum;
@@ -226,8 +231,7 @@ static void check_quiet_threads(const struct cpu_run *c)
 		const struct profile_sample *s = &c->p->samples[i];
 		const struct profile_label *tid = th_label(s, "thread_id");
 
-		if (strncmp(th_leaf_name(c->p, s), "[unsampled", 10) != 0 || !tid || tid->str ||
-		    tid->num <= 0)
+		if (!unsampled(c->p, s) || !tid || tid->str || tid->num <= 0)
 			continue;
 		for (size_t j = 0; j < c->p->nsamples; j++) {
 			const struct profile_label *o = th_label(&c->p->samples[j], "thread_id");
@@ -319,7 +323,7 @@ static void profile_pid(struct cpu_run *c, pid_t pid, const char *truth_path, co
 		const struct profile_sample *s = &c->p->samples[i];
 		const struct profile_label *tid = th_label(s, "thread_id");
 
-		if (strncmp(th_leaf_name(c->p, s), "[unsampled", 10) != 0)
+		if (!unsampled(c->p, s))
 			continue;
 		c->filler += s->values[c->cpu_vi];
 		if (tid && !tid->str && tid->num > 0)
@@ -822,7 +826,7 @@ Test(cpu, agent_task_left_out)
 		const struct profile_sample *s = &c.p->samples[i];
 		const struct profile_label *tid = th_label(s, "thread_id");
 
-		if (!strncmp(th_leaf_name(c.p, s), "[unsampled", 10))
+		if (unsampled(c.p, s))
 			continue;
 		cr_expect(tid && tid->num == pid, "a sample of thread %lld (leaf \"%s\"; the "
 			  "agent's is %d)", tid ? (long long)tid->num : -1LL,

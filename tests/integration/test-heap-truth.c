@@ -28,9 +28,8 @@ static void skip_without_ptrace(void)
  * The bounds docs/measured.md quotes (tests/unit/test-docs checks them):
  * under overload every figure within RING_MAX_ERR of the target's count;
  * a single-threaded loop after four sessions at least SINGLE_MIN_SPEED of
- * its speed before, each the median of LOOKS looks;
- * RSS at most SESSIONS_RSS_MAX_KB more after 20 sessions
- * than after the first.
+ * its speed before, each the median of LOOKS looks; RSS at most
+ * SESSIONS_RSS_MAX_KB more after 20 sessions than after the first.
  */
 #define RING_MAX_ERR 0.10
 #define SINGLE_MIN_SPEED 0.85
@@ -147,8 +146,8 @@ static double speed_against(pid_t pid, const char *report, pid_t twin, const cha
  * The median of LOOKS looks a second apart, each in @looks, sorted. A cost
  * the sessions left lasts: it is in every look after them. A look can also
  * catch a moment that slows one twin alone (a kernel thread at its pages, a
- * neighbour on its cpu): 0.54x once after the sessions in a fresh clone's
- * run, and 0.57x once before any session, each not in the next looks.
+ * neighbour on its cpu), before any session as well as after them, and
+ * gone by the next look.
  */
 static double speed_looks(pid_t pid, const char *report, pid_t twin, const char *twin_report,
 			  double *looks)

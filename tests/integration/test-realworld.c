@@ -540,7 +540,7 @@ static size_t cprof_leaves(const struct profile *p, struct share *v, size_t max,
  * event per cpu, as cprof samples as root. perf record -p samples with an
  * event per thread, whose timer restarts when the thread comes back on a
  * cpu and fires early in its run, in the return from the call it waited
- * in: against nginx it put 5-7 more points in epoll_wait than either
+ * in: against nginx it put several points more in epoll_wait than either
  * system-wide sampler, a difference of mechanisms that is no test of
  * cprof's stacks. Without perf the comparison is skipped with a warning
  * (the rest of the test stands); without perf events cprof cpu itself
