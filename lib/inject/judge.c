@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 
 #include "ptrace/ptrace.h"
 #include "target/target.h"
@@ -162,13 +161,11 @@ void inject_warm_up(const struct inject_opts *o)
 	dwfl_getmodules(symbolizer_dwfl(o->sym), warm_module, NULL, 0);
 }
 
-static int copy_stack(const struct inject_opts *o, pid_t tid, const struct user_regs_struct *r,
-		      struct unwind_input *in, char *why, size_t len)
+/* 0 when @r's stack has room for the agent's loading, -EAGAIN with @why when not. */
+static int judge_room(const struct inject_opts *o, const struct user_regs_struct *r, char *why,
+		      size_t len)
 {
 	const struct map_entry *m = maps_find(o->maps, r->rsp);
-	uint64_t start = r->rsp - RED_ZONE, end = start + STACK_COPY;
-	struct iovec local, remote;
-	ssize_t n;
 
 	if (!m) {
 		snprintf(why, len, "its stack pointer is in no mapping");
@@ -181,21 +178,6 @@ static int copy_stack(const struct inject_opts *o, pid_t tid, const struct user_
 			 plural(r->rsp - m->start, "byte", "bytes"));
 		return -EAGAIN;
 	}
-	if (m->end < end)
-		end = m->end;
-	in->stack = malloc(end - start);
-	if (!in->stack)
-		return -ENOMEM;
-	local = (struct iovec){ (void *)in->stack, end - start };
-	remote = (struct iovec){ (void *)(uintptr_t)start, end - start };
-	n = process_vm_readv(tid, &local, 1, &remote, 1, 0);
-	if (n <= 0) {
-		free((void *)in->stack);
-		in->stack = NULL;
-		return -ESRCH;
-	}
-	in->stack_size = (size_t)n;
-	in->stack_start = start;
 	return 0;
 }
 
@@ -207,7 +189,8 @@ static int copy_stack(const struct inject_opts *o, pid_t tid, const struct user_
 static int judge_walk(const struct inject_opts *o, pid_t tid, const struct user_regs_struct *r,
 		      bool sp_pc_only, bool in_alloc_ok, char *why, size_t len)
 {
-	struct unwind_input in = { .sp_pc_only = sp_pc_only };
+	struct stack_walk w = { .sp_pc_only = sp_pc_only, .below = RED_ZONE, .first = STACK_COPY,
+				.most = STACK_COPY };
 	uint64_t pcs[MAX_FRAMES];
 	bool root = false;
 	int n, k;
@@ -217,13 +200,16 @@ static int judge_walk(const struct inject_opts *o, pid_t tid, const struct user_
 	k = judge_frame(o, r->rip, in_alloc_ok, &root, why, len);
 	if (k < 0)
 		return k;
-	ptrace_regs_to_unwind(r, in.regs);
-	k = copy_stack(o, tid, r, &in, why, len);
+	k = judge_room(o, r, why, len);
 	if (k < 0)
 		return k;
-	n = unwinder_unwind(o->unw, &in, pcs, MAX_FRAMES);
-	free((void *)in.stack);
-	if (sp_pc_only && (n < 0 || unwinder_gave_out(o->unw)))
+	ptrace_regs_to_unwind(r, w.regs);
+	k = stack_walk(&w, tid, o->maps, o->unw, pcs, MAX_FRAMES);
+	stack_walk_release(&w);
+	if (k < 0)
+		return k == -ENOMEM ? k : -ESRCH;
+	n = w.n;
+	if (sp_pc_only && (n < 0 || w.gave_out))
 		return 1;
 	if (n < 0) {
 		snprintf(why, len, "its stack could not be unwound");

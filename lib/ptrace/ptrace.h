@@ -122,6 +122,41 @@ int64_t ptrace_restarted_call(pid_t tid, uint64_t rip);
 /* @r -> @d[UNWIND_NREGS], in DWARF register order. */
 void ptrace_regs_to_unwind(const struct user_regs_struct *r, uint64_t *d);
 
+/* ---- a thread's stack read from outside and walked (stack-walk.c) ------ */
+
+/*
+ * What to walk and how much to copy: the copy starts @below bytes under
+ * rsp, holds @first bytes, and grows (fourfold, up to @most and the end of
+ * rsp's mapping) while the walk runs off its end. @copied, when set, runs
+ * after each copy and before its walk: a thread that may have woken is
+ * checked there, and its error ends the walk. The buffer is kept in the
+ * struct for the next walk: stack_walk_release() frees it.
+ */
+struct stack_walk {
+	uint64_t regs[UNWIND_NREGS]; /* rsp and rip at least */
+	bool sp_pc_only;             /* only those two (unwind_input) */
+	size_t below, first, most;
+	int (*copied)(void *arg);
+	void *arg;
+	/* The result of the last stack_walk(). */
+	int n;         /* unwinder_unwind()'s: frames, or -errno */
+	bool gave_out; /* unwinder_gave_out() */
+	size_t used;   /* bytes of the last copy the walk read */
+	uint64_t read; /* bytes read from the thread, every copy */
+	/* Private. */
+	uint8_t *buf;
+	size_t buf_size;
+};
+
+/*
+ * Copies @tid's stack and walks it into @ret_pcs (at most @max). Returns 0
+ * with the walk's result in @w, -ENOENT when rsp is in no mapping of
+ * @maps, the read's -errno (-EIO when it read nothing), or @copied's.
+ */
+int stack_walk(struct stack_walk *w, pid_t tid, const struct maps *maps, struct unwinder *unw,
+	       uint64_t *ret_pcs, size_t max);
+void stack_walk_release(struct stack_walk *w);
+
 /* Was the stopped thread asleep in a system call (that will restart)? */
 bool ptrace_was_blocked(const struct user_regs_struct *r);
 

@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 
 #include "maps/maps.h"
 #include "ptrace/ptrace.h"
@@ -38,31 +37,12 @@ static struct asleep *find(const struct asleep_set *s, pid_t tid)
 	return s->n ? bsearch(&key, s->a, s->n, sizeof(*s->a), compare_tid) : NULL;
 }
 
-/* Copies @tid's stack from its sp up to its mapping's end into @buf. */
-static ssize_t copy_stack(pid_t tid, const struct target_call *c, const struct maps *maps,
-			  uint8_t *buf)
-{
-	const struct map_entry *m = maps_find(maps, c->sp);
-	size_t len = MAX_STACK;
-	struct iovec local, remote;
-
-	if (!m)
-		return -ENOENT;
-	if (m->end - c->sp < len)
-		len = (size_t)(m->end - c->sp);
-	local = (struct iovec){ buf, len };
-	remote = (struct iovec){ (void *)(uintptr_t)c->sp, len };
-	return process_vm_readv(tid, &local, 1, &remote, 1, 0);
-}
-
 /* @a's call, clock and walk; false when it must be stopped instead, with
  * @ret_refused set when /proc would not say. */
 static bool look_at(struct asleep *a, pid_t pid, const struct maps *maps, struct unwinder *unw,
-		    uint8_t *buf, int *ret_refused)
+		    struct stack_walk *w, int *ret_refused)
 {
-	struct unwind_input in = { .stack = buf, .sp_pc_only = true };
 	uint64_t pcs[MAX_FRAMES];
-	ssize_t len;
 	int n = target_thread_call(pid, a->tid, &a->call);
 
 	if ((n == -EACCES || n == -EPERM) && !*ret_refused)
@@ -71,16 +51,11 @@ static bool look_at(struct asleep *a, pid_t pid, const struct maps *maps, struct
 		return false;
 	if (target_thread_run_ns(pid, a->tid, &a->run_ns) < 0)
 		return false;
-	len = copy_stack(a->tid, &a->call, maps, buf);
-	if (len <= 0)
+	w->regs[UNWIND_REG_RSP] = a->call.sp;
+	w->regs[UNWIND_REG_RIP] = a->call.pc;
+	if (stack_walk(w, a->tid, maps, unw, pcs, MAX_FRAMES) < 0 || w->n <= 0 || w->gave_out)
 		return false;
-	in.stack_size = (size_t)len;
-	in.stack_start = a->call.sp;
-	in.regs[UNWIND_REG_RSP] = a->call.sp;
-	in.regs[UNWIND_REG_RIP] = a->call.pc;
-	n = unwinder_unwind(unw, &in, pcs, MAX_FRAMES);
-	if (n <= 0 || unwinder_gave_out(unw))
-		return false;
+	n = w->n;
 	a->pcs = malloc((size_t)n * sizeof(*pcs));
 	if (!a->pcs)
 		return false;
@@ -93,29 +68,24 @@ static bool look_at(struct asleep *a, pid_t pid, const struct maps *maps, struct
 int asleep_look(struct asleep_set *ret, pid_t pid, const struct thread_record *before,
 		size_t n, const struct maps *maps, struct unwinder *unw)
 {
-	uint8_t *buf;
+	struct stack_walk w = { .sp_pc_only = true, .first = MAX_STACK, .most = MAX_STACK };
 
 	memset(ret, 0, sizeof(*ret));
 	if (!maps)
 		return 0;
 	ret->a = calloc(n ? n : 1, sizeof(*ret->a));
-	buf = malloc(MAX_STACK);
-	if (!ret->a || !buf) {
-		free(buf);
-		free(ret->a);
-		ret->a = NULL;
+	if (!ret->a)
 		return -ENOMEM;
-	}
 	for (size_t i = 0; i < n; i++) {
 		struct asleep *a = &ret->a[ret->n];
 
 		if (before[i].state != 'S' && before[i].state != 'D')
 			continue;
 		*a = (struct asleep){ .tid = before[i].tid };
-		if (look_at(a, pid, maps, unw, buf, &ret->refused))
+		if (look_at(a, pid, maps, unw, &w, &ret->refused))
 			ret->n++;
 	}
-	free(buf);
+	stack_walk_release(&w);
 	qsort(ret->a, ret->n, sizeof(*ret->a), compare_tid);
 	return 0;
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ptrace/ptrace.h"
 #include "target/target.h"
 #include "util/util.h"
 #include "wall/wall-private.h"
@@ -240,44 +241,25 @@ static bool same_look(const struct wall_look *a, const struct wall_look *b)
 	return a->syscall == b->syscall && a->sp == b->sp && a->pc == b->pc;
 }
 
-static int copy_stack(pid_t tid, uint64_t sp, size_t len, uint8_t *buf, size_t *ret_len)
+/* Keeps the walk @w made from @look into @st. */
+static int keep_walk(struct unwinder *unw, const struct wall_look *look,
+		     const struct stack_walk *w, uint64_t *pcs, struct wall_off_stack *st)
 {
-	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)sp, len };
-	ssize_t n = process_vm_readv(tid, &local, 1, &remote, 1, 0);
+	const uint64_t *sps = w->n > 0 ? unwinder_frame_sps(unw) : NULL;
+	size_t n = w->n > 0 ? (size_t)w->n : 1;
 
-	if (n <= 0)
-		return n < 0 ? -errno : -EIO;
-	*ret_len = (size_t)n;
-	return 0;
-}
-
-/* Unwinds @len bytes at @buf, which lived at @look->sp, into @st. */
-static int unwind_into(struct unwinder *unw, const struct wall_look *look, const uint8_t *buf,
-		       size_t len, struct wall_off_stack *st, bool *ret_ran_off)
-{
-	struct unwind_input in = { .stack = buf, .stack_size = len, .stack_start = look->sp,
-				   .sp_pc_only = true };
-	uint64_t pcs[MAX_FRAMES];
-	const uint64_t *sps;
-	int n;
-
-	in.regs[UNWIND_REG_RSP] = look->sp;
-	in.regs[UNWIND_REG_RIP] = look->pc;
-	n = unwinder_unwind(unw, &in, pcs, MAX_FRAMES);
-	if (n <= 0) {
+	if (w->n <= 0)
 		pcs[0] = look->pc;
-		n = 1;
-	}
-	if (GROW(st->pcs, (size_t)n, st->pcs_alloc) < 0 ||
-	    GROW(st->slots, (size_t)n, st->slots_alloc) < 0)
+	if (GROW(st->pcs, n, st->pcs_alloc) < 0 || GROW(st->slots, n, st->slots_alloc) < 0)
 		return -ENOMEM;
-	memcpy(st->pcs, pcs, (size_t)n * sizeof(*pcs));
-	st->npcs = (size_t)n;
+	memcpy(st->pcs, pcs, n * sizeof(*pcs));
+	st->npcs = n;
 	st->by_frame_pointers = n > 1 && unwinder_by_frame_pointers(unw);
-	sps = unwinder_frame_sps(unw);
-	for (int i = 1; i < n; i++)
+	for (size_t i = 1; i < n; i++)
 		st->slots[i - 1] = sps && sps[i] >= 8 ? sps[i] - 8 : 0;
-	st->want = MIN(unwinder_stack_used(unw, ret_ran_off) + COPY_MARGIN, (size_t)MAX_COPY);
+	st->want = MIN(w->used + COPY_MARGIN, (size_t)MAX_COPY);
+	st->look = *look;
+	st->valid = true;
 	return 0;
 }
 
@@ -320,14 +302,27 @@ static int still_asleep(pid_t pid, pid_t tid, const struct wall_look *look)
 	return same_look(look, &again) ? 0 : -EAGAIN;
 }
 
+struct asleep_at {
+	pid_t pid, tid;
+	const struct wall_look *look;
+};
+
+/* Woke in between: the copy may mix two stacks. */
+static int copied(void *arg)
+{
+	const struct asleep_at *a = arg;
+
+	return still_asleep(a->pid, a->tid, a->look);
+}
+
 int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
 			const struct maps *maps, struct unwinder *unw, struct wall_off_stack *st,
 			uint64_t *ret_read)
 {
-	const struct map_entry *m = maps_find(maps, look->sp);
-	size_t room, want, len = 0;
-	uint8_t *buf = NULL;
-	bool ran_off = false;
+	struct asleep_at at = { pid, tid, look };
+	struct stack_walk w = { .sp_pc_only = true, .first = st->want ? st->want : FIRST_COPY,
+				.most = MAX_COPY, .copied = copied, .arg = &at };
+	uint64_t pcs[MAX_FRAMES];
 	int r;
 
 	*ret_read = 0;
@@ -337,43 +332,15 @@ int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
 			st->look.state = look->state;
 		return r;
 	}
-	if (!m)
-		return -ENOENT;
-	room = (size_t)MIN(m->end - look->sp, (uint64_t)MAX_COPY);
-	want = MIN(st->want ? st->want : (size_t)FIRST_COPY, room);
-	for (;;) {
-		uint8_t *nb = realloc(buf, want);
-
-		if (!nb) {
-			r = -ENOMEM;
-			goto out_free;
-		}
-		buf = nb;
-		r = copy_stack(tid, look->sp, want, buf, &len);
-		if (r < 0)
-			goto out_free;
-		*ret_read += len;
-		/* Woke in between: the copy may mix two stacks. */
-		r = still_asleep(pid, tid, look);
-		if (r < 0)
-			goto out_free;
-		st->valid = false; /* its pcs are rewritten now */
-		r = unwind_into(unw, look, buf, len, st, &ran_off);
-		if (r < 0)
-			goto out_free;
-		/* A short read is all there is to have: asking again for more
-		 * would read the same, for ever. */
-		if (!ran_off || len >= room || len < want)
-			break;
-		want = MIN(MAX(want * 4, st->want), room);
-	}
-	st->look = *look;
-	st->valid = true;
-	r = 1;
-
-out_free:
-	free(buf);
-	return r;
+	w.regs[UNWIND_REG_RSP] = look->sp;
+	w.regs[UNWIND_REG_RIP] = look->pc;
+	st->valid = false; /* its pcs are rewritten now */
+	r = stack_walk(&w, tid, maps, unw, pcs, MAX_FRAMES);
+	*ret_read += w.read;
+	if (r == 0)
+		r = keep_walk(unw, look, &w, pcs, st);
+	stack_walk_release(&w);
+	return r < 0 ? r : 1;
 }
 
 void wall_off_stack_release(struct wall_off_stack *st)
