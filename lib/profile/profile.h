@@ -171,10 +171,46 @@ int profile_begin_process(struct profile *p, pid_t pid, const char *type, const 
 /* Sum of sample values of type index @i (saturated; 0 past the last type). */
 int64_t profile_total(const struct profile *p, size_t i);
 
+/* ---- profile-merge.c: merges, as pprof's profile.Merge ------------------ */
+
+/* How a merge tells a source's mappings and locations from the profile's own. */
+enum profile_match {
+	/* pprof's keys: a mapping by its size, offset and build ID (else
+	 * file), a location by its mapping, address relative to it and lines:
+	 * profiles of other processes, builds and producers. Labels are
+	 * compared in pprof's order (sampleKey). */
+	PROFILE_MATCH_KEY,
+	/* One process's profiles: a location by its address, a mapping by its
+	 * start and file, labels as they are. */
+	PROFILE_MATCH_ADDRESS,
+};
+
+struct profile_merge {
+	enum profile_match match;
+	const double *ratios; /* each sample type's scale (ScaleN); NULL: 1 */
+	const char *label;    /* set to "true" on every merged sample; NULL: none */
+};
+
 /*
- * @p less @base (of the same sample types), as Go's net/http/pprof serves a
- * delta: each of @base's samples negated and merged into @p's of the same
- * stack (by address) and labels, @base's frames copied where @p has none;
+ * pprof's Profile.compatible: the same period type and sample types; else
+ * -EINVAL with the reason in @why.
+ */
+int profile_merge_compatible(const struct profile *a, const struct profile *b, char *why,
+			     size_t size);
+/*
+ * Merges @src's samples into @p as @how says, adding the mappings,
+ * functions and locations @p lacks. Samples whose scaled values all come to
+ * zero are left out; those that add up to zero stay (see
+ * profile_drop_zero_samples()). -EINVAL for other sample types, -EOVERFLOW.
+ */
+int profile_merge(struct profile *p, const struct profile *src, const struct profile_merge *how);
+/* pprof's combineHeaders of @srcs into @p: the earliest time, the summed
+ * durations, the largest period, every comment once. */
+int profile_merge_headers(struct profile *p, const struct profile *const srcs[], size_t n);
+
+/*
+ * @p less @base (compatible), as Go's net/http/pprof serves a delta
+ * (serveDeltaProfile): @base scaled by -1 and merged into @p by address;
  * the samples that come to zero go. 0 or -errno (-EINVAL: other types).
  */
 int profile_subtract(struct profile *p, const struct profile *base);
