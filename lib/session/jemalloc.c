@@ -106,7 +106,8 @@ static int dump_file_create(struct dump_file *f, pid_t pid)
 			r = f->dirfd;
 			continue;
 		}
-		snprintf(f->name, sizeof(f->name), "cprof-jemalloc-%016llx.heap",
+		/* The pid says whose a dump is, to whoever finds one. */
+		snprintf(f->name, sizeof(f->name), "cprof-jemalloc-%d-%016llx.heap", (int)pid,
 			 (unsigned long long)nonce);
 		snprintf(f->path, sizeof(f->path), "%s/%s", dump_dirs[i], f->name);
 		f->fd = openat(f->dirfd, f->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,

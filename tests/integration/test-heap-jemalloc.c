@@ -239,16 +239,19 @@ static void skip_unless_root(void)
 		TH_SKIP_MISSING("cprof heap needs ptrace of the target: run as root");
 }
 
-/* No dump file is left where the target writes (its /tmp is ours). */
-static void assert_no_dump_left(void)
+/* No dump of @pid's is left where it writes (its /tmp is ours). Another
+ * cprof's dumps, of other processes, may come and go there meanwhile. */
+static void assert_no_dump_left(pid_t pid)
 {
 	struct dirent *d;
 	DIR *dir = opendir("/tmp");
+	char prefix[64];
 
 	cr_assert_not_null(dir);
+	snprintf(prefix, sizeof(prefix), "cprof-jemalloc-%d-", (int)pid);
 	while ((d = readdir(dir)))
-		cr_expect(strncmp(d->d_name, "cprof-jemalloc-", 15) != 0, "/tmp/%s was left behind",
-			  d->d_name);
+		cr_expect(strncmp(d->d_name, prefix, strlen(prefix)) != 0,
+			  "/tmp/%s was left behind", d->d_name);
 	closedir(dir);
 }
 
@@ -285,7 +288,7 @@ static void run_source(const char *what, const char *say, const char *const *arg
 	th_agent_fd_path(pid, fd, sizeof(fd));
 	cr_expect_str_eq(fd, "", "%s: the agent started a session", what);
 	th_assert_let_go(pid, false, what);
-	assert_no_dump_left();
+	assert_no_dump_left(pid);
 	cr_expect(th_alive(pid), "%s: the target died", what);
 	profile_free(p);
 	th_run_release(&r);
@@ -323,7 +326,7 @@ Test(heap_jemalloc, profiler_off)
 	cr_expect(strstr(r.err, "MALLOC_CONF=prof:true"), "how to turn it on is not said");
 	cr_expect(access(out, F_OK) != 0, "a profile was written");
 	th_assert_let_go(pid, false, "profiler off");
-	assert_no_dump_left();
+	assert_no_dump_left(pid);
 	th_run_release(&r);
 
 	/* A short window on the hooks: -d is theirs (cprof-heap(1)). */
@@ -418,7 +421,7 @@ Test(heap_jemalloc, busy_target_repeated)
 	th_agent_fd_path(pid, fd, sizeof(fd));
 	cr_expect_str_eq(fd, "", "the agent started a session");
 	th_assert_let_go(pid, false, "ten dumps");
-	assert_no_dump_left();
+	assert_no_dump_left(pid);
 	th_kill(pid);
 }
 
@@ -454,9 +457,9 @@ Test(heap_jemalloc, profiler_kind_in_lib)
 	cr_assert_str_eq(profiler_kind(p), "heap");
 	cr_assert_gt(profiler_count(p), 0);
 	check_profile(prof, report);
-	d = profiler_impl(p);
+	d = profiler_jemalloc_dump(p);
 	cr_assert(d->path[0] == '/', "the dump's path: '%s'", d->path);
-	assert_no_dump_left();
+	assert_no_dump_left(pid);
 	profile_free(prof);
 	profiler_free(p);
 	th_assert_let_go(pid, false, "jemalloc's dump from lib");
@@ -465,10 +468,10 @@ Test(heap_jemalloc, profiler_kind_in_lib)
 	pid = spawn(NULL, report, NULL, "30");
 	cr_assert_eq(profiler_new_jemalloc(&p, pid, &so, NULL, "test"), 0);
 	r = profiler_start(p, err, sizeof(err));
-	d = profiler_impl(p);
+	d = profiler_jemalloc_dump(p);
 	cr_assert_eq(r, -ENODATA, "profiler off: %d (%s)", r, err);
 	cr_assert_eq(d->failed, JEMALLOC_DUMP);
-	assert_no_dump_left();
+	assert_no_dump_left(pid);
 	profiler_free(p);
 	th_assert_let_go(pid, false, "jemalloc's profiler off, from lib");
 	th_kill(pid);
