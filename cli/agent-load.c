@@ -176,7 +176,7 @@ int agent_open(struct run *run, struct agent_profiler_opts *ao)
 		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
 	}
 	r = profiler_start(run->p, err, sizeof(err));
-	al = agent_profiler_session(profiler_impl(run->p));
+	al = agent_profiler_session(profiler_agent(run->p));
 	if (al->unclaimed)
 		report_note("no lock file could be made in /run/lock or /tmp (%s): another cprof "
 			    "on pid %d would not be seen before the agent", strerror(-al->unclaimed),
@@ -215,7 +215,7 @@ int agent_open_jemalloc(struct run *run, const char *index)
 		return EXIT_FAIL;
 	}
 	r = profiler_start(run->p, err, sizeof(err));
-	d = profiler_impl(run->p);
+	d = profiler_jemalloc_dump(run->p);
 	note_load(t, &d->s);
 	if (r == 0)
 		return 0;

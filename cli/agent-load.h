@@ -10,7 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "channel/channel.h"
 #include "session/profiler.h"
 #include "session/session.h"
 #include "run.h"

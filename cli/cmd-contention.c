@@ -166,7 +166,7 @@ static int parse_args(int argc, char **argv, struct contention_run *a)
 static void summary(const void *ctx, const struct run *run)
 {
 	const struct contention_run *a = ctx;
-	const struct agent_profiler *ap = profiler_impl(run->p);
+	const struct agent_profiler *ap = profiler_agent(run->p);
 	const struct contention_stats *st =
 		contention_stats(agent_profiler_contention(ap, a->cmd->events));
 	const struct window_result *w = agent_profiler_window(ap);
@@ -211,7 +211,7 @@ static int open_profiler(void *ctx, struct run *run)
 static void ended(const void *ctx, const struct run *run)
 {
 	(void)ctx;
-	agent_window_report(agent_profiler_window(profiler_impl(run->p)), &run->target);
+	agent_window_report(agent_profiler_window(profiler_agent(run->p)), &run->target);
 }
 
 static int contention_main(int argc, char **argv, const struct contention_command *k)

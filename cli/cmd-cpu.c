@@ -130,7 +130,7 @@ static void report_kernel_refused(void)
 
 static void summary(const void *ctx, const struct run *run)
 {
-	const struct cpu_profiler_stats *st = cpu_profiler_stats(profiler_impl(run->p));
+	const struct cpu_profiler_stats *st = profiler_cpu_stats(run->p);
 	const struct cpu_args *a = ctx;
 	char window[32];
 

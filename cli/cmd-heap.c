@@ -167,7 +167,7 @@ static int parse_args(int argc, char **argv, struct heap_run *a)
 
 static void hooks_summary(const struct heap_run *a, const struct run *run)
 {
-	const struct agent_profiler *ap = profiler_impl(run->p);
+	const struct agent_profiler *ap = profiler_agent(run->p);
 	const struct window_result *w = agent_profiler_window(ap);
 	const struct heap *h = agent_profiler_heap(ap);
 	const struct heap_stats *st = heap_stats(h);
@@ -327,7 +327,7 @@ static void ended(const void *ctx, const struct run *run)
 	const struct heap_run *a = ctx;
 
 	if (!a->jemalloc)
-		agent_window_report(agent_profiler_window(profiler_impl(run->p)), &run->target);
+		agent_window_report(agent_profiler_window(profiler_agent(run->p)), &run->target);
 }
 
 static void summary(const void *ctx, const struct run *run)
@@ -343,15 +343,16 @@ static void summary(const void *ctx, const struct run *run)
 /* --keep's child: serves on once the profile is written, else gives up. */
 static int keep_after(struct heap_run *a, struct run *run, int code)
 {
-	struct agent_profiler *ap = run->p ? profiler_impl(run->p) : NULL;
-	struct channel *ch = ap ? agent_profiler_channel(ap) : NULL;
+	struct agent_profiler *ap = run->p ? profiler_agent(run->p) : NULL;
 
-	/* No channel: interrupted before the agent was loaded, nothing to keep. */
-	if (!run->written || !ch || agent_profiler_window(ap)->target_exited)
-		return keep_give_up(a->keep_lfd, a->keep_code_fd, code, ch);
+	/* No session: interrupted before the agent was loaded, nothing to keep. */
+	if (!ap || !agent_profiler_kept(ap))
+		return keep_give_up(a->keep_lfd, a->keep_code_fd, code, NULL);
+	if (!run->written || agent_profiler_window(ap)->target_exited)
+		return keep_give_up(a->keep_lfd, a->keep_code_fd, code, ap);
 	a->ap = ap;
-	return keep_go_on(a->keep_lfd, a->keep_code_fd, code, ch, &run->target,
-			  agent_profiler_handlers(ap), keep_render, a, output_name(&run->out));
+	return keep_go_on(a->keep_lfd, a->keep_code_fd, code, ap, &run->target, keep_render, a,
+			  output_name(&run->out));
 }
 
 static const struct run_ops heap_ops = {

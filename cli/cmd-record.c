@@ -373,7 +373,7 @@ static void agent_window_said(const struct record *rec, const struct target *t)
 {
 	for (int k = 0; k < RK_N; k++)
 		if (kind_events[k] && rec->e[k].p) {
-			agent_window_report_agent(agent_profiler_window(profiler_impl(rec->e[k].p)),
+			agent_window_report_agent(agent_profiler_window(profiler_agent(rec->e[k].p)),
 						  t);
 			return;
 		}

@@ -106,7 +106,7 @@ static int open_profiler(void *ctx, struct run *run)
 static void summary(const void *ctx, const struct run *run)
 {
 	const struct threads_run *a = ctx;
-	const struct threads_snapshot *s = profiler_impl(run->p);
+	const struct threads_snapshot *s = profiler_threads_snapshot(run->p);
 
 	if (strcmp(a->common.output, "-"))
 		report_note("wrote %s: %zu %s, paused %.3f ms", output_name(&run->out),

@@ -92,7 +92,7 @@ static int parse_args(int argc, char **argv, struct wall_args *a)
 
 static void summary(const void *ctx, const struct run *run)
 {
-	const struct wall_profiler_stats *st = wall_profiler_stats(profiler_impl(run->p));
+	const struct wall_profiler_stats *st = profiler_wall_stats(run->p);
 	const struct output *out = &run->out;
 	const struct wall_args *a = ctx;
 	char window[32];
@@ -145,7 +145,7 @@ static void summary(const void *ctx, const struct run *run)
 
 static void progress(const void *ctx, const struct run *run, char *buf, size_t size)
 {
-	unsigned long long n = wall_profiler_stats(profiler_impl(run->p))->threads;
+	unsigned long long n = profiler_wall_stats(run->p)->threads;
 
 	(void)ctx;
 	snprintf(buf, size, "%llu %s", n, plural(n, "thread", "threads"));

@@ -75,7 +75,7 @@ int heap_jemalloc_error(const struct target *t, int r, const struct jemalloc_dum
 
 void heap_jemalloc_summary(const struct run *run)
 {
-	const struct jemalloc_dump *d = profiler_impl(run->p);
+	const struct jemalloc_dump *d = profiler_jemalloc_dump(run->p);
 	const struct jeprof *j = d->prof;
 
 	report_note("wrote %s: jemalloc's own heap profile, %zu %s, one sample per %llu %s on "

@@ -16,7 +16,7 @@
 #include "pprof/pprof.h"
 #include "report.h"
 #include "session/keep.h"
-#include "session/session.h"
+#include "session/profiler.h"
 #include "target/target.h"
 #include "util/fault.h"
 #include "util/util.h"
@@ -243,9 +243,8 @@ static bool tell_foreground(int code_fd, int code)
 	return told;
 }
 
-int keep_go_on(int lfd, int code_fd, int code, struct channel *ch, const struct target *t,
-	       const struct channel_handlers *h, keep_render_fn render, void *ctx,
-	       const char *written)
+int keep_go_on(int lfd, int code_fd, int code, struct agent_profiler *ap, const struct target *t,
+	       keep_render_fn render, void *ctx, const char *written)
 {
 	int r, null;
 
@@ -259,7 +258,7 @@ int keep_go_on(int lfd, int code_fd, int code, struct channel *ch, const struct 
 		report_error("cannot start background heap sampling of pid %d (%s): listen on "
 			     "'%s': %s", t->pid, t->comm, name, strerror(-r));
 		report_hint("%s was written; the hooks are removed", written);
-		return keep_give_up(lfd, code_fd, EXIT_FAIL, ch);
+		return keep_give_up(lfd, code_fd, EXIT_FAIL, ap);
 	}
 	report_note("sampling goes on in the background (pid %d): 'cprof heap -p %d' returns the "
 		    "profile since it began, 'cprof heap -p %d --stop' ends it", getpid(), t->pid,
@@ -274,20 +273,20 @@ int keep_go_on(int lfd, int code_fd, int code, struct channel *ch, const struct 
 	if (!tell_foreground(code_fd, code)) {
 		/* Nobody knows we run: end the session instead. */
 		close(lfd);
-		agent_channel_end(ch);
+		agent_profiler_end(ap);
 		return code;
 	}
 	interrupt_reset();
-	keep_serve(lfd, ch, t, h, render, ctx, interrupt_requested);
+	keep_serve(lfd, ap, t, render, ctx, interrupt_requested);
 	return code;
 }
 
-int keep_give_up(int lfd, int code_fd, int code, struct channel *ch)
+int keep_give_up(int lfd, int code_fd, int code, struct agent_profiler *ap)
 {
 	/* On a failure the hooks go before the foreground exits with it (not
 	 * a second later, when the agent's watchdog sees us gone). */
-	if (code != EXIT_OK && ch)
-		agent_channel_end(ch);
+	if (code != EXIT_OK && ap)
+		agent_profiler_end(ap);
 	tell_foreground(code_fd, code);
 	close(lfd);
 	return code;

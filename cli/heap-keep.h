@@ -35,14 +35,13 @@ int keep_start(const struct target *t, int *ret_lfd, int *ret_code_fd);
 /*
  * The child, once the first profile (@written) is out: listens on @lfd,
  * tells the foreground @code through @code_fd, goes quiet and serves @t's
- * session on @ch (keep_serve()) until it ends. The exit code.
+ * session, kept by @ap (keep_serve()), until it ends. The exit code.
  */
-int keep_go_on(int lfd, int code_fd, int code, struct channel *ch, const struct target *t,
-	       const struct channel_handlers *h, keep_render_fn render, void *ctx,
-	       const char *written);
+int keep_go_on(int lfd, int code_fd, int code, struct agent_profiler *ap, const struct target *t,
+	       keep_render_fn render, void *ctx, const char *written);
 
-/* The child, when it will not serve: the session on @ch (may be NULL) ends
+/* The child, when it will not serve: @ap's session (@ap may be NULL) ends
  * unless @code is EXIT_OK, the foreground is told @code. Returns @code. */
-int keep_give_up(int lfd, int code_fd, int code, struct channel *ch);
+int keep_give_up(int lfd, int code_fd, int code, struct agent_profiler *ap);
 
 #endif

@@ -49,7 +49,7 @@ static const char *state_word(char state)
 static void threads_by_state(FILE *f, const struct record_entry *e)
 {
 	static const char states[] = "RSDTZ?";
-	const struct threads_snapshot *s = profiler_impl(e->p);
+	const struct threads_snapshot *s = profiler_threads_snapshot(e->p);
 	size_t count[sizeof(states)] = { 0 };
 	const char *sep = ": ";
 

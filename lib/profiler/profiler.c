@@ -538,9 +538,29 @@ struct symbolizer *profiler_symbolizer(const struct profiler *p)
 	return p->ops->symbolizer ? p->ops->symbolizer(p) : NULL;
 }
 
-void *profiler_impl(const struct profiler *p)
+const struct cpu_profiler_stats *profiler_cpu_stats(const struct profiler *p)
 {
-	return p->impl;
+	return p->ops == &cpu_ops ? cpu_profiler_stats(p->impl) : NULL;
+}
+
+const struct wall_profiler_stats *profiler_wall_stats(const struct profiler *p)
+{
+	return p->ops == &wall_ops ? wall_profiler_stats(p->impl) : NULL;
+}
+
+const struct threads_snapshot *profiler_threads_snapshot(const struct profiler *p)
+{
+	return p->ops == &threads_ops ? p->impl : NULL;
+}
+
+struct agent_profiler *profiler_agent(const struct profiler *p)
+{
+	return p->ops == &agent_ops ? p->impl : NULL;
+}
+
+const struct jemalloc_dump *profiler_jemalloc_dump(const struct profiler *p)
+{
+	return p->ops == &jemalloc_ops ? p->impl : NULL;
 }
 
 void profiler_free(struct profiler *p)

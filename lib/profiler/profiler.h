@@ -53,7 +53,7 @@ int profiler_new_agents(struct profiler **ret, size_t *ret_n, const struct agent
 			const char *comm, char *err, size_t errlen);
 
 /* heap from jemalloc's own profiler (session/jemalloc.h), dumped at start;
- * its profile shows @index first. The dump is profiler_impl()'s. */
+ * its profile shows @index first. The dump is profiler_jemalloc_dump()'s. */
 int profiler_new_jemalloc(struct profiler **ret, pid_t pid, const struct agent_session_opts *so,
 			  const char *index, const char *command_line);
 
@@ -88,10 +88,14 @@ void profiler_facts(const struct profiler *p, struct profiler_facts *ret);
  * (threads, the agent's kinds, jemalloc's); NULL for cpu and wall. */
 struct symbolizer *profiler_symbolizer(const struct profiler *p);
 
-/* The kind's own object, for its own figures: a cpu_profiler, a
- * wall_profiler, a threads_snapshot (NULL before start), an agent_profiler,
- * a struct jemalloc_dump. */
-void *profiler_impl(const struct profiler *p);
+/* The kind's own figures and object, each NULL for a profiler of another
+ * kind: cpu's and wall's counts, the threads' snapshot (NULL before
+ * start), the agent's kinds' session, jemalloc's dump. */
+const struct cpu_profiler_stats *profiler_cpu_stats(const struct profiler *p);
+const struct wall_profiler_stats *profiler_wall_stats(const struct profiler *p);
+const struct threads_snapshot *profiler_threads_snapshot(const struct profiler *p);
+struct agent_profiler *profiler_agent(const struct profiler *p);
+const struct jemalloc_dump *profiler_jemalloc_dump(const struct profiler *p);
 
 void profiler_free(struct profiler *p);
 

@@ -15,8 +15,6 @@
 
 /* The loop's tick: the agent's heartbeat and the windows' drains. */
 #define TICK_MS 50
-/* The most one tick drains the agent's ring for. */
-#define DRAIN_BUDGET_NS (100ULL * 1000 * 1000)
 /* Go's runtime/pprof samples at 100 Hz. */
 #define SAMPLE_HZ 100
 /* Go's server takes every connection: so many that idle ones do not hold
@@ -112,7 +110,7 @@ int serve_load_agent(struct serve *s, const struct agent_profiler_opts *o, char 
 		r = agent_profiler_start(s->ap, err, errlen);
 	if (r == -ECANCELED)
 		snprintf(err, errlen, "interrupted before the agent was loaded");
-	if (r == 0 && !agent_profiler_channel(s->ap)) {
+	if (r == 0 && !agent_profiler_kept(s->ap)) {
 		snprintf(err, errlen, "the agent's session did not open");
 		r = -EIO;
 	}
@@ -143,10 +141,7 @@ int serve_replies_cut(const struct serve *s)
 /* The agent's session ended (the hooks go) and let go of. */
 static void agent_end(struct serve *s)
 {
-	struct channel *ch = agent_profiler_channel(s->ap);
-
-	if (ch)
-		agent_channel_end(ch);
+	agent_profiler_end(s->ap);
 	agent_profiler_free(s->ap);
 	s->ap = NULL;
 }
@@ -155,25 +150,18 @@ static void agent_end(struct serve *s)
  * itself is gone for good (its figures would stand still). */
 static void agent_tick(struct serve *s)
 {
-	struct channel *ch = s->ap ? agent_profiler_channel(s->ap) : NULL;
-	struct channel_counters c;
+	int r = s->ap ? agent_profiler_tend(s->ap, true) : 0;
 
-	if (!ch)
+	if (r == 0)
 		return;
-	channel_heartbeat(ch);
-	/* Bounded: the loop's requests and windows have their turn too. */
-	if (channel_drain_until(ch, agent_profiler_handlers(s->ap),
-				now_monotonic_ns() + DRAIN_BUDGET_NS) == -EPROTO)
+	if (r == -EPROTO)
 		snprintf(s->agent_why, sizeof(s->agent_why), "the agent's ring held a malformed "
 			 "record: its session was ended");
-	channel_counters(ch, &c);
-	if (c.state == CPROF_STATE_DETACHED || s->agent_why[0]) {
-		if (!s->agent_why[0])
-			snprintf(s->agent_why, sizeof(s->agent_why), "the agent ended its session "
-				 "(it took cprof for gone): restart cprof serve");
-		s->agent_lost = true;
-		agent_end(s);
-	}
+	else
+		snprintf(s->agent_why, sizeof(s->agent_why), "the agent ended its session "
+			 "(it took cprof for gone): restart cprof serve");
+	s->agent_lost = true;
+	agent_end(s);
 }
 
 /* Why kind @k cannot be had, or NULL. */

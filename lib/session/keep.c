@@ -9,12 +9,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "session/session.h"
+#include "session/profiler.h"
 #include "util/util.h"
 
 #define TICK_MS 10
-/* The most one turn of the serve loop drains for. */
-#define DRAIN_BUDGET_NS (100ULL * 1000 * 1000)
 #define REQUEST_MAX 128
 /* What one client may hold the serve loop for, request and reply; the
  * heartbeat goes on meanwhile, the draining waits (the ring may fill). */
@@ -109,7 +107,7 @@ int keep_connect(const struct target *t)
 struct conn {
 	int fd;
 	uint64_t deadline;
-	struct channel *beat;
+	struct agent_profiler *beat;
 };
 
 /* Waits for @c to be ready for @events: 0, -ETIMEDOUT or -errno. */
@@ -128,7 +126,7 @@ static int wait_ready(const struct conn *c, short events)
 			ms = MIN(ms, TICK_MS);
 		k = poll(&p, 1, (int)ms);
 		if (c->beat)
-			channel_heartbeat(c->beat);
+			agent_profiler_tend(c->beat, false);
 		if (k > 0)
 			return 0;
 		if (k < 0 && errno != EINTR)
@@ -241,7 +239,7 @@ int keep_request(int fd, const char *request, char **ret, size_t *ret_len)
 
 /* One client: one request, one reply, beating @beat (may be NULL) while
  * it waits. Returns 1 when it asked to stop. */
-static int serve_client(int fd, struct channel *beat, keep_render_fn render, void *ctx)
+static int serve_client(int fd, struct agent_profiler *beat, keep_render_fn render, void *ctx)
 {
 	struct conn c = { .fd = fd, .deadline = after_ms(SERVE_REQUEST_MS), .beat = beat };
 	char req[REQUEST_MAX], index[32], header[64], *body = NULL;
@@ -275,29 +273,26 @@ static int serve_client(int fd, struct channel *beat, keep_render_fn render, voi
 	return 0;
 }
 
-void keep_serve(int lfd, struct channel *ch, const struct target *t,
-		const struct channel_handlers *h, keep_render_fn render, void *ctx,
-		bool (*cancelled)(void))
+void keep_serve(int lfd, struct agent_profiler *p, const struct target *t, keep_render_fn render,
+		void *ctx, bool (*cancelled)(void))
 {
 	int stop_fd = -1;
 	bool broken = false;
 
 	while (!(cancelled && cancelled()) && target_alive(t->pid)) {
 		struct pollfd pfd = { .fd = lfd, .events = POLLIN };
-		struct channel_counters c;
 
-		if (ch) {
-			channel_heartbeat(ch);
+		if (p) {
 			/* Bounded: a ring filled while a client held the loop
 			 * must not hold the next heartbeat too. */
-			if (!broken && channel_drain_until(ch, h, now_monotonic_ns() +
-							   DRAIN_BUDGET_NS) == -EPROTO)
+			int r = agent_profiler_tend(p, !broken);
+
+			if (r == -EPROTO)
 				broken = true; /* garbage in the ring: keep the hooks' lifeline only */
 			/* The agent ended the session (it took us for gone): no
 			 * more answers from totals that no longer move; the name
 			 * goes, and the next 'cprof heap' starts afresh. */
-			channel_counters(ch, &c);
-			if (c.state == CPROF_STATE_DETACHED)
+			else if (r < 0)
 				break;
 		}
 		if (poll(&pfd, 1, TICK_MS) > 0) {
@@ -305,7 +300,7 @@ void keep_serve(int lfd, struct channel *ch, const struct target *t,
 
 			if (cfd < 0)
 				continue;
-			if (serve_client(cfd, ch, render, ctx) == 1) {
+			if (serve_client(cfd, p, render, ctx) == 1) {
 				stop_fd = cfd;
 				break;
 			}
@@ -313,8 +308,8 @@ void keep_serve(int lfd, struct channel *ch, const struct target *t,
 		}
 	}
 	close(lfd);
-	if (ch)
-		agent_channel_end(ch);
+	if (p)
+		agent_profiler_end(p);
 	if (stop_fd >= 0) {
 		struct conn c = { .fd = stop_fd, .deadline = after_ms(SERVE_REPLY_MS) };
 

@@ -20,7 +20,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "channel/channel.h"
 #include "target/target.h"
 
 /* What a client takes from a background session at most (a profile), and
@@ -59,13 +58,13 @@ int keep_bind(const struct target *t);
 int keep_listen(int fd);
 
 /*
- * Daemon: serves @t's session on @ch (draining into @h) through @fd (a
- * keep_listen()ed socket, closed here) until "stop", the target's exit, or
- * @cancelled (may be NULL) says so; then ends the session (the hooks go).
- * @ch NULL: the protocol alone, no agent (tests).
+ * Daemon: serves @t's session, kept by @p (agent_profiler_tend()), through
+ * @fd (a keep_listen()ed socket, closed here) until "stop", the target's
+ * exit, or @cancelled (may be NULL) says so; then ends the session (the
+ * hooks go). @p NULL: the protocol alone, no agent (tests).
  */
-void keep_serve(int fd, struct channel *ch, const struct target *t,
-		const struct channel_handlers *h, keep_render_fn render, void *ctx,
-		bool (*cancelled)(void));
+struct agent_profiler;
+void keep_serve(int fd, struct agent_profiler *p, const struct target *t, keep_render_fn render,
+		void *ctx, bool (*cancelled)(void));
 
 #endif

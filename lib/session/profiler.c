@@ -266,14 +266,29 @@ struct contention *agent_profiler_contention(const struct agent_profiler *p, uin
 	return one_kind(events) ? p->contention[cprof_wire_first_kind(events)] : NULL;
 }
 
-struct channel *agent_profiler_channel(const struct agent_profiler *p)
+int agent_profiler_tend(struct agent_profiler *p, bool drain)
 {
-	return p->s.ch;
+	struct channel_counters c;
+
+	if (!p->s.ch)
+		return -ENOTCONN;
+	channel_heartbeat(p->s.ch);
+	if (drain && channel_drain_until(p->s.ch, &p->h, now_monotonic_ns() +
+					 AGENT_DRAIN_BUDGET_NS) == -EPROTO)
+		return -EPROTO;
+	channel_counters(p->s.ch, &c);
+	return c.state == CPROF_STATE_DETACHED ? -ENOTCONN : 0;
 }
 
-const struct channel_handlers *agent_profiler_handlers(const struct agent_profiler *p)
+bool agent_profiler_kept(const struct agent_profiler *p)
 {
-	return &p->h;
+	return p->s.ch != NULL;
+}
+
+void agent_profiler_end(struct agent_profiler *p)
+{
+	if (p->s.ch)
+		agent_channel_end(p->s.ch);
 }
 
 int agent_profiler_take_live(struct agent_profiler *p)

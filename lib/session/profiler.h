@@ -84,12 +84,23 @@ struct heap *agent_profiler_heap(const struct agent_profiler *p);
 struct contention *agent_profiler_contention(const struct agent_profiler *p, uint32_t events);
 
 /*
- * With @o->keep, after stop: the session goes on, and its channel and the
- * handlers of its records are the caller's to drain (heap --keep's serve
- * loop); the profiler still owns them.
+ * With @o->keep, after stop: the session goes on, tended by its caller
+ * (heap --keep's loop, serve's). One turn: the agent's heartbeat and, with
+ * @drain, its records drained for AGENT_DRAIN_BUDGET_NS at most, so that
+ * the caller's other work has its turn too. 0 while the session goes on;
+ * -EPROTO when the ring held a malformed record (the caller ends the
+ * session, or tends it without draining: the hooks' lifeline alone);
+ * -ENOTCONN when there is none, or the agent ended it (it took cprof for
+ * gone) and its figures would stand still.
  */
-struct channel *agent_profiler_channel(const struct agent_profiler *p);
-const struct channel_handlers *agent_profiler_handlers(const struct agent_profiler *p);
+#define AGENT_DRAIN_BUDGET_NS (100ULL * 1000 * 1000)
+int agent_profiler_tend(struct agent_profiler *p, bool drain);
+
+/* After start: the agent was loaded and its session opened. */
+bool agent_profiler_kept(const struct agent_profiler *p);
+
+/* The session ends now (the hooks go), whoever else holds @p. */
+void agent_profiler_end(struct agent_profiler *p);
 
 /* With @o->keep, after stop, while the caller drains: the heap's live set
  * taken afresh (the other kinds have none). 0 or -errno. */

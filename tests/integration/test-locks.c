@@ -323,7 +323,7 @@ Test(locks, four_kinds_in_one_session)
 	cr_assert_eq(n, 4);
 	cr_assert_eq(profilers_run(ps, n, &ro, &exited, err, sizeof(err)), 0, "%s", err);
 	cr_assert(!exited, "the target is alive");
-	cr_assert(agent_profiler_window(profiler_impl(ps[0]))->detached,
+	cr_assert(agent_profiler_window(profiler_agent(ps[0]))->detached,
 		  "the agent did not confirm its detach");
 	nt = lock_truth_read(pid, report, t, 8);
 	for (size_t i = 0; i < n; i++) {

@@ -345,7 +345,7 @@ Test(session, every_kind_in_one_run, .timeout = 180)
 	cr_assert_eq(profilers_run(ps, P_N, &ro, &exited, err, sizeof(err)), 0, "%s", err);
 	cr_assert(!exited, "the target is alive");
 	cr_log_info("one run of %.2f s", (th_now_ns() - t0) / 1e9);
-	cr_assert(agent_profiler_window(profiler_impl(ps[P_HEAP]))->detached,
+	cr_assert(agent_profiler_window(profiler_agent(ps[P_HEAP]))->detached,
 		  "the agent did not confirm its detach");
 	th_ring_report(pid, report, &truth);
 	for (int i = 0; i < P_N; i++) {
@@ -367,18 +367,18 @@ Test(session, every_kind_in_one_run, .timeout = 180)
 	/* Each thread's samples weighed by its own clock (test-cpu's premise):
 	 * the profile holds the process's CPU over the window, busy machine or
 	 * not, less the agent's task's (a few ms a second). */
-	cs = cpu_profiler_stats(profiler_impl(ps[P_CPU]));
+	cs = profiler_cpu_stats(ps[P_CPU]);
 	cr_assert(cs->weighed, "cpu's samples were not weighed by the threads' clocks");
 	expect_near(th_sample_sum(prof[P_CPU], "cpu", "nanoseconds"), (double)cs->process_cpu_ns,
 		    0.01, "cpu profile total vs the process's CPU clock");
 	/* Judged on a saturated machine too: a wait for a CPU begun before the
 	 * window, added whole when it ends, is taken back at its end. */
-	ws = wall_profiler_stats(profiler_impl(ps[P_WALL]));
+	ws = profiler_wall_stats(ps[P_WALL]);
 	expect_near((double)ws->accounted_ns, (double)ws->threads * (double)ws->window_ns, 0.02,
 		    "wall accounted ns vs threads x window");
 	/* ring's two allocating threads (its main one and one it started), each
 	 * stopped once; the agent's task, running in the window, is neither. */
-	ts = profiler_impl(ps[P_THREADS]);
+	ts = profiler_threads_snapshot(ps[P_THREADS]);
 	cr_assert_eq(profiler_count(ps[P_THREADS]), 2, "threads: %llu",
 		     (unsigned long long)profiler_count(ps[P_THREADS]));
 	cr_assert_eq(ts->nstopped, 2, "threads stopped: %zu", ts->nstopped);

@@ -50,7 +50,7 @@ static void *serve(void *arg)
 {
 	int lfd = (int)(intptr_t)arg;
 
-	keep_serve(lfd, NULL, &self, NULL, render, NULL, cancelled);
+	keep_serve(lfd, NULL, &self, render, NULL, cancelled);
 	atomic_store(&served, true);
 	return NULL;
 }
