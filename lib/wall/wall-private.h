@@ -7,8 +7,13 @@
 #include <sys/types.h>
 
 #include "maps/maps.h"
+#include "perf/perf.h"
+#include "profile/profile.h"
+#include "session/agent-task.h"
+#include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
 #include "util/util.h"
+#include "wall/wall-profiler.h"
 
 /*
  * A thread's own clocks, from its schedstat: never sampled, exact, but
@@ -155,5 +160,106 @@ int wall_take_off_stack(pid_t pid, pid_t tid, const struct wall_look *look,
 			const struct maps *maps, struct unwinder *unw, struct wall_off_stack *st,
 			uint64_t *ret_read);
 void wall_off_stack_release(struct wall_off_stack *st);
+
+/* ---- the profiler's state, shared by its rooms -------------------------- */
+
+#define WALL_MAX_FRAMES 256
+
+struct wall_thread {
+	pid_t tid;
+	int fd;              /* its schedstat */
+	int status_fd;       /* its status, once read; -1: not yet */
+	bool alive, listed;
+	uint64_t last_ns;    /* accounted up to here (CLOCK_MONOTONIC) */
+	struct wall_clocks clk;
+	bool fresh;          /* its next read is its clocks' baseline */
+	struct wall_clocks next; /* this tick's read, at next_at */
+	uint64_t next_at;
+	int next_r;
+	struct wall_where where; /* with next, if where_known */
+	bool where_known;
+	bool awake;              /* not asleep at the last read that said where */
+	uint64_t awake_voluntary; /* its switches to sleep then */
+	bool began_on_cpu;       /* what it owes at the start is run time */
+	uint64_t ahead_run, ahead_wait; /* given before its clocks had them */
+	struct wall_waits waits;
+	uint64_t owed_ns;        /* counted twice so far: off the CPU, then waiting */
+	uint64_t waited_ns;      /* given to its samples as runnable */
+	uint64_t taken_ns;       /* of that, taken back (wall_take_back_owed()) */
+	bool exited;             /* perf said it ended: accounted to its end */
+	bool own;                /* the cprof agent's task, known late: its samples go */
+	uint64_t run_ns;         /* its clock's run time in the window */
+	struct wall_run_stacks runs; /* what its CPU samples caught */
+	bool looked;
+	struct wall_off_stack off;
+	uint64_t *run_pcs;   /* its last CPU sample's stack */
+	size_t nrun, run_alloc;
+	const char *name;
+};
+
+struct wall_profiler {
+	struct wall_profiler_opts opts;
+	struct perf_opts popts;
+	struct symbolizer *sym;
+	struct unwinder *unw;       /* sym's */
+	struct perf_session *perf; /* NULL: refused, no CPU stacks */
+	struct perf_session *switches; /* NULL: none, or closed (too many) */
+	bool switches_decided;
+	uint64_t switches_counted; /* by the threads' status, since the start */
+	uint64_t switches_since, switch_records; /* the rate's window */
+	struct profile *profile;
+	struct maps maps;
+	struct wall_thread *threads;
+	size_t nthreads, threads_alloc;
+	struct u64map by_tid; /* tid -> index + 1 */
+	struct u64map births; /* tid -> perf time of birth, for threads not seen yet */
+	struct agent_tasks agent; /* the cprof agent's task: in no sample, no thread */
+	const char *process_name;
+	uint64_t tick_ns, start_mono, end_mono, next_tick, last_liveness;
+	bool started, running, run_added;
+	uint64_t rng;
+	uint64_t tick_cost; /* smoothed */
+	struct wall_profiler_stats stats;
+	uint64_t pcs[WALL_MAX_FRAMES], locs[WALL_MAX_FRAMES];
+};
+
+/* ticks.c */
+struct wall_thread *wall_thread_of(struct wall_profiler *p, pid_t tid);
+/*
+ * A thread seen for the first time: its first read is its clocks'
+ * baseline; one born in the window started from zero at its birth,
+ * runnable. NULL when it cannot be followed.
+ */
+struct wall_thread *wall_thread_add(struct wall_profiler *p, pid_t tid, uint64_t now);
+/* The thread turned out to be the cprof agent's task: no more of its time. */
+void wall_thread_disown(struct wall_profiler *p, struct wall_thread *t);
+/* What the thread does now; if it sleeps, on which stack. */
+void wall_look_now(struct wall_profiler *p, struct wall_thread *t);
+/* Every thread's clocks read and accounted; @last ends every thread's
+ * time at one instant, @ret_end. */
+int wall_tick(struct wall_profiler *p, bool last, uint64_t *ret_end);
+/* A tick of the window, and when the next is due. */
+int wall_take_tick(struct wall_profiler *p);
+
+/* records.c */
+int wall_drain(struct wall_profiler *p);
+/* After the first tick: the switch records opened where the budget allows. */
+void wall_switches_open(struct wall_profiler *p, uint64_t now);
+/* Past the budget, the switch records are closed. */
+void wall_switches_check(struct wall_profiler *p, uint64_t now);
+
+/* accounting.c */
+/* The interval from the thread's last read to @now, by this tick's read. */
+int wall_account(struct wall_profiler *p, struct wall_thread *t, uint64_t now);
+/* From the last tick to the thread's end: where it was last seen. */
+int wall_add_final(struct wall_profiler *p, struct wall_thread *t, uint64_t end);
+/* The thread's run time on its CPU samples' stacks: once, at the end. */
+int wall_add_running(struct wall_profiler *p, struct wall_thread *t);
+/* What the threads still owe at the window's end, taken back. */
+void wall_take_back_owed(struct wall_profiler *p);
+/* Whether the thread was awake all through the interval its read ends. */
+bool wall_awake_through(struct wall_thread *t);
+/* The thread's switch counts now (the first tick's rate, the estimate). */
+void wall_count_switches(struct wall_profiler *p, struct wall_thread *t, uint64_t ddelay);
 
 #endif
