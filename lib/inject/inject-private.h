@@ -55,4 +55,68 @@ int inject_place_agent(pid_t pid, const char *agent_path, char *ret_path, size_t
 /* Removes a copy placed by inject_place_agent() that was never loaded. */
 void inject_unplace_agent(pid_t pid, const char *path);
 
+/* ---- one call into the target, shared by its rooms ----------------------- */
+
+#define DETOUR_NAME "cprof-detour"
+#define MAX_PENDING 8
+
+struct call {
+	pid_t pid;
+	const struct inject_opts *o;
+	struct inject_report *rep;
+	uint64_t dlopen, dlsym, dlerror, syscall_fn, setcancel;
+	/* The resident agent's attach function, when it ran a session before
+	 * (inject_warm_agent()): called alone, by any thread not in the loader, from
+	 * the agent's own copy of the trampoline (entry), its data block at
+	 * data; 0 when the code goes to a page. */
+	uint64_t attach_fn, entry, data;
+	uint64_t old_page; /* a page an earlier load left, unmapped by the call */
+	uint64_t page; /* the trampoline page in the target; 0: none yet */
+	pid_t page_tid; /* the thread that mapped it */
+	pid_t tid;     /* the thread sent on the detour */
+	int pending[MAX_PENDING]; /* signals to hand back to it */
+	size_t npending;
+	int result;
+	uint8_t *image; /* TRAMP_SIZE bytes: what the page will hold */
+	uint8_t *frame; /* FRAME_MAX bytes: the frame for the thread's stack */
+	size_t xsave_size;
+	bool fxsave;
+	uint64_t sigmask; /* the chosen thread's, put back by the trampoline */
+	uint64_t longest_look_ns; /* the longest a refused thread was held, this round */
+	bool left_by_tail;        /* the thread left the page by the agent's tail */
+	pid_t late_tid;           /* interrupted, not stopped within STOP_TIMEOUT_NS */
+	uint64_t late_since;      /* when it was interrupted */
+};
+
+/* remote.c: the tracer's hands on a stopped thread. */
+int inject_peek(pid_t pid, uint64_t addr, void *buf, size_t len);
+int inject_poke(pid_t pid, uint64_t addr, const void *buf, size_t len);
+/* Waits up to @timeout_ns for @tid's stop (@collect: reaped, else left
+ * for the caller); 0, -ETIMEDOUT or -ESRCH. */
+int inject_wait_stop(pid_t tid, int *status, uint64_t timeout_ns, bool collect);
+/* Lets @tid go, with the signals kept for it handed back. */
+void inject_detach(struct call *c, pid_t tid);
+/* A signal that stopped the thread, kept to be handed back on release. */
+void inject_keep_signal(struct call *c, int sig);
+/* System call @nr with @args, run by stopped thread @tid from the state
+ * @orig (whose registers it changes: the caller puts them back). Its
+ * result, or -errno from ptrace. */
+int inject_remote(struct call *c, pid_t tid, const struct user_regs_struct *orig, long nr,
+		  const uint64_t args[6], uint64_t *ret);
+#define REMOTE(c, tid, orig, ret, nr, ...) \
+	inject_remote((c), (tid), (orig), (nr), (const uint64_t[6]){ __VA_ARGS__ }, (ret))
+bool inject_remote_failed(int k, uint64_t v);
+
+/* agent-path.c: which agent the call loads. */
+const char *inject_function_of(const struct inject_opts *o);
+/* Has the resident agent held a session? */
+bool inject_warm_agent(pid_t pid);
+int inject_choose_agent_path(struct call *c);
+
+/* detour.c: the page, the frame and the launch. */
+uint64_t inject_data_block(const struct call *c);
+uint64_t *inject_field(struct call *c, unsigned off);
+void inject_find_old_page(struct call *c);
+int inject_launch(struct call *c, pid_t tid, const struct user_regs_struct *orig);
+
 #endif

@@ -12,24 +12,21 @@
  *      from its own syscall instruction; write the code and data; point it
  *      at the code; DETACH. It runs the call on its own and comes back;
  *   4. wait, without ptrace, for the page to say done, and read the results.
+ *
+ * This file holds the steps' order, the tracer thread and the wait; the
+ * agent's path is chosen in agent-path.c, the detour laid in detour.c, the
+ * stopped thread handled through remote.c.
  */
 #include "inject/inject.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <dlfcn.h>
-#include <elf.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/ptrace.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,578 +38,11 @@
 #include "target/target.h"
 #include "util/util.h"
 
-#define DETOUR_NAME "cprof-detour"
 #define FRAME_MAX ((TF_XSAVE + TF_XSAVE_MAX + 64 + 8 * TR_COUNT + 63) & ~63)
 #define STOP_TIMEOUT_NS (100ULL * 1000 * 1000)
-#define SYSCALL_TIMEOUT_NS (1000ULL * 1000 * 1000)
-#define MAX_PENDING 8
-/* glibc's SIGSETXID (__SIGRTMIN + 1), bit signo - 1 of a kernel sigset:
- * answered on the detour's calls (trampoline.h). Injection is into glibc
- * only (dlopen from libc.so.6). */
-#define SIGWAKE_MASK (1ULL << (33 - 1))
 #define MIN_NAP_NS (1000ULL * 1000)
 #define MAX_NAP_NS (50ULL * 1000 * 1000)
 #define LOOK_DUTY 10
-#define EFLAGS_DF (1u << 10)
-#define EFLAGS_AC (1u << 18)
-
-struct call {
-	pid_t pid;
-	const struct inject_opts *o;
-	struct inject_report *rep;
-	uint64_t dlopen, dlsym, dlerror, syscall_fn, setcancel;
-	/* The resident agent's attach function, when it ran a session before
-	 * (warm_agent()): called alone, by any thread not in the loader, from
-	 * the agent's own copy of the trampoline (entry), its data block at
-	 * data; 0 when the code goes to a page. */
-	uint64_t attach_fn, entry, data;
-	uint64_t old_page; /* a page an earlier load left, unmapped by the call */
-	uint64_t page; /* the trampoline page in the target; 0: none yet */
-	pid_t page_tid; /* the thread that mapped it */
-	pid_t tid;     /* the thread sent on the detour */
-	int pending[MAX_PENDING]; /* signals to hand back to it */
-	size_t npending;
-	int result;
-	uint8_t *image; /* TRAMP_SIZE bytes: what the page will hold */
-	uint8_t *frame; /* FRAME_MAX bytes: the frame for the thread's stack */
-	size_t xsave_size;
-	bool fxsave;
-	uint64_t sigmask; /* the chosen thread's, put back by the trampoline */
-	uint64_t longest_look_ns; /* the longest a refused thread was held, this round */
-	bool left_by_tail;        /* the thread left the page by the agent's tail */
-	pid_t late_tid;           /* interrupted, not stopped within STOP_TIMEOUT_NS */
-	uint64_t late_since;      /* when it was interrupted */
-};
-
-/* ---- memory of the target -------------------------------------------- */
-
-static int peek(pid_t pid, uint64_t addr, void *buf, size_t len)
-{
-	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
-
-	return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
-}
-
-static int poke(pid_t pid, uint64_t addr, const void *buf, size_t len)
-{
-	struct iovec local = { (void *)buf, len }, remote = { (void *)(uintptr_t)addr, len };
-
-	return process_vm_writev(pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
-}
-
-/* Where the data block is in the target. */
-static uint64_t data_block(const struct call *c)
-{
-	return c->entry ? c->data : c->page + TRAMP_DATA;
-}
-
-static uint64_t *field(struct call *c, unsigned off)
-{
-	return (uint64_t *)(c->image + TRAMP_DATA + off);
-}
-
-/* Pages an earlier load left (cprof gone before it unmapped them): the
- * detour's code, a memfd of ours mapped read+execute, with the data block
- * after it. Unmapped by a resident agent's call (TD_UNMAP). */
-static void find_old_page(struct call *c)
-{
-	const struct maps *m = c->o->maps;
-
-	for (size_t i = 0; i + 1 < m->n; i++) {
-		const struct map_entry *e = &m->entries[i];
-		uint64_t magic, done;
-
-		if (!strstr(e->path, "/memfd:" DETOUR_NAME) || e->end - e->start != TRAMP_DATA ||
-		    e->prot != (MAPS_READ | MAPS_EXEC) || m->entries[i + 1].start != e->end)
-			continue;
-		if (peek(c->pid, e->start + TRAMP_DATA + TD_MAGIC, &magic, sizeof(magic)) < 0 ||
-		    peek(c->pid, e->start + TRAMP_DATA + TD_DONE, &done, sizeof(done)) < 0)
-			continue;
-		if (magic == TRAMP_MAGIC && done == 1) {
-			c->old_page = e->start;
-			return;
-		}
-	}
-}
-
-/* ---- the agent's path ------------------------------------------------- */
-
-static const char *function_of(const struct inject_opts *o)
-{
-	return o->function ? o->function : "cprof_agent_attach_events";
-}
-
-static bool is_agent(const char *path)
-{
-	const char *b = strrchr(path, '/');
-
-	return b && strncmp(b + 1, "cprof-agent", 11) == 0 && strstr(b, ".so");
-}
-
-/* stat() of @path as process @pid resolves it (target_open_in_root()). */
-static int stat_in_root(pid_t pid, const char *path, struct stat *ret)
-{
-	int fd = target_open_in_root(pid, path, 0), r = 0;
-
-	if (fd < 0)
-		return fd;
-	if (fstat(fd, ret) < 0)
-		r = -errno;
-	close(fd);
-	return r;
-}
-
-/*
- * Has the resident agent held a session? Its memfd is among the target's
- * files from its first attach on, which got done all that attach does once
- * (resolving functions with dlsym, pthread_atfork): what is left of an
- * attach then allocates nothing and takes no lock of the loader's but
- * dl_iterate_phdr's (reentrant), so a thread stopped inside malloc may run
- * it. A thread inside the loader, a signal handler or the agent still may
- * not (judge.c).
- */
-static bool warm_agent(pid_t pid)
-{
-	char dir[64], path[320], link[128];
-	struct dirent *d;
-	bool warm = false;
-	DIR *fds;
-
-	snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
-	fds = opendir(dir);
-	if (!fds)
-		return false;
-	while (!warm && (d = readdir(fds))) {
-		ssize_t n;
-
-		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
-		n = readlink(path, link, sizeof(link) - 1);
-		if (n <= 0)
-			continue;
-		link[n] = '\0';
-		warm = strncmp(link, "/memfd:cprof-agent", 18) == 0;
-	}
-	closedir(fds);
-	return warm;
-}
-
-/*
- * A resident agent is used again, by the path it was loaded from (dlopen of
- * the same path returns it, never a second copy that would hook the first).
- * Otherwise ours, if the target sees the very same file at that path, else
- * a copy placed in the target's root (place.c).
- */
-static int choose_agent_path(struct call *c)
-{
-	const struct maps *m = c->o->maps;
-	struct stat a, b;
-	int r;
-
-	for (size_t i = 0; i < m->n; i++)
-		if (is_agent(m->entries[i].path)) {
-			if (strstr(m->entries[i].path, " (deleted)"))
-				return -EXDEV;
-			snprintf(c->rep->agent_path, sizeof(c->rep->agent_path), "%s",
-				 m->entries[i].path);
-			if (warm_agent(c->pid) &&
-			    inject_find_function(c->pid, m, "cprof-agent", function_of(c->o),
-						 &c->attach_fn) == 0 &&
-			    inject_find_function(c->pid, m, "cprof-agent", "cprof_agent_tramp",
-						 &c->entry) == 0 &&
-			    inject_find_function(c->pid, m, "cprof-agent", "cprof_agent_tramp_data",
-						 &c->data) == 0)
-				c->rep->resident = 1;
-			else
-				c->attach_fn = c->entry = c->data = 0;
-			return 0;
-		}
-	if (c->o->agent_path[0] != '/' || strlen(c->o->agent_path) >= TD_PATH_MAX)
-		return -EINVAL;
-	if (stat(c->o->agent_path, &a) < 0)
-		return -errno;
-	if (stat_in_root(c->pid, c->o->agent_path, &b) == 0 && a.st_dev == b.st_dev &&
-	    a.st_ino == b.st_ino) {
-		snprintf(c->rep->agent_path, sizeof(c->rep->agent_path), "%s",
-			 c->o->agent_path);
-		return 0;
-	}
-	/* Another root (a container): the target gets a copy of its own. */
-	r = inject_place_agent(c->pid, c->o->agent_path, c->rep->agent_path,
-			       sizeof(c->rep->agent_path));
-	if (r < 0) {
-		c->rep->place_error = r;
-		return -EXDEV;
-	}
-	c->rep->placed = r == 0 ? 1 : 2;
-	return 0;
-}
-
-/* ---- ptrace steps (tracer thread) ---------------------------------------- */
-
-static int wait_stop(pid_t tid, int *status, uint64_t timeout_ns, bool collect)
-{
-	const struct timespec pause = { 0, 20000 };
-	uint64_t deadline = now_monotonic_ns() + timeout_ns;
-
-	for (;;) {
-		pid_t w = collect ? waitpid(tid, status, __WALL | WNOHANG)
-				  : ptrace_peek_stop(tid, status);
-
-		if (w < 0)
-			return -ESRCH;
-		if (w > 0)
-			return WIFSTOPPED(*status) ? 0 : -ESRCH;
-		if (now_monotonic_ns() >= deadline)
-			return -ETIMEDOUT;
-		nanosleep(&pause, NULL);
-	}
-}
-
-static void detach(struct call *c, pid_t tid)
-{
-	int first = c->npending ? c->pending[0] : 0;
-
-	ptrace(PTRACE_DETACH, tid, 0, (void *)(uintptr_t)first);
-	/* More than one arrived meanwhile (rare): send the rest again. */
-	for (size_t i = 1; i < c->npending; i++)
-		syscall(SYS_tgkill, c->pid, tid, c->pending[i]);
-	c->npending = 0;
-}
-
-static void keep_signal(struct call *c, int sig)
-{
-	if (c->npending < MAX_PENDING)
-		c->pending[c->npending++] = sig;
-}
-
-/*
- * Runs one system call in the stopped thread: PTRACE_SYSCALL to its entry
- * and exit stops, all within SYSCALL_TIMEOUT_NS.
- *
- * A signal that arrives first stops the thread in signal-delivery-stop
- * before the call ran (signals are taken on the way back to user space,
- * and the exit stop comes before that): this thread is given up, and the
- * caller puts its registers back and detaches with that signal, which the
- * thread then takes as if it had never been stopped (siginfo intact).
- * Holding such signals back would lose them, and a stream of signals would
- * keep the thread from ever reaching the call.
- */
-static int remote_syscall(struct call *c, pid_t tid, struct user_regs_struct *r)
-{
-	uint64_t deadline = now_monotonic_ns() + SYSCALL_TIMEOUT_NS, now;
-	unsigned syscall_stops = 0;
-	int status, k;
-
-	if (ptrace(PTRACE_SETREGS, tid, 0, r) < 0 || ptrace(PTRACE_SYSCALL, tid, 0, 0) < 0)
-		return -ESRCH;
-	while (syscall_stops < 2) {
-		now = now_monotonic_ns();
-		k = now < deadline ? wait_stop(tid, &status, deadline - now, true) : -ETIMEDOUT;
-		if (k == -ETIMEDOUT) {
-			/* Cannot happen for mmap; get the thread back to a stop. */
-			ptrace(PTRACE_INTERRUPT, tid, 0, 0);
-			if (wait_stop(tid, &status, SYSCALL_TIMEOUT_NS, true) < 0)
-				return -ESRCH;
-			if (status >> 16 == 0 && WSTOPSIG(status) != (SIGTRAP | 0x80))
-				keep_signal(c, WSTOPSIG(status));
-			return -ETIMEDOUT;
-		}
-		if (k < 0)
-			return k;
-		if (WSTOPSIG(status) == (SIGTRAP | 0x80)) {
-			syscall_stops++;
-		} else if (status >> 16 == 0) {
-			keep_signal(c, WSTOPSIG(status));
-			snprintf(c->rep->why, sizeof(c->rep->why), "a signal was arriving");
-			return -EAGAIN;
-		}
-		if (syscall_stops < 2 && ptrace(PTRACE_SYSCALL, tid, 0, 0) < 0)
-			return -ESRCH;
-	}
-	return ptrace(PTRACE_GETREGS, tid, 0, r) < 0 ? -ESRCH : 0;
-}
-
-/* Where the thread can run a syscall instruction: right behind its pc if
- * it was asleep in a call, else inside libc's syscall(). */
-static int syscall_site(struct call *c, pid_t tid, const struct user_regs_struct *r,
-			uint64_t *ret)
-{
-	uint8_t code[64];
-
-	if (ptrace_was_blocked(r) && peek(tid, r->rip - 2, code, 2) == 0 && code[0] == 0x0f &&
-	    code[1] == 0x05) {
-		*ret = r->rip - 2;
-		return 0;
-	}
-	if (!c->syscall_fn || peek(tid, c->syscall_fn, code, sizeof(code)) < 0)
-		return -ENOTSUP;
-	for (size_t i = 0; i + 1 < sizeof(code); i++)
-		if (code[i] == 0x0f && code[i + 1] == 0x05) {
-			*ret = c->syscall_fn + i;
-			return 0;
-		}
-	return -ENOTSUP;
-}
-
-/* System call @nr with @args, run by stopped thread @tid from the state
- * @orig (whose registers it changes: the caller puts them back). Its
- * result, or -errno from ptrace. */
-static int remote(struct call *c, pid_t tid, const struct user_regs_struct *orig, long nr,
-		  const uint64_t args[6], uint64_t *ret)
-{
-	struct user_regs_struct r = *orig;
-	uint64_t site;
-	int k;
-
-	k = syscall_site(c, tid, orig, &site);
-	if (k < 0)
-		return k;
-	r.rip = site;
-	r.rax = (uint64_t)nr;
-	r.orig_rax = (uint64_t)-1; /* no restart of the interrupted call */
-	r.rdi = args[0];
-	r.rsi = args[1];
-	r.rdx = args[2];
-	r.r10 = args[3];
-	r.r8 = args[4];
-	r.r9 = args[5];
-	k = remote_syscall(c, tid, &r);
-	if (k < 0)
-		return k;
-	*ret = r.rax;
-	return 0;
-}
-
-#define REMOTE(c, tid, orig, ret, nr, ...) \
-	remote((c), (tid), (orig), (nr), (const uint64_t[6]){ __VA_ARGS__ }, (ret))
-
-static bool remote_failed(int k, uint64_t v)
-{
-	return k < 0 || v > (uint64_t)-4096;
-}
-
-/* The code, through the memfd's /proc entry (ptrace access allows it). */
-static int write_code(struct call *c, int fd)
-{
-	char path[64];
-	size_t len = (size_t)(cprof_tramp_code_end - cprof_tramp_code);
-	int mfd, r = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd/%d", c->pid, fd);
-	mfd = open(path, O_WRONLY | O_CLOEXEC);
-	if (mfd < 0)
-		return -errno;
-	if (pwrite(mfd, cprof_tramp_code, len, 0) != (ssize_t)len)
-		r = -EIO;
-	close(mfd);
-	return r;
-}
-
-/*
- * The detour's pages for a first load, never writable and executable at
- * once (what MDWE and systemd's MemoryDenyWriteExecute= allow): the code
- * in a memfd mapped read+execute, the data block in an anonymous page
- * right after it (the code reaches it rip-relative). The memfd's name goes
- * below the thread's red zone, where the frame will be written later.
- */
-static int map_detour(struct call *c, pid_t tid, const struct user_regs_struct *orig)
-{
-	uint64_t name = (orig->rsp - TF_RET_POP - 8 * TR_COUNT - 64) & ~(uint64_t)15;
-	uint64_t fd, base = 0, v;
-	int k;
-
-	if (poke(tid, name, DETOUR_NAME, sizeof(DETOUR_NAME)) < 0) {
-		snprintf(c->rep->why, sizeof(c->rep->why), "its stack could not take the detour");
-		return -EAGAIN;
-	}
-	k = REMOTE(c, tid, orig, &fd, SYS_memfd_create, name, MFD_CLOEXEC, 0, 0, 0, 0);
-	if (remote_failed(k, fd))
-		return k < 0 ? k : (int)fd;
-	k = write_code(c, (int)fd);
-	if (k < 0)
-		goto out_close;
-	k = REMOTE(c, tid, orig, &base, SYS_mmap, 0, TRAMP_SIZE, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS, (uint64_t)-1, 0);
-	if (remote_failed(k, base)) {
-		k = k < 0 ? k : (int)base;
-		base = 0;
-		goto out_close;
-	}
-	k = REMOTE(c, tid, orig, &v, SYS_mmap, base, TRAMP_DATA, PROT_READ | PROT_EXEC,
-		   MAP_SHARED | MAP_FIXED, fd, 0);
-	if (remote_failed(k, v)) {
-		k = k < 0 ? k : (int)v;
-		REMOTE(c, tid, orig, &v, SYS_munmap, base, TRAMP_SIZE, 0, 0, 0, 0);
-		goto out_close;
-	}
-	c->page = base;
-	c->page_tid = tid;
-	k = 0;
-out_close:
-	REMOTE(c, tid, orig, &v, SYS_close, fd, 0, 0, 0, 0, 0);
-	return k;
-}
-
-static int save_xstate(struct call *c, pid_t tid)
-{
-	struct iovec iov = { c->frame + TF_XSAVE, TF_XSAVE_MAX };
-
-	if (ptrace(PTRACE_GETREGSET, tid, (void *)NT_X86_XSTATE, &iov) == 0) {
-		c->xsave_size = iov.iov_len;
-		c->fxsave = false;
-		return 0;
-	}
-	if (ptrace(PTRACE_GETFPREGS, tid, 0, c->frame + TF_XSAVE) == 0) {
-		c->xsave_size = 512;
-		c->fxsave = true;
-		return 0;
-	}
-	return errno == ESRCH ? -ESRCH : -ENOTSUP;
-}
-
-/* Fills the data block's image: what to call, with what. */
-static void fill_image(struct call *c)
-{
-	*field(c, TD_MAGIC) = TRAMP_MAGIC;
-	*field(c, TD_DLOPEN) = c->dlopen;
-	*field(c, TD_DLSYM) = c->dlsym;
-	*field(c, TD_DLERROR) = c->dlerror;
-	*field(c, TD_FLAGS) = RTLD_NOW;
-	if (c->o->function) {
-		snprintf((char *)field(c, TD_STR), TD_STR_MAX, "%s",
-			 c->o->string ? c->o->string : "");
-		*field(c, TD_ARG0) = c->o->string ? data_block(c) + TD_STR : 0;
-		*field(c, TD_ARG1) = *field(c, TD_ARG2) = *field(c, TD_ARG3) = 0;
-	} else {
-		*field(c, TD_ARG0) = (uint64_t)(int64_t)c->o->cprof_pid;
-		*field(c, TD_ARG1) = c->o->rate;
-		*field(c, TD_ARG2) = c->o->ring_size;
-		*field(c, TD_ARG3) = c->o->events ? c->o->events : CPROF_EVENTS_HEAP;
-	}
-	*field(c, TD_DONE) = 0;
-	*field(c, TD_UNMAP) = c->old_page;
-	/* Preset: the trampoline calls it alone (no dlopen, no dlsym). */
-	*field(c, TD_FUNC) = c->attach_fn;
-	*field(c, TD_HANDLE) = c->attach_fn ? 1 : 0;
-	snprintf((char *)field(c, TD_SYM), TD_SYM_MAX, "%s", function_of(c->o));
-	snprintf((char *)field(c, TD_TAILSYM), TD_TAILSYM_MAX, "cprof_agent_tramp_tail");
-	*field(c, TD_TAIL) = 0;
-	snprintf((char *)field(c, TD_PATH), TD_PATH_MAX, "%s", c->rep->agent_path);
-}
-
-static uint64_t *frame_slot(struct call *c, size_t off)
-{
-	return (uint64_t *)(c->frame + off);
-}
-
-/*
- * Lays out the frame of trampoline.h for a thread stopped with @r: the
- * extended state is at TF_XSAVE already (save_xstate()); the registers go
- * to their fixed place below the thread's rsp. Returns the detour's entry
- * rsp, the frame's start in the target; *ret_len: the bytes to write there.
- */
-static uint64_t fill_frame(struct call *c, const struct user_regs_struct *r, size_t *ret_len)
-{
-	uint64_t g = r->rsp - TF_RET_POP - 8 * TR_COUNT, start, rip, rax, *regs;
-
-	start = (g - TF_XSAVE - c->xsave_size) & ~(uint64_t)63;
-	/* The registers sit after the xsave image, at g - start from the frame's start. */
-	regs = frame_slot(c, g - start);
-	memset(c->frame + TF_XSAVE + c->xsave_size, 0, g - start - TF_XSAVE - c->xsave_size);
-	*frame_slot(c, TF_REGS) = g;
-	*frame_slot(c, TF_SIGOLD) = c->sigmask;
-	*frame_slot(c, TF_CANCELSTATE) = 0;
-	*frame_slot(c, TF_FXSAVE) = c->fxsave;
-	*frame_slot(c, TF_SETCANCEL) = c->setcancel;
-	*frame_slot(c, TF_SIGWAKE) = SIGWAKE_MASK;
-	ptrace_resume_point(r, &rip, &rax);
-	regs[TR_RAX] = rax;
-	regs[TR_RBX] = r->rbx;
-	regs[TR_RCX] = r->rcx;
-	regs[TR_RDX] = r->rdx;
-	regs[TR_RSI] = r->rsi;
-	regs[TR_RDI] = r->rdi;
-	regs[TR_RBP] = r->rbp;
-	regs[TR_RSP] = r->rsp;
-	regs[TR_R8] = r->r8;
-	regs[TR_R9] = r->r9;
-	regs[TR_R10] = r->r10;
-	regs[TR_R11] = r->r11;
-	regs[TR_R12] = r->r12;
-	regs[TR_R13] = r->r13;
-	regs[TR_R14] = r->r14;
-	regs[TR_R15] = r->r15;
-	regs[TR_RFLAGS] = r->eflags;
-	regs[TR_RIP] = rip;
-	*ret_len = (size_t)(g - start) + 8 * TR_COUNT;
-	return start;
-}
-
-/* With @tid stopped and judged safe: send it on the detour. */
-static int launch(struct call *c, pid_t tid, const struct user_regs_struct *orig)
-{
-	struct user_regs_struct r = *orig;
-	uint64_t all = ~(uint64_t)0, entry;
-	size_t frame_len;
-	int k;
-
-	k = save_xstate(c, tid);
-	if (k < 0)
-		return k;
-	/* Its own mask goes back at the detour's end; meanwhile every signal
-	 * waits (trampoline.h). */
-	if (ptrace(PTRACE_GETSIGMASK, tid, sizeof(c->sigmask), &c->sigmask) < 0)
-		return errno == ESRCH ? -ESRCH : -ENOTSUP;
-	if (!c->entry && !c->page) {
-		/*
-		 * Its system calls with every signal held pending: one taken in
-		 * between would be dropped by the next call's resume, and sent
-		 * again by cprof without its siginfo (glibc's SIGSETXID handler
-		 * ignores one not sent by its own process: setuid() would wait
-		 * for it forever).
-		 */
-		ptrace(PTRACE_SETSIGMASK, tid, sizeof(all), &all);
-		k = map_detour(c, tid, orig);
-		if (k < 0)
-			goto out_restore;
-	}
-	fill_image(c);
-	entry = fill_frame(c, orig, &frame_len);
-	/* The frame first: a thread's own stack, written only while it is
-	 * stopped; a stack that cannot take it (an unfaulted main stack)
-	 * refuses this thread, not the call. */
-	if (poke(tid, entry, c->frame, frame_len) < 0) {
-		snprintf(c->rep->why, sizeof(c->rep->why), "its stack could not take the detour's frame");
-		k = -EAGAIN;
-		goto out_restore;
-	}
-	/* The data block: the agent's own, or the one after the code. */
-	k = poke(c->pid, data_block(c), c->image + TRAMP_DATA, TD_END);
-	if (k < 0)
-		goto out_restore;
-	r.rip = c->entry ? c->entry : c->page;
-	r.rsp = entry;
-	r.orig_rax = (uint64_t)-1;
-	/* The ABI wants DF clear at a call; AC would fault unaligned code. */
-	r.eflags &= ~(uint64_t)(EFLAGS_DF | EFLAGS_AC);
-	if (ptrace(PTRACE_SETREGS, tid, 0, &r) < 0)
-		return -ESRCH;
-	/*
-	 * After the registers: if cprof dies in between, the thread runs the
-	 * detour with its own mask (every signal blocked, after map_detour)
-	 * and puts its own back (TF_SIGOLD), where the other order would
-	 * leave every signal blocked for good. Failing here only leaves the
-	 * thread that mask over the detour.
-	 */
-	ptrace(PTRACE_SETSIGMASK, tid, sizeof(all), &all);
-	return 0;
-
-out_restore:
-	/* What map_detour changed; xstate it did not touch. */
-	ptrace(PTRACE_SETREGS, tid, 0, orig);
-	ptrace(PTRACE_SETSIGMASK, tid, sizeof(c->sigmask), &c->sigmask);
-	return k;
-}
 
 static int seize_error(struct call *c, pid_t tid, int err)
 {
@@ -664,7 +94,7 @@ static int try_thread(struct call *c, pid_t tid)
 	} else if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) < 0) {
 		return -EAGAIN;
 	}
-	k = wait_stop(tid, &status, STOP_TIMEOUT_NS, false);
+	k = inject_wait_stop(tid, &status, STOP_TIMEOUT_NS, false);
 	if (k < 0) {
 		/* Uninterruptible sleep or no CPU for it: it stays seized, and
 		 * the next round waits for its stop again. A thread refused
@@ -692,23 +122,23 @@ static int try_thread(struct call *c, pid_t tid)
 	/* The target's own policy first: a call it forbids is never made. */
 	k = inject_seccomp_check(c->pid, tid, regs.rip, c->rep->why, sizeof(c->rep->why));
 	if (k < 0) {
-		detach(c, tid);
+		inject_detach(c, tid);
 		return k == -ESRCH ? -EAGAIN : k;
 	}
-	/* Only a resident agent's attach allocates nothing (warm_agent()). */
+	/* Only a resident agent's attach allocates nothing (inject_warm_agent()). */
 	k = inject_judge_thread(c->o, tid, &regs, c->attach_fn != 0 && !c->o->function,
 				c->rep->why, sizeof(c->rep->why));
 	if (k == 0)
-		k = launch(c, tid, &regs);
+		k = inject_launch(c, tid, &regs);
 	if (k < 0) {
 		if (k == -EAGAIN)
 			c->rep->refused++;
-		detach(c, tid);
+		inject_detach(c, tid);
 		c->longest_look_ns = MAX(c->longest_look_ns, now_monotonic_ns() - stopped);
 		return k == -ESRCH ? -EAGAIN : k;
 	}
 	c->tid = tid;
-	detach(c, tid);
+	inject_detach(c, tid);
 	c->rep->stopped_ns = now_monotonic_ns() - t0;
 	return 0;
 }
@@ -804,7 +234,7 @@ static int run_tracer(struct call *c, void *(*fn)(void *))
  * stays in the target. The thread that took the detour, stopped once more,
  * runs munmap and goes back to where it was (its interrupted call restarted
  * as the detour would). Failing that, the next session's call unmaps them
- * (find_old_page()).
+ * (inject_find_old_page()).
  */
 /* One try: -EINPROGRESS while the thread is still on its way out of the
  * code (done is set two instructions before its jump to the agent's tail);
@@ -818,10 +248,10 @@ static int unmap_once(struct call *c)
 	if (ptrace(PTRACE_SEIZE, c->tid, 0, PTRACE_O_TRACESYSGOOD) < 0)
 		return -ESRCH;
 	if (ptrace(PTRACE_INTERRUPT, c->tid, 0, 0) < 0 ||
-	    wait_stop(c->tid, &status, STOP_TIMEOUT_NS, false) < 0)
+	    inject_wait_stop(c->tid, &status, STOP_TIMEOUT_NS, false) < 0)
 		goto out_detach;
 	if (status >> 16 != PTRACE_EVENT_STOP) {
-		keep_signal(c, WSTOPSIG(status));
+		inject_keep_signal(c, WSTOPSIG(status));
 		goto out_detach;
 	}
 	waitpid(c->tid, &status, __WALL | WNOHANG);
@@ -841,7 +271,7 @@ static int unmap_once(struct call *c)
 	r.orig_rax = (uint64_t)-1;
 	ptrace(PTRACE_SETREGS, c->tid, 0, &r);
 out_detach:
-	detach(c, c->tid);
+	inject_detach(c, c->tid);
 	return k;
 }
 
@@ -868,7 +298,7 @@ static int collect(struct call *c, uint64_t launched)
 	uint64_t res[7], done = 0; /* handle, func, ret, errstr, done, unmap, tail */
 
 	for (;;) {
-		if (peek(c->pid, data_block(c) + TD_DONE, &done, sizeof(done)) < 0)
+		if (inject_peek(c->pid, inject_data_block(c) + TD_DONE, &done, sizeof(done)) < 0)
 			return target_alive(c->pid) ? -EFAULT : -ESRCH;
 		if (done == 1)
 			break;
@@ -877,14 +307,14 @@ static int collect(struct call *c, uint64_t launched)
 		nanosleep(&pause, NULL);
 	}
 	c->rep->call_ns = now_monotonic_ns() - launched;
-	if (peek(c->pid, data_block(c) + TD_HANDLE, res, sizeof(res)) < 0)
+	if (inject_peek(c->pid, inject_data_block(c) + TD_HANDLE, res, sizeof(res)) < 0)
 		return -ESRCH;
 	c->left_by_tail = res[6] != 0;
 	if (!res[0]) {
 		char msg[sizeof(c->rep->dlerror)] = "";
 
 		if (res[3])
-			peek(c->pid, res[3], msg, sizeof(msg) - 1); /* may be short */
+			inject_peek(c->pid, res[3], msg, sizeof(msg) - 1); /* may be short */
 		msg[sizeof(msg) - 1] = '\0';
 		snprintf(c->rep->dlerror, sizeof(c->rep->dlerror), "%s", msg);
 		return -ENOEXEC;
@@ -932,7 +362,7 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 		goto out_free;
 	}
 	/* Last of the preparations: it may place a copy of the agent. */
-	r = choose_agent_path(&c);
+	r = inject_choose_agent_path(&c);
 	if (r < 0)
 		goto out_free;
 	/* From the page's or the block's first look to the results read, no
@@ -943,7 +373,7 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 		r = r == -EBUSY ? -EUSERS : r;
 		goto out_unplace;
 	}
-	find_old_page(&c);
+	inject_find_old_page(&c);
 	inject_warm_up(o);
 	r = run_tracer(&c, tracer_main);
 	launched = r == 0 ? now_monotonic_ns() : 0;
