@@ -1,21 +1,24 @@
+/*
+ * The snapshot's tracers at work: every thread seized and interrupted, its
+ * stop waited for (or its exit, or its uninterruptible sleep given up on),
+ * copied, and let go once every thread of every share is stopped; threads
+ * born meanwhile are listed again and taken too.
+ */
 #include "ptrace/ptrace.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/ptrace.h>
-#include <sys/uio.h>
-#include <sys/user.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "ptrace/snapshot-private.h"
 #include "target/target.h"
 #include "util/util.h"
 
@@ -24,8 +27,6 @@
 /* Give up listing after this many rounds: a fork bomb of threads must not
  * keep the others stopped. */
 #define MAX_LISTINGS 64
-/* Below rsp lies the red zone, which leaf functions use without moving rsp. */
-#define RED_ZONE 128
 /*
  * The longest the tracer sleeps between two looks. Its waking up (at
  * SCHED_FIFO) is a scheduling point on its cpu: a thread we woke to take its
@@ -40,74 +41,6 @@
 #define STALL_NS (2ULL * 1000 * 1000)
 /* How long a thread in uninterruptible sleep may keep the others stopped. */
 #define D_STATE_GRACE_NS (5ULL * 1000 * 1000)
-/*
- * Tracer threads at most, and the fewest threads worth one more: each
- * started tracer costs a thread creation before the pause, and on a machine
- * of N cpus more than N only queue behind one another.
- */
-#define MAX_TRACERS 4
-#define MIN_SHARE 4
-/* Stack bytes per thread made ready (faulted in) before the pause: the
- * live part of a sleeping thread's stack is a few KiB. */
-#define POOL_READY_PER_THREAD 8192
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
-/* tid -> index in snap->threads, open addressing; a slot holds index + 1. */
-struct tid_index {
-	uint32_t *slots;
-	size_t size; /* a power of two, at least twice the number of threads */
-};
-
-struct crew;
-
-/*
- * One tracer thread and its share of the threads. A tracee answers only to
- * the thread that seized it (PTRACE_GETREGS and PTRACE_DETACH from any
- * other fail with ESRCH), so each tracer makes every ptrace call of its own
- * share, from seize to detach.
- */
-struct tracer {
-	struct crew *crew;
-	pthread_t thread;
-	size_t lo, hi;         /* its share: snap->threads[lo, hi) */
-	size_t unreported;     /* of its share, threads whose stop was not seen */
-	uint64_t first_interrupt_ns, last_detach_ns;
-	uint64_t copy_ns;      /* spent copying threads so far */
-	uint64_t progress_ns;  /* the last report, or the last look at /proc */
-	uint64_t slept_ns;     /* asleep since then: the cpu left to the threads */
-};
-
-/*
- * Several tracers share the work of one snapshot, each on its own cpu: the
- * ptrace calls of one thread (a few microseconds each) are the pause, and
- * one tracer makes them one after the other. The first tracer (the thread
- * ptrace_snapshot_take() starts) lists the threads, starts the others and
- * takes the last share, to which the threads born meanwhile are added; the
- * others seize, wait for and copy their share, then wait for the word to
- * let go, which comes once every thread of every share is stopped: the
- * snapshot stays one instant.
- */
-struct crew {
-	struct ptrace_snapshot *snap;
-	const struct ptrace_snapshot_opts *opts;
-	int result;
-	bool *reported; /* per thread: its stop (or exit) was seen; by its tracer only */
-	size_t reported_alloc;
-	struct tid_index index;
-	/* Stack copies: bump-allocated from one mapping (snap->stack_pool). */
-	atomic_size_t pool_used;
-	uint64_t stall_ns, deadline;
-	struct tracer tracers[MAX_TRACERS];
-	unsigned ntracers;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool go;                  /* the shares are given out: seize */
-	unsigned helpers_stopped; /* helpers whose share is all stopped */
-	bool release;             /* every share is: let go */
-};
 
 static size_t tid_slot(const struct tid_index *x, pid_t tid)
 {
@@ -172,7 +105,7 @@ static void mark_reported(struct tracer *t, size_t i)
  * start for the first listing, so that no array moves under them; later
  * only the first tracer grows them, while the others wait.
  */
-static int reserve_threads(struct crew *c, size_t n)
+int snapshot_reserve_threads(struct crew *c, size_t n)
 {
 	struct ptrace_snapshot *s = c->snap;
 	int r;
@@ -187,7 +120,7 @@ static int reserve_threads(struct crew *c, size_t n)
 }
 
 /* Adds @tid to the snapshot, not seized yet (room reserved). */
-static size_t record_thread(struct crew *c, pid_t tid)
+size_t snapshot_record_thread(struct crew *c, pid_t tid)
 {
 	struct ptrace_snapshot *s = c->snap;
 	struct ptrace_thread *th = &s->threads[s->nthreads];
@@ -201,7 +134,7 @@ static size_t record_thread(struct crew *c, pid_t tid)
 	return s->nthreads++;
 }
 
-static void seize_thread(struct tracer *t, size_t i)
+void snapshot_seize_thread(struct tracer *t, size_t i)
 {
 	struct ptrace_thread *th = &t->crew->snap->threads[i];
 
@@ -223,7 +156,7 @@ static void seize_thread(struct tracer *t, size_t i)
 	}
 }
 
-static bool skipped(const struct crew *c, pid_t tid)
+bool snapshot_skipped(const struct crew *c, pid_t tid)
 {
 	return c->opts->skip && c->opts->skip(c->opts->skip_arg, tid);
 }
@@ -242,12 +175,12 @@ static int seize_new_threads(struct tracer *t)
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n; i++) {
-		if (find_thread(c, tids[i]) >= 0 || skipped(c, tids[i]))
+		if (find_thread(c, tids[i]) >= 0 || snapshot_skipped(c, tids[i]))
 			continue;
-		r = reserve_threads(c, c->snap->nthreads + 1);
+		r = snapshot_reserve_threads(c, c->snap->nthreads + 1);
 		if (r < 0)
 			break;
-		seize_thread(t, record_thread(c, tids[i]));
+		snapshot_seize_thread(t, snapshot_record_thread(c, tids[i]));
 		t->hi = c->snap->nthreads;
 		added++;
 	}
@@ -306,8 +239,6 @@ static void check_unstoppable(struct tracer *t)
 	}
 }
 
-static void copy_thread(struct tracer *t, struct ptrace_thread *th);
-
 /*
  * Thread @i reported @status (or @gone: it was reaped by nobody we know).
  * Each thread is copied as soon as it is seen stopped: the copies then cost
@@ -325,7 +256,7 @@ static void take_report(struct tracer *t, size_t i, int status, bool gone)
 	if (th->result == PTRACE_THREAD_STOPPED) {
 		uint64_t start = now_monotonic_ns();
 
-		copy_thread(t, th);
+		snapshot_copy_thread(t, th);
 		t->copy_ns += now_monotonic_ns() - start;
 	}
 }
@@ -396,7 +327,7 @@ static void sleep_until_report(uint64_t until)
  * slept for a while: time it spent looking, at SCHED_FIFO, may have kept
  * them from their cpu).
  */
-static void wait_for_stops(struct tracer *t)
+void snapshot_wait_for_stops(struct tracer *t)
 {
 	uint64_t stall_ns = t->crew->stall_ns, deadline = t->crew->deadline;
 
@@ -438,124 +369,8 @@ static void wait_for_stops(struct tracer *t)
 	}
 }
 
-/*
- * Room for a stack copy of @size bytes: from the snapshot's pool, made
- * before the pause (a malloc per thread inside it grew the tracer's arena
- * one mprotect at a time, and each fresh page faulted on the copy), or from
- * malloc once the pool is used up.
- */
-static void *stack_alloc(struct crew *c, size_t size)
-{
-	struct ptrace_snapshot *s = c->snap;
-	size_t rounded = (size + 63) & ~(size_t)63;
-	size_t at;
-
-	if (s->stack_pool) {
-		at = atomic_fetch_add(&c->pool_used, rounded);
-		if (at <= s->stack_pool_size && rounded <= s->stack_pool_size - at)
-			return (uint8_t *)s->stack_pool + at;
-	}
-	return malloc(size);
-}
-
-static bool in_pool(const struct ptrace_snapshot *s, const void *p)
-{
-	const uint8_t *b = s->stack_pool;
-
-	return b && (const uint8_t *)p >= b && (const uint8_t *)p < b + s->stack_pool_size;
-}
-
-static void stack_free(const struct ptrace_snapshot *s, const void *p)
-{
-	if (!in_pool(s, p))
-		free((void *)p);
-}
-
-/*
- * Reserves room for the stack copies of @n threads, max_stack each (address
- * space only), and faults in the first few KiB a thread: the copies inside
- * the pause then neither call malloc nor, mostly, fault. Without it (the
- * mapping refused, strict overcommit say), each copy gets a malloc.
- */
-static void stack_pool_make(struct crew *c, size_t n)
-{
-	struct ptrace_snapshot *s = c->snap;
-	size_t size = n * c->opts->max_stack, ready = n * POOL_READY_PER_THREAD;
-	void *p;
-
-	if (!size)
-		return;
-	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		 -1, 0);
-	if (p == MAP_FAILED)
-		return;
-	if (ready > size)
-		ready = size;
-	if (madvise(p, ready, MADV_POPULATE_WRITE) < 0)
-		memset(p, 0, ready);
-	s->stack_pool = p;
-	s->stack_pool_size = size;
-}
-
-/* Copies registers and the live part of the stack of a stopped thread. */
-static void copy_thread(struct tracer *t, struct ptrace_thread *th)
-{
-	const struct ptrace_snapshot_opts *o = t->crew->opts;
-	struct user_regs_struct regs;
-	const struct map_entry *m;
-	struct iovec local, remote;
-	uint64_t start, end;
-	uint8_t *buf;
-	ssize_t n;
-
-	if (ptrace(PTRACE_GETREGS, th->tid, 0, &regs) < 0) {
-		th->result = PTRACE_THREAD_EXITED;
-		return;
-	}
-	ptrace_regs_to_unwind(&regs, th->user.regs);
-	/* A restart_syscall is told what it continues after the release. */
-	if (ptrace_was_blocked(&regs))
-		th->syscall = (int64_t)regs.orig_rax;
-	start = regs.rsp > RED_ZONE ? regs.rsp - RED_ZONE : 0;
-	end = start + o->max_stack;
-	if (o->maps) {
-		m = maps_find(o->maps, regs.rsp);
-		if (m && m->end < end)
-			end = m->end;
-	}
-	buf = stack_alloc(t->crew, end - start);
-	if (!buf)
-		return;
-	local = (struct iovec){ buf, end - start };
-	remote = (struct iovec){ (void *)(uintptr_t)start, end - start };
-	/* A short read ends at the first unmapped page: keep what came. */
-	n = process_vm_readv(th->tid, &local, 1, &remote, 1, 0);
-	if (n <= 0) {
-		stack_free(t->crew->snap, buf);
-		return;
-	}
-	th->user.stack = buf;
-	th->user.stack_size = (size_t)n;
-	th->user.stack_start = start;
-}
-
-/*
- * The calls that stopped threads will continue as restart_syscall: read
- * which from the code before their PC. Code does not change, so this is
- * done after the threads are let go, out of the pause.
- */
-static void name_restarted_calls(struct ptrace_snapshot *s)
-{
-	for (size_t i = 0; i < s->nthreads; i++) {
-		struct ptrace_thread *th = &s->threads[i];
-
-		if (th->result == PTRACE_THREAD_STOPPED && th->syscall == NR_RESTART_SYSCALL)
-			th->syscall = ptrace_restarted_call(th->tid, th->user.regs[UNWIND_REG_RIP]);
-	}
-}
-
 /* Lets @t's share go. */
-static void detach_share(struct tracer *t)
+void snapshot_detach_share(struct tracer *t)
 {
 	struct ptrace_snapshot *s = t->crew->snap;
 
@@ -601,149 +416,6 @@ static bool all_refused(const struct ptrace_snapshot *s)
 	return s->nthreads > 0;
 }
 
-/* Run the pause at real-time priority where allowed: a tracer then waits
- * for no other thread of the machine. It ends with the tracer thread. */
-static void raise_priority(void)
-{
-	struct sched_param sp = { .sched_priority = 1 };
-
-	pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
-}
-
-/* A tracer other than the first: the word to begin, its share, then the
- * word to let go. */
-static void *helper_main(void *arg)
-{
-	struct tracer *t = arg;
-	struct crew *c = t->crew;
-
-	raise_priority();
-	pthread_mutex_lock(&c->lock);
-	while (!c->go)
-		pthread_cond_wait(&c->cond, &c->lock);
-	pthread_mutex_unlock(&c->lock);
-	for (size_t i = t->lo; i < t->hi; i++)
-		seize_thread(t, i);
-	wait_for_stops(t);
-	pthread_mutex_lock(&c->lock);
-	c->helpers_stopped++;
-	pthread_cond_broadcast(&c->cond);
-	while (!c->release)
-		pthread_cond_wait(&c->cond, &c->lock);
-	pthread_mutex_unlock(&c->lock);
-	detach_share(t);
-	/* Returning ends this thread: the kernel detaches whatever is left. */
-	return NULL;
-}
-
-/* How many tracers for @n threads: one per cpu we may run on, within limits. */
-static unsigned tracers_for(const struct crew *c, size_t n)
-{
-	unsigned k = (unsigned)(n / MIN_SHARE), most = MAX_TRACERS;
-	cpu_set_t set;
-
-	if (sched_getaffinity(0, sizeof(set), &set) == 0 && (unsigned)CPU_COUNT(&set) < most)
-		most = (unsigned)CPU_COUNT(&set);
-	if (c->opts->tracers && c->opts->tracers < most)
-		most = c->opts->tracers;
-	if (k > most)
-		k = most;
-	return k ? k : 1;
-}
-
-/*
- * Lists the threads, starts the helpers (thread creation is slow: before
- * the pause, they then wait for the word), shares the threads out between
- * the tracers that started, the last share the first tracer's, and gives
- * the word: every tracer seizes its share at once.
- */
-static int start_crew(struct crew *c)
-{
-	struct ptrace_snapshot *s = c->snap;
-	struct tracer *first = &c->tracers[0];
-	unsigned want;
-	size_t n, share, lo = 0, kept = 0;
-	pid_t *tids;
-	int r;
-
-	r = target_list_tids(s->pid, &tids, &n);
-	s->listings++;
-	if (r < 0)
-		return r;
-	r = reserve_threads(c, n + 1);
-	if (r < 0)
-		goto out_free;
-	for (size_t i = 0; i < n; i++) {
-		if (skipped(c, tids[i]))
-			s->skipped++;
-		else
-			tids[kept++] = tids[i];
-	}
-	n = kept;
-	stack_pool_make(c, n + n / 8 + 16);
-	for (size_t i = 0; i < n; i++)
-		record_thread(c, tids[i]);
-	want = tracers_for(c, n);
-	while (c->ntracers < want) {
-		struct tracer *h = &c->tracers[c->ntracers];
-
-		*h = (struct tracer){ .crew = c };
-		if (pthread_create(&h->thread, NULL, helper_main, h) != 0)
-			break;
-		c->ntracers++;
-	}
-	share = (n + c->ntracers - 1) / c->ntracers;
-	for (unsigned k = 1; k < c->ntracers; k++) {
-		c->tracers[k].lo = lo;
-		c->tracers[k].hi = lo + share;
-		lo += share;
-	}
-	first->lo = lo;
-	first->hi = n;
-	pthread_mutex_lock(&c->lock);
-	c->go = true;
-	pthread_cond_broadcast(&c->cond);
-	pthread_mutex_unlock(&c->lock);
-	for (size_t i = first->lo; i < first->hi; i++)
-		seize_thread(first, i);
-out_free:
-	free(tids);
-	return r;
-}
-
-/* Waits until every helper holds its share stopped (or gave up on it). */
-static void wait_for_helpers(struct crew *c)
-{
-	pthread_mutex_lock(&c->lock);
-	while (c->helpers_stopped < c->ntracers - 1)
-		pthread_cond_wait(&c->cond, &c->lock);
-	pthread_mutex_unlock(&c->lock);
-}
-
-/* Lets every share go, and ends the helpers. */
-static void release_crew(struct crew *c)
-{
-	struct ptrace_snapshot *s = c->snap;
-
-	pthread_mutex_lock(&c->lock);
-	c->go = true; /* helpers started before an error wait for it */
-	c->release = true;
-	pthread_cond_broadcast(&c->cond);
-	pthread_mutex_unlock(&c->lock);
-	detach_share(&c->tracers[0]);
-	for (unsigned k = 1; k < c->ntracers; k++)
-		pthread_join(c->tracers[k].thread, NULL);
-	for (unsigned k = 0; k < c->ntracers; k++) {
-		const struct tracer *t = &c->tracers[k];
-
-		if (t->first_interrupt_ns &&
-		    (!s->first_interrupt_ns || t->first_interrupt_ns < s->first_interrupt_ns))
-			s->first_interrupt_ns = t->first_interrupt_ns;
-		if (t->last_detach_ns > s->last_detach_ns)
-			s->last_detach_ns = t->last_detach_ns;
-	}
-}
-
 /* The first tracer. */
 static void *tracer_main(void *arg)
 {
@@ -752,36 +424,36 @@ static void *tracer_main(void *arg)
 	struct ptrace_snapshot *s = c->snap;
 	int r;
 
-	raise_priority();
+	snapshot_raise_priority();
 	c->stall_ns = (uint64_t)c->opts->stop_timeout_ms * 1000000ULL;
 	c->deadline = now_monotonic_ns() + STALLS_AT_MOST * c->stall_ns;
-	r = start_crew(c);
+	r = snapshot_start_crew(c);
 	if (r < 0) {
 		c->result = r;
 		goto out_release;
 	}
 	/* Threads born while we seize: list again until a listing brings none,
 	 * with every thread known so far stopped (a stopped thread clones nothing). */
-	wait_for_stops(t);
-	wait_for_helpers(c);
+	snapshot_wait_for_stops(t);
+	snapshot_wait_for_helpers(c);
 	while (s->listings < MAX_LISTINGS && now_monotonic_ns() < c->deadline &&
 	       !all_known_stopped(s)) {
 		r = seize_new_threads(t);
 		if (r <= 0)
 			break;
-		wait_for_stops(t);
+		snapshot_wait_for_stops(t);
 	}
 	s->all_stopped_ns = now_monotonic_ns();
 	/* Refused all, yet the caller read some: threads on their way out. */
 	if (all_refused(s) && !s->skipped)
 		c->result = s->threads[0].error;
 out_release:
-	wait_for_helpers(c);
-	release_crew(c);
+	snapshot_wait_for_helpers(c);
+	snapshot_release_crew(c);
 	s->tracers = c->ntracers;
 	if (s->first_interrupt_ns)
 		s->pause_ns = s->last_detach_ns - s->first_interrupt_ns;
-	name_restarted_calls(s);
+	snapshot_name_restarted_calls(s);
 	/* Returning ends this thread: the kernel detaches whatever is left. */
 	return NULL;
 }
@@ -839,7 +511,7 @@ void ptrace_snapshot_release(struct ptrace_snapshot *s)
 	if (!s)
 		return;
 	for (size_t i = 0; i < s->nthreads; i++)
-		stack_free(s, s->threads[i].user.stack);
+		snapshot_stack_free(s, s->threads[i].user.stack);
 	free(s->threads);
 	if (s->stack_pool)
 		munmap(s->stack_pool, s->stack_pool_size);
