@@ -38,6 +38,7 @@ struct record_entry {
 	bool written;
 	struct profiler_facts facts;
 	char refused[2048];        /* why it was not written; "" otherwise */
+	bool gone;                 /* not started: the process had exited (no refusal) */
 };
 
 struct record {
