@@ -826,14 +826,29 @@ static bool catches(pid_t pid, int sig)
  * host (and under ASan) a program may not have reached main @sig_after_ms
  * after its start, and the kernel's default action tests nothing of ours.
  */
+static const char *signal_text;
+static pid_t signal_pid;
+
+void th_run_signal_after(const char *text, pid_t pid)
+{
+	signal_text = text;
+	signal_pid = pid;
+}
+
 static void collect(struct th_run *r, int timeout_ms, int sig, int sig_after_ms)
 {
 	size_t out_alloc = 0, err_alloc = 0;
 	bool out_open = true, err_open = true;
 	uint64_t deadline = r->start_ns + (uint64_t)timeout_ms * 1000000ULL;
 	uint64_t sig_at = r->start_ns + (uint64_t)sig_after_ms * 1000000ULL;
+	const char *text = signal_text;
+	pid_t to = signal_pid ? signal_pid : r->pid;
 	char buf[65536];
 
+	signal_text = NULL;
+	signal_pid = 0;
+	if (text)
+		sig_at = UINT64_MAX;
 	append(&r->out, &r->out_len, &out_alloc, "", 0);
 	append(&r->err, &r->err_len, &err_alloc, "", 0);
 	while (out_open || err_open) {
@@ -841,9 +856,11 @@ static void collect(struct th_run *r, int timeout_ms, int sig, int sig_after_ms)
 					{err_open ? r->err_fd : -1, POLLIN, 0}};
 		uint64_t now = th_now_ns();
 
+		if (text && sig_at == UINT64_MAX && strstr(r->err, text))
+			sig_at = now + (uint64_t)sig_after_ms * 1000000ULL;
 		if (sig && !r->signal_ns && now >= sig_at &&
-		    (sig == SIGKILL || sig == SIGSTOP || catches(r->pid, sig))) {
-			kill(r->pid, sig);
+		    (to != r->pid || sig == SIGKILL || sig == SIGSTOP || catches(r->pid, sig))) {
+			kill(to, sig);
 			r->signal_ns = now;
 		}
 		if (now >= deadline) {

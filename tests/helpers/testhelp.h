@@ -166,6 +166,13 @@ void th_run_cmd_ex(struct th_run *r, int timeout_ms, int sig, int sig_after_ms,
 		   const char *const *argv);
 void th_run_release(struct th_run *r);
 /*
+ * The next th_run_*_ex()'s @sig waits for @text on the program's stderr,
+ * its delay counted from there, and goes to @pid (0: the program): a
+ * signal meant for a window (cprof says "... for 10s" as it begins), not
+ * for what comes before it (an agent's load, slow on a loaded machine).
+ */
+void th_run_signal_after(const char *text, pid_t pid);
+/*
  * Runs `cprof KIND -p PID -d DURATION -q -o <tmp>` and fails the test,
  * with cprof's stderr in the log, unless it exits 0; @n numbers it in the
  * message (the n-th session of a series).

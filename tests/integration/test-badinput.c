@@ -548,10 +548,12 @@ static void short_window_row(const char *row, bool target_exits)
 
 		if (!c->window)
 			continue;
-		pid = target_exits ? TH_SPAWN("demo", "2", "1", "200") : quiet_target();
+		pid = target_exits ? TH_SPAWN("demo", "60", "1", "200") : quiet_target();
 		argv[2] = th_pid_str(pid);
-		th_run_cprof_ex(&r, RUN_TIMEOUT_MS, target_exits ? 0 : SIGINT,
-				target_exits ? 0 : 1500, argv);
+		/* A second into the window, whatever its start took: the
+		 * target ends (SIGTERM, as a service's stop), or Ctrl-C. */
+		th_run_signal_after(" for 10s", target_exits ? pid : 0);
+		th_run_cprof_ex(&r, RUN_TIMEOUT_MS, target_exits ? SIGTERM : SIGINT, 1000, argv);
 		expect_run(&r, row, c, 0, target_exits ? "exited during the profile"
 						       : "interrupted; writing what was collected");
 		expect_written(c, out, row);
