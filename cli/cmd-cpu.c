@@ -24,8 +24,7 @@
 
 struct cpu_args {
 	struct common_opts common;
-	uint64_t duration_ns;
-	unsigned hz;
+	struct sampling_args s;
 	const char *mode;
 	bool kernel;
 };
@@ -57,17 +56,11 @@ static void cpu_help(void)
 static int cpu_option(int c, const char *arg, void *ctx)
 {
 	struct cpu_args *a = ctx;
-	int64_t v;
-	int r;
+	int r = option_sampling(CMD, c, arg, &a->s);
 
-	switch (c) {
-	case 'd':
-		return option_duration(CMD, "duration", arg, &a->duration_ns);
-	case 'F':
-		r = option_int(CMD, "frequency", arg, 1, 10000, &v);
-		if (r == 0)
-			a->hz = (unsigned)v;
+	if (r != OPTION_NOT_COMMON)
 		return r;
+	switch (c) {
 	case 'M':
 		if (strcmp(arg, "auto") && strcmp(arg, "system") && strcmp(arg, "thread"))
 			return report_usage(CMD, "invalid mode '%s': expected auto, system or "
@@ -85,8 +78,7 @@ static int parse_args(int argc, char **argv, struct cpu_args *a)
 {
 	static const struct option longopts[] = {
 		{ "pid", required_argument, NULL, 'p' },
-		{ "duration", required_argument, NULL, 'd' },
-		{ "frequency", required_argument, NULL, 'F' },
+		SAMPLING_LONGOPTS,
 		{ "output", required_argument, NULL, 'o' },
 		{ "mode", required_argument, NULL, 'M' },
 		{ "kernel", no_argument, NULL, 'K' },
@@ -96,7 +88,7 @@ static int parse_args(int argc, char **argv, struct cpu_args *a)
 	};
 	int r;
 
-	*a = (struct cpu_args){ .duration_ns = 30ULL * 1000000000ULL, .hz = 100, .mode = "auto" };
+	*a = (struct cpu_args){ .s = SAMPLING_ARGS_DEFAULT, .mode = "auto" };
 	r = options_parse(CMD, argc, argv, ":p:d:F:o:qh", longopts, &a->common, cpu_option, a);
 	if (r)
 		return r;
@@ -139,7 +131,7 @@ static void summary(const void *ctx, const struct run *run)
 		    "symbolized in %.0f ms",
 		    output_name(&run->out), (unsigned long long)st->samples,
 		    plural(st->samples, "sample", "samples"), (double)st->cpu_ns / 1e9,
-		    window, a->hz, (double)st->symbolize_ns / 1e6);
+		    window, a->s.hz, (double)st->symbolize_ns / 1e6);
 	/* A count of samples is not a clock: say when the two differ. */
 	if (st->weighed && st->sampled_ns &&
 	    fabs((double)st->clocks_ns / (double)st->sampled_ns - 1) > 0.01)
@@ -179,7 +171,7 @@ static int open_profiler(void *ctx, struct run *run)
 	preflight_raise_nofile();
 	po = (struct cpu_profiler_opts){
 		.pid = run->target.pid,
-		.hz = a->hz,
+		.hz = a->s.hz,
 		.scope = choose_scope(a->mode),
 		.kernel = perf_kernel_samples_allowed(),
 		.kernel_stacks = a->kernel,
@@ -204,5 +196,5 @@ int cmd_cpu(int argc, char **argv)
 
 	if (code)
 		return code < 0 ? EXIT_OK : code;
-	return run_command(&cpu_ops, &a, &a.common, a.duration_ns, argc, argv);
+	return run_command(&cpu_ops, &a, &a.common, a.s.duration_ns, argc, argv);
 }

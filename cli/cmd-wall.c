@@ -22,8 +22,7 @@
 
 struct wall_args {
 	struct common_opts common;
-	uint64_t duration_ns;
-	unsigned hz;
+	struct sampling_args s;
 };
 
 static void wall_help(void)
@@ -51,27 +50,16 @@ static void wall_help(void)
 static int wall_option(int c, const char *arg, void *ctx)
 {
 	struct wall_args *a = ctx;
-	int64_t v;
-	int r;
+	int r = option_sampling(CMD, c, arg, &a->s);
 
-	switch (c) {
-	case 'd':
-		return option_duration(CMD, "duration", arg, &a->duration_ns);
-	case 'F':
-		r = option_int(CMD, "frequency", arg, 1, 10000, &v);
-		if (r == 0)
-			a->hz = (unsigned)v;
-		return r;
-	}
-	return 0;
+	return r == OPTION_NOT_COMMON ? 0 : r;
 }
 
 static int parse_args(int argc, char **argv, struct wall_args *a)
 {
 	static const struct option longopts[] = {
 		{ "pid", required_argument, NULL, 'p' },
-		{ "duration", required_argument, NULL, 'd' },
-		{ "frequency", required_argument, NULL, 'F' },
+		SAMPLING_LONGOPTS,
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
@@ -79,7 +67,7 @@ static int parse_args(int argc, char **argv, struct wall_args *a)
 	};
 	int r;
 
-	*a = (struct wall_args){ .duration_ns = 30ULL * 1000000000ULL, .hz = 100 };
+	*a = (struct wall_args){ .s = SAMPLING_ARGS_DEFAULT };
 	r = options_parse(CMD, argc, argv, ":p:d:F:o:qh", longopts, &a->common, wall_option, a);
 	if (r)
 		return r;
@@ -103,7 +91,7 @@ static void summary(const void *ctx, const struct run *run)
 		    "%.2fs running, %.2fs runnable, %.2fs off the CPU; symbolized in %.0f ms",
 		    output_name(out), (unsigned long long)st->threads,
 		    plural(st->threads, "thread", "threads"), (double)st->accounted_ns / 1e9,
-		    window, a->hz, (double)st->running_ns / 1e9, (double)st->runnable_ns / 1e9,
+		    window, a->s.hz, (double)st->running_ns / 1e9, (double)st->runnable_ns / 1e9,
 		    (double)st->off_ns / 1e9, (double)st->symbolize_ns / 1e6);
 	report_note("read %.1f kB of stacks and samples from pid %d (%.0f kB/s): %llu sleeping "
 		    "%s taken, %llu %s on a stack taken before",
@@ -156,7 +144,7 @@ static int open_profiler(void *ctx, struct run *run)
 	const struct wall_args *a = ctx;
 	struct wall_profiler_opts po = {
 		.pid = run->target.pid,
-		.hz = a->hz,
+		.hz = a->s.hz,
 		.command_line = run->command_line,
 	};
 	char why[1024];
@@ -182,5 +170,5 @@ int cmd_wall(int argc, char **argv)
 
 	if (code)
 		return code < 0 ? EXIT_OK : code;
-	return run_command(&wall_ops, &a, &a.common, a.duration_ns, argc, argv);
+	return run_command(&wall_ops, &a, &a.common, a.s.duration_ns, argc, argv);
 }

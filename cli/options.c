@@ -184,3 +184,20 @@ bool option_output_is_top(const struct common_opts *o)
 {
 	return !o->debug && o->format == VIEW_TOP;
 }
+
+int option_sampling(const char *cmd, int c, const char *arg, struct sampling_args *s)
+{
+	int64_t v;
+	int r;
+
+	switch (c) {
+	case 'd':
+		return option_duration(cmd, "duration", arg, &s->duration_ns);
+	case 'F':
+		r = option_int(cmd, "frequency", arg, 1, 10000, &v);
+		if (r == 0)
+			s->hz = (unsigned)v;
+		return r;
+	}
+	return OPTION_NOT_COMMON;
+}

@@ -97,4 +97,15 @@ int option_duration(const char *cmd, const char *opt, const char *arg, uint64_t 
 int option_int(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max,
 	       int64_t *ret);
 
+/* The sampling of cpu and wall: the window and the rate (-d, -F). */
+struct sampling_args {
+	uint64_t duration_ns;
+	unsigned hz;
+};
+#define SAMPLING_ARGS_DEFAULT { .duration_ns = 30ULL * 1000000000ULL, .hz = 100 }
+#define SAMPLING_LONGOPTS                                                                         \
+	{ "duration", required_argument, NULL, 'd' }, { "frequency", required_argument, NULL, 'F' }
+/* -d or -F into @s: 0 or an exit code; OPTION_NOT_COMMON for another option. */
+int option_sampling(const char *cmd, int c, const char *arg, struct sampling_args *s);
+
 #endif

@@ -23,7 +23,6 @@
 #define ENDED_FRAME "[unsampled: short-lived threads]"
 #define QUIET_FRAME "[unsampled: too little CPU to sample]"
 /* How often to look whether the target still exists. */
-#define LIVENESS_NS (100ULL * 1000 * 1000)
 
 static const struct profile_value_type cpu_types[] = {
 	{ "samples", "count" },
@@ -47,7 +46,7 @@ struct cpu_profiler {
 	struct cpu_clocks clocks; /* what each thread's samples are weighed by */
 	struct agent_tasks agent;   /* the cprof agent's task: in no sample */
 	uint64_t agent_samples;     /* its samples, left out */
-	uint64_t start_mono, end_mono, last_liveness;
+	struct target_window win;
 	bool running;
 	uint64_t rng; /* drain jitter */
 	struct cpu_profiler_stats stats;
@@ -239,16 +238,9 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 		}
 	}
 	/* Modules first, while the target surely lives: maps, ELF files, vDSO. */
-	r = symbolizer_share(&p->sym, o->sym, o->pid);
-	if (r < 0) {
-		snprintf(err, errlen, "cannot read the modules of pid %d: %s", o->pid, strerror(-r));
+	r = symbolizer_share_unwinding(&p->sym, &p->unw, o->sym, o->pid, err, errlen);
+	if (r < 0)
 		goto out_free;
-	}
-	r = symbolizer_unwinder(p->sym, &p->unw);
-	if (r < 0) {
-		snprintf(err, errlen, "cannot set up unwinding: %s", strerror(-r));
-		goto out_free;
-	}
 	r = perf_session_open(&p->perf, &p->popts);
 	if (r < 0) {
 		perf_strerror(r, &p->popts, err, errlen);
@@ -285,8 +277,7 @@ int cpu_profiler_start(struct cpu_profiler *p)
 	 * from it is never more than they had.
 	 */
 	p->profile->time_nanos = (int64_t)now_realtime_ns();
-	p->start_mono = now_monotonic_ns();
-	p->last_liveness = p->start_mono;
+	target_window_start(&p->win, p->opts.pid, now_monotonic_ns());
 	read_cpu_clock(p, &p->cpu_clock_start);
 	p->cpu_clock_last = p->cpu_clock_start;
 	r = perf_session_enable(p->perf);
@@ -298,9 +289,7 @@ int cpu_profiler_start(struct cpu_profiler *p)
 
 static void window_end(struct cpu_profiler *p)
 {
-	if (!p->end_mono)
-		p->end_mono = now_monotonic_ns();
-	p->stats.window_ns = p->end_mono - p->start_mono;
+	p->stats.window_ns = target_window_end(&p->win, 0);
 	p->profile->duration_nanos = (int64_t)p->stats.window_ns;
 }
 
@@ -328,15 +317,15 @@ int cpu_profiler_poll(struct cpu_profiler *p, int timeout_ms)
 	read_cpu_clock(p, &p->cpu_clock_last);
 	now = now_monotonic_ns();
 	cpu_clocks_tick(&p->clocks, now);
-	p->stats.window_ns = now - p->start_mono;
-	if (now - p->last_liveness >= LIVENESS_NS) {
-		p->last_liveness = now;
-		if (!target_alive(p->opts.pid)) {
-			p->stats.target_exited = true;
-			window_end(p);
-			return -ESRCH;
-		}
-		/* The agent's task's clock, and a new one's tid. */
+	p->stats.window_ns = target_window_ns(&p->win, now);
+	r = target_window_look(&p->win, now);
+	if (r == -ESRCH) {
+		p->stats.target_exited = true;
+		window_end(p);
+		return r;
+	}
+	/* The agent's task's clock, and a new one's tid. */
+	if (r == 1) {
 		r = agent_tasks_refresh(&p->agent, 0);
 		if (r < 0)
 			return r;

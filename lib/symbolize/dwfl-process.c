@@ -460,6 +460,22 @@ int symbolizer_unwinder(struct symbolizer *s, struct unwinder **ret)
 	return 0;
 }
 
+int symbolizer_share_unwinding(struct symbolizer **ret, struct unwinder **ret_unw,
+			       struct symbolizer *shared, pid_t pid, char *err, size_t errlen)
+{
+	int r = symbolizer_share(ret, shared, pid);
+
+	if (r < 0) {
+		*ret = NULL;
+		snprintf(err, errlen, "cannot read the modules of pid %d: %s", pid, strerror(-r));
+		return r;
+	}
+	r = symbolizer_unwinder(*ret, ret_unw);
+	if (r < 0)
+		snprintf(err, errlen, "cannot set up unwinding: %s", strerror(-r));
+	return r;
+}
+
 int symbolizer_refresh(struct symbolizer *s)
 {
 	size_t before = s->nmodules;

@@ -63,6 +63,11 @@ Dwfl *symbolizer_dwfl(struct symbolizer *s);
  * one thread at a time. Owned by @s. 0 or -errno. */
 struct unwinder;
 int symbolizer_unwinder(struct symbolizer *s, struct unwinder **ret);
+/* symbolizer_share() and its unwinder, as a sampler opens the target's
+ * modules; @err says which failed. On failure *@ret is the caller's to
+ * unref (NULL when the modules could not be read). */
+int symbolizer_share_unwinding(struct symbolizer **ret, struct unwinder **ret_unw,
+			       struct symbolizer *shared, pid_t pid, char *err, size_t errlen);
 
 /*
  * Re-reads /proc/PID/maps and reports modules that appeared since (dlopen).

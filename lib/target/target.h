@@ -38,6 +38,24 @@ int target_open(struct target *ret, pid_t pid);
 /* True while @pid exists and is not a zombie. */
 bool target_alive(pid_t pid);
 
+/* window.c: a sampler's window on @pid, on CLOCK_MONOTONIC. */
+#define TARGET_LIVENESS_NS (100ULL * 1000 * 1000)
+struct target_window {
+	pid_t pid;
+	uint64_t start_ns, end_ns; /* end_ns 0: it goes on */
+	uint64_t looked_ns;        /* the target's liveness, last looked at */
+};
+
+void target_window_start(struct target_window *w, pid_t pid, uint64_t now);
+/* How long the window has gone on at @now, or lasted once ended. */
+uint64_t target_window_ns(const struct target_window *w, uint64_t now);
+/* Every TARGET_LIVENESS_NS, whether the target lives: 1 it does, -ESRCH it
+ * is gone (the window ends at @now); 0 when not looked at this time. */
+int target_window_look(struct target_window *w, uint64_t now);
+/* Ends the window at @end (0: now), once: a later call keeps the first
+ * end. Its length. */
+uint64_t target_window_end(struct target_window *w, uint64_t end);
+
 /*
  * The thread ids of @pid from /proc/@pid/task, in a malloc'd array.
  * Returns -ESRCH when the process is gone.

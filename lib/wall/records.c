@@ -106,7 +106,7 @@ void wall_switches_open(struct wall_profiler *p, uint64_t now)
 {
 	struct perf_opts o = { .pid = p->opts.pid, .scope = PERF_SCOPE_THREAD,
 			       .ring_pages = SWITCH_RING_PAGES, .switches_only = true };
-	uint64_t rate = p->switches_counted * 1000000000ULL / MAX(now - p->start_mono, 1);
+	uint64_t rate = p->switches_counted * 1000000000ULL / MAX(now - p->win.start_ns, 1);
 
 	p->switches_decided = true;
 	if (!p->perf) {

@@ -122,7 +122,7 @@ struct wall_thread *wall_thread_add(struct wall_profiler *p, pid_t tid, uint64_t
 	}
 	if (p->started && (u64map_get(&p->births, (uint64_t)tid, &birth) ||
 			   wall_thread_birth_ns(p->opts.pid, tid, &birth) == 0) &&
-	    birth >= p->start_mono) {
+	    birth >= p->win.start_ns) {
 		t->last_ns = birth; /* its clocks count from there */
 		t->awake = true;
 		return t;
@@ -237,7 +237,7 @@ int wall_tick(struct wall_profiler *p, bool last, uint64_t *ret_end)
 		if (t->exited)
 			thread_gone(t);
 		else if (t->fresh)
-			begin(p, t, p->started ? t->next_at : p->start_mono);
+			begin(p, t, p->started ? t->next_at : p->win.start_ns);
 		else if (wall_account(p, t, last ? end : t->next_at) == -ESRCH)
 			thread_gone(t);
 	}

@@ -11,6 +11,7 @@
 #include "profile/profile.h"
 #include "session/agent-task.h"
 #include "symbolize/symbolize.h"
+#include "target/target.h"
 #include "unwind/unwind.h"
 #include "util/util.h"
 #include "wall/wall-profiler.h"
@@ -215,7 +216,8 @@ struct wall_profiler {
 	struct u64map births; /* tid -> perf time of birth, for threads not seen yet */
 	struct agent_tasks agent; /* the cprof agent's task: in no sample, no thread */
 	const char *process_name;
-	uint64_t tick_ns, start_mono, end_mono, next_tick, last_liveness;
+	struct target_window win;
+	uint64_t tick_ns, next_tick;
 	bool started, running, run_added;
 	uint64_t rng;
 	uint64_t tick_cost; /* smoothed */

@@ -22,7 +22,6 @@
 #include "wall/wall-private.h"
 
 #define STACK_BYTES 8192
-#define LIVENESS_NS (100ULL * 1000 * 1000)
 
 static const struct profile_value_type wall_types[] = {
 	{ "samples", "count" },
@@ -62,16 +61,9 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 					  (int64_t)p->tick_ns, o->command_line, &p->process_name);
 	if (r < 0)
 		goto out_free;
-	r = symbolizer_share(&p->sym, o->sym, o->pid);
-	if (r < 0) {
-		snprintf(err, errlen, "cannot read the modules of pid %d: %s", o->pid, strerror(-r));
+	r = symbolizer_share_unwinding(&p->sym, &p->unw, o->sym, o->pid, err, errlen);
+	if (r < 0)
 		goto out_free;
-	}
-	r = symbolizer_unwinder(p->sym, &p->unw);
-	if (r < 0) {
-		snprintf(err, errlen, "cannot set up unwinding: %s", strerror(-r));
-		goto out_free;
-	}
 	r = maps_read(o->pid, &p->maps);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot read the mappings of pid %d: %s", o->pid,
@@ -109,8 +101,7 @@ int wall_profiler_start(struct wall_profiler *p)
 	int r;
 
 	p->profile->time_nanos = (int64_t)now_realtime_ns();
-	p->start_mono = now_monotonic_ns();
-	p->last_liveness = p->start_mono;
+	target_window_start(&p->win, p->opts.pid, now_monotonic_ns());
 	r = agent_tasks_search(&p->agent, &p->maps, AGENT_TASK_START_WAIT_MS);
 	if (r < 0)
 		return r;
@@ -130,9 +121,7 @@ int wall_profiler_start(struct wall_profiler *p)
 
 static void window_end(struct wall_profiler *p)
 {
-	if (!p->end_mono)
-		p->end_mono = now_monotonic_ns();
-	p->stats.window_ns = p->end_mono - p->start_mono;
+	p->stats.window_ns = target_window_end(&p->win, 0);
 	p->profile->duration_nanos = (int64_t)p->stats.window_ns;
 }
 
@@ -162,14 +151,11 @@ int wall_profiler_poll(struct wall_profiler *p, int timeout_ms)
 		if (r < 0 && r != -ESRCH)
 			return r;
 	}
-	p->stats.window_ns = now - p->start_mono;
-	if (now - p->last_liveness >= LIVENESS_NS) {
-		p->last_liveness = now;
-		if (!target_alive(p->opts.pid)) {
-			p->stats.target_exited = true;
-			window_end(p);
-			return -ESRCH;
-		}
+	p->stats.window_ns = target_window_ns(&p->win, now);
+	if (target_window_look(&p->win, now) == -ESRCH) {
+		p->stats.target_exited = true;
+		window_end(p);
+		return -ESRCH;
 	}
 	return 0;
 }
@@ -186,12 +172,12 @@ int wall_profiler_stop(struct wall_profiler *p)
 		perf_session_disable(p->switches);
 	if (wall_drain(p) < 0)
 		r = -EIO;
-	if (p->running && !p->stats.target_exited && !p->end_mono) {
+	if (p->running && !p->stats.target_exited && !p->win.end_ns) {
 		uint64_t end = 0;
 
 		if (wall_tick(p, true, &end) == -ENOMEM)
 			r = -ENOMEM;
-		p->end_mono = end; /* where the last tick accounted the threads to */
+		target_window_end(&p->win, end); /* where the last tick accounted the threads to */
 	}
 	window_end(p);
 	if (!p->run_added)
