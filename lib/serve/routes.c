@@ -21,8 +21,6 @@
 #define NOSNIFF "X-Content-Type-Options", "nosniff"
 /* Go's serveError()'s headers, beside its http.Error()'s content type. */
 #define GO_ERROR NOSNIFF, "X-Go-Pprof", "1"
-/* Retry-After counts whole seconds: the interval, rounded up. */
-#define SNAPSHOT_RETRY_S ((SERVE_SNAPSHOT_INTERVAL_MS + 999) / 1000)
 
 static const char *const kind_names[] = {
 	[SK_HEAP] = "heap",	    [SK_ALLOCS] = "allocs",
@@ -93,9 +91,10 @@ static bool refused_snapshot(const struct serve *s, struct http_request *req,
 
 	if (k != SK_GOROUTINE || !serve_snapshot_refused(s))
 		return false;
-	snprintf(retry, sizeof(retry), "%d", SNAPSHOT_RETRY_S);
-	reply_text(req, 429, h, "goroutine profiles are limited to one every %d ms: each stops "
-		   "every thread of the process\n", SERVE_SNAPSHOT_INTERVAL_MS);
+	snprintf(retry, sizeof(retry), "%u", serve_snapshot_retry_s(s));
+	reply_text(req, 429, h, "goroutine profiles are limited to one every %d ms, and to %d "
+		   "times the last one's pause: each stops every thread of the process\n",
+		   SERVE_SNAPSHOT_INTERVAL_MS, SERVE_SNAPSHOT_SHARE);
 	return true;
 }
 

@@ -47,9 +47,9 @@ struct serve {
 	struct contention *empty[SK_NAMED];
 	struct serve_job *jobs;        /* cpu and wall: one of each at a time */
 	struct agent_tasks agent;      /* the agent's task: no goroutine of the target's */
-	/* The threads' snapshots: when the last one began, and whether one
+	/* The threads' snapshots: when the next may begin, and whether one
 	 * was taken since the loop's last tick (serve_snapshot_refused()). */
-	uint64_t snapshot_ns;
+	uint64_t snapshot_next_ns;
 	bool snapshot_since_tick;
 	int replies_cut;               /* at the stop (serve_replies_cut()) */
 };
@@ -74,12 +74,14 @@ long serve_count(struct serve *s, enum serve_kind k);
 
 /*
  * A goroutine request must wait (429): a snapshot now would start within
- * SERVE_SNAPSHOT_INTERVAL_MS of the last one's start, or before the loop's
- * tick since it, or a delta's end is due and waits for its turn (the
+ * SERVE_SNAPSHOT_INTERVAL_MS of the last one's start, or of
+ * SERVE_SNAPSHOT_SHARE times its pause, or before the loop's tick since it, or a delta's end is due and waits for its turn (the
  * windows go first: a client asking without pause would hold them off).
  * serve_build() and serve_text() refuse one too soon with -EAGAIN.
  */
 bool serve_snapshot_refused(const struct serve *s);
+/* Whole seconds until a snapshot may start, at least 1: Retry-After. */
+unsigned serve_snapshot_retry_s(const struct serve *s);
 
 /* A window for @req: cpu or wall for @seconds (-EBUSY: one runs), or a
  * delta of @k over @seconds. 0, or -errno with @why set. */

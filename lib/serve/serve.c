@@ -191,11 +191,19 @@ static struct contention *empty_of(struct serve *s, enum serve_kind k)
 }
 
 /* A snapshot may start now: one at a time (the loop's tick runs between
- * two, however long each takes) and their starts the interval apart. */
+ * two, however long each takes) and their starts as far apart as the
+ * last one's pause asks (snapshot_take()). */
 static bool snapshot_ready(const struct serve *s)
 {
-	return !s->snapshot_since_tick &&
-	       now_monotonic_ns() - s->snapshot_ns >= SERVE_SNAPSHOT_INTERVAL_MS * 1000000ULL;
+	return !s->snapshot_since_tick && now_monotonic_ns() >= s->snapshot_next_ns;
+}
+
+unsigned serve_snapshot_retry_s(const struct serve *s)
+{
+	uint64_t now = now_monotonic_ns();
+	uint64_t wait = s->snapshot_next_ns > now ? s->snapshot_next_ns - now : 0;
+
+	return (unsigned)MAX(1, (wait + 999999999) / 1000000000);
 }
 
 /* A goroutine delta's end is due: its second snapshot waits for its turn. */
@@ -219,14 +227,20 @@ bool serve_snapshot_refused(const struct serve *s)
 static int snapshot_take(struct serve *s, struct threads_snapshot **ret, char *why,
 			 size_t whylen)
 {
+	uint64_t start = now_monotonic_ns(), gap = SERVE_SNAPSHOT_INTERVAL_MS * 1000000ULL;
+	int r;
+
 	if (!snapshot_ready(s)) {
-		snprintf(why, whylen, "a goroutine profile was taken less than %d ms ago",
-			 SERVE_SNAPSHOT_INTERVAL_MS);
+		snprintf(why, whylen, "a goroutine profile was taken less than %u s ago",
+			 serve_snapshot_retry_s(s));
 		return -EAGAIN;
 	}
-	s->snapshot_ns = now_monotonic_ns();
 	s->snapshot_since_tick = true;
-	return threads_snapshot_take(ret, s->o.pid, s->sym, why, whylen);
+	r = threads_snapshot_take(ret, s->o.pid, s->sym, why, whylen);
+	if (r == 0)
+		gap = MAX(gap, SERVE_SNAPSHOT_SHARE * (*ret)->pause_ns);
+	s->snapshot_next_ns = start + gap;
+	return r;
 }
 
 /* What kind @k's profile or text is made of, taken now: the threads'

@@ -17,8 +17,9 @@
  *
  * A goroutine profile (any ?debug=, a delta's ends) stops every thread of
  * the target: one is taken at a time, their starts at least
- * SERVE_SNAPSHOT_INTERVAL_MS apart, and a request that comes sooner gets
- * 429 with Retry-After. At the stop, the replies under way are written to
+ * SERVE_SNAPSHOT_INTERVAL_MS apart and far enough apart that the stops
+ * take at most 1/SERVE_SNAPSHOT_SHARE of the threads' time; a request
+ * that comes sooner gets 429 with Retry-After. At the stop, the replies under way are written to
  * their end; a client that reads nothing for SERVE_REPLY_STALL_S is given
  * up on.
  */
@@ -35,6 +36,10 @@
 /* Ten snapshots a second at most: were each to hold the threads for 10 ms,
  * a client asking without pause still leaves them 90% of their time. */
 #define SERVE_SNAPSHOT_INTERVAL_MS 100
+/* A loaded host stretches a stop (serve waits for a CPU while it holds
+ * the threads): the next start is then SERVE_SNAPSHOT_SHARE times the
+ * last one's longest pause after it, whatever the interval allows. */
+#define SERVE_SNAPSHOT_SHARE 20
 /* At the stop: a scraper reads its reply at once, so a client silent
  * this long is not reading; the stop waits SERVE_STOP_MAX_MS in all. */
 #define SERVE_REPLY_STALL_S 2
