@@ -827,12 +827,29 @@ static bool catches(pid_t pid, int sig)
  * after its start, and the kernel's default action tests nothing of ours.
  */
 static const char *signal_text;
+static int signal_nth;
 static pid_t signal_pid;
+
+void th_run_signal_after_nth(const char *text, int nth, pid_t pid)
+{
+	signal_text = text;
+	signal_nth = nth;
+	signal_pid = pid;
+}
 
 void th_run_signal_after(const char *text, pid_t pid)
 {
-	signal_text = text;
-	signal_pid = pid;
+	th_run_signal_after_nth(text, 1, pid);
+}
+
+/* How many times @text is in @s. */
+static int count_of(const char *s, const char *text)
+{
+	int n = 0;
+
+	for (const char *at = strstr(s, text); at; at = strstr(at + 1, text))
+		n++;
+	return n;
 }
 
 static void collect(struct th_run *r, int timeout_ms, int sig, int sig_after_ms)
@@ -842,10 +859,12 @@ static void collect(struct th_run *r, int timeout_ms, int sig, int sig_after_ms)
 	uint64_t deadline = r->start_ns + (uint64_t)timeout_ms * 1000000ULL;
 	uint64_t sig_at = r->start_ns + (uint64_t)sig_after_ms * 1000000ULL;
 	const char *text = signal_text;
+	int nth = signal_nth;
 	pid_t to = signal_pid ? signal_pid : r->pid;
 	char buf[65536];
 
 	signal_text = NULL;
+	signal_nth = 0;
 	signal_pid = 0;
 	if (text)
 		sig_at = UINT64_MAX;
@@ -856,7 +875,7 @@ static void collect(struct th_run *r, int timeout_ms, int sig, int sig_after_ms)
 					{err_open ? r->err_fd : -1, POLLIN, 0}};
 		uint64_t now = th_now_ns();
 
-		if (text && sig_at == UINT64_MAX && strstr(r->err, text))
+		if (text && sig_at == UINT64_MAX && count_of(r->err, text) >= nth)
 			sig_at = now + (uint64_t)sig_after_ms * 1000000ULL;
 		if (sig && !r->signal_ns && now >= sig_at &&
 		    (to != r->pid || sig == SIGKILL || sig == SIGSTOP || catches(r->pid, sig))) {

@@ -172,6 +172,8 @@ void th_run_release(struct th_run *r);
  * for what comes before it (an agent's load, slow on a loaded machine).
  */
 void th_run_signal_after(const char *text, pid_t pid);
+/* The same, from @text's @nth time on stderr (a loop's n-th window). */
+void th_run_signal_after_nth(const char *text, int nth, pid_t pid);
 /*
  * Runs `cprof KIND -p PID -d DURATION -q -o <tmp>` and fails the test,
  * with cprof's stderr in the log, unless it exits 0; @n numbers it in the
