@@ -165,8 +165,11 @@ static void go_profiles_of(bool other, char **ret_cpu, char **ret_heap)
 	cr_assert(asprintf(&cpu, "%s/go-cpu%s.pprof", dir, other ? "-other" : "") > 0);
 	cr_assert(asprintf(&heap, "%s/go-heap%s.pprof", dir, other ? "-other" : "") > 0);
 	write_text(src, go_program);
+	/* The first build compiles Go's runtime on both CPUs for a minute:
+	 * niced, so that the suites beside it keep theirs. */
 	th_run_cmd_ex(&r, 300000, 0, 0,
-		      (const char *const[]){ "/usr/bin/env", "go", "build", "-o", bin, src, NULL });
+		      (const char *const[]){ "/usr/bin/nice", "-n", "15", "go", "build", "-o", bin,
+					     src, NULL });
 	if (r.exit_code == 127)
 		TH_SKIP_MISSING("go is not installed (Debian's golang-go): no Go-written profiles");
 	cr_assert_eq(r.exit_code, 0, "go build: %s%s", r.out, r.err);
