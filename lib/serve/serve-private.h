@@ -47,9 +47,10 @@ struct serve {
 	struct contention *empty[SK_NAMED];
 	struct serve_job *jobs;        /* cpu and wall: one of each at a time */
 	struct agent_tasks agent;      /* the agent's task: no goroutine of the target's */
-	/* The threads' snapshots: when the next may begin, and whether one
-	 * was taken since the loop's last tick (serve_snapshot_refused()). */
-	uint64_t snapshot_next_ns;
+	/* The threads' snapshots: when the last one began, when the next
+	 * request's may, and whether one was taken since the loop's last tick
+	 * (serve_snapshot_refused()). */
+	uint64_t snapshot_ns, snapshot_next_ns;
 	bool snapshot_since_tick;
 	int replies_cut;               /* at the stop (serve_replies_cut()) */
 };

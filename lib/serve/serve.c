@@ -104,7 +104,7 @@ int serve_load_agent(struct serve *s, const struct agent_profiler_opts *o, char 
 	ao.keep = true;
 	ao.command_line = s->o.command_line;
 	ao.sym = s->sym;
-	ao.cancelled = s->o.cancelled;
+	ao.cancel = s->o.cancel;
 	r = agent_profiler_new(&s->ap, &ao, s->o.comm, err, errlen);
 	if (r == 0)
 		r = agent_profiler_start(s->ap, err, errlen);
@@ -190,18 +190,27 @@ static struct contention *empty_of(struct serve *s, enum serve_kind k)
 	return k == SK_BLOCK || k == SK_MUTEX ? s->empty[k] : NULL;
 }
 
+#define INTERVAL_NS (SERVE_SNAPSHOT_INTERVAL_MS * 1000000ULL)
+
 /* A snapshot may start now: one at a time (the loop's tick runs between
- * two, however long each takes) and their starts as far apart as the
- * last one's pause asks (snapshot_take()). */
-static bool snapshot_ready(const struct serve *s)
+ * two, however long each takes), their starts the interval apart, and a
+ * request's as far after the last one as its pause asks (snapshot_take()).
+ * A delta's end waits for the interval only: a delta has one end, so the
+ * stops take at most twice the share, and its client is not kept waiting
+ * for twenty times a pause a loaded host drew out. */
+static bool snapshot_ready(const struct serve *s, bool delta_end)
 {
-	return !s->snapshot_since_tick && now_monotonic_ns() >= s->snapshot_next_ns;
+	uint64_t now = now_monotonic_ns();
+
+	return !s->snapshot_since_tick && now - s->snapshot_ns >= INTERVAL_NS &&
+	       (delta_end || now >= s->snapshot_next_ns);
 }
 
 unsigned serve_snapshot_retry_s(const struct serve *s)
 {
 	uint64_t now = now_monotonic_ns();
-	uint64_t wait = s->snapshot_next_ns > now ? s->snapshot_next_ns - now : 0;
+	uint64_t next = MAX(s->snapshot_next_ns, s->snapshot_ns + INTERVAL_NS);
+	uint64_t wait = next > now ? next - now : 0;
 
 	return (unsigned)MAX(1, (wait + 999999999) / 1000000000);
 }
@@ -219,35 +228,35 @@ static bool snapshot_owed(const struct serve *s)
 
 bool serve_snapshot_refused(const struct serve *s)
 {
-	return !snapshot_ready(s) || snapshot_owed(s);
+	return !snapshot_ready(s, false) || snapshot_owed(s);
 }
 
 /* The one place serve stops the target's threads: when their turn has
  * come, and the start kept for the next. */
-static int snapshot_take(struct serve *s, struct threads_snapshot **ret, char *why,
-			 size_t whylen)
+static int snapshot_take(struct serve *s, bool delta_end, struct threads_snapshot **ret,
+			 char *why, size_t whylen)
 {
-	uint64_t start = now_monotonic_ns(), gap = SERVE_SNAPSHOT_INTERVAL_MS * 1000000ULL;
+	uint64_t start = now_monotonic_ns();
 	int r;
 
-	if (!snapshot_ready(s)) {
+	if (!snapshot_ready(s, delta_end)) {
 		snprintf(why, whylen, "a goroutine profile was taken less than %u s ago",
 			 serve_snapshot_retry_s(s));
 		return -EAGAIN;
 	}
 	s->snapshot_since_tick = true;
 	r = threads_snapshot_take(ret, s->o.pid, s->sym, why, whylen);
-	if (r == 0)
-		gap = MAX(gap, SERVE_SNAPSHOT_SHARE * (*ret)->pause_ns);
-	s->snapshot_next_ns = start + gap;
+	s->snapshot_ns = start;
+	s->snapshot_next_ns = start + (r == 0 ? SERVE_SNAPSHOT_SHARE * (*ret)->pause_ns : 0);
 	return r;
 }
 
 /* What kind @k's profile or text is made of, taken now: the threads'
- * snapshot (*@ret_t), an empty profile of a kind not hooked (*@ret_empty),
- * or the agent's records, with a fresh live set if @live (a text's; a
- * profile's build takes its own). -errno with @why set. */
-static int collect(struct serve *s, enum serve_kind k, bool live,
+ * snapshot (*@ret_t; @delta_end: a delta's second), an empty profile of a
+ * kind not hooked (*@ret_empty), or the agent's records, with a fresh live
+ * set if @live (a text's; a profile's build takes its own). -errno with
+ * @why set. */
+static int collect(struct serve *s, enum serve_kind k, bool live, bool delta_end,
 		   struct threads_snapshot **ret_t, struct contention **ret_empty, char *why,
 		   size_t whylen)
 {
@@ -258,7 +267,7 @@ static int collect(struct serve *s, enum serve_kind k, bool live,
 	if (unavailable(s, k, why, whylen))
 		return -ENOTSUP;
 	if (k == SK_GOROUTINE)
-		r = snapshot_take(s, ret_t, why, whylen);
+		r = snapshot_take(s, delta_end, ret_t, why, whylen);
 	else if (!*ret_empty && live)
 		r = agent_profiler_take_live(s->ap);
 	if (r < 0 && k != SK_GOROUTINE)
@@ -266,12 +275,13 @@ static int collect(struct serve *s, enum serve_kind k, bool live,
 	return r;
 }
 
-int serve_build(struct serve *s, enum serve_kind k, struct profile **ret, char *why,
-		size_t whylen)
+/* serve_build(), and a delta's end (@delta_end). */
+static int build(struct serve *s, enum serve_kind k, bool delta_end, struct profile **ret,
+		 char *why, size_t whylen)
 {
 	struct contention *empty;
 	struct threads_snapshot *t;
-	int r = collect(s, k, false, &t, &empty, why, whylen);
+	int r = collect(s, k, false, delta_end, &t, &empty, why, whylen);
 
 	*ret = NULL;
 	if (r < 0)
@@ -290,12 +300,18 @@ int serve_build(struct serve *s, enum serve_kind k, struct profile **ret, char *
 	return r;
 }
 
+int serve_build(struct serve *s, enum serve_kind k, struct profile **ret, char *why,
+		size_t whylen)
+{
+	return build(s, k, false, ret, why, whylen);
+}
+
 int serve_text(struct serve *s, enum serve_kind k, int debug, char **text, size_t *len,
 	       char *why, size_t whylen)
 {
 	struct contention *empty;
 	struct threads_snapshot *t;
-	int r = collect(s, k, true, &t, &empty, why, whylen);
+	int r = collect(s, k, true, false, &t, &empty, why, whylen);
 	FILE *f;
 
 	if (r < 0)
@@ -436,7 +452,7 @@ static void delta_answer(struct serve *s, struct serve_job *j)
 	struct profile *p1 = NULL;
 	char why[1024];
 	int64_t t0 = j->p0->time_nanos;
-	int r = serve_build(s, j->kind, &p1, why, sizeof(why));
+	int r = build(s, j->kind, true, &p1, why, sizeof(why));
 
 	/* At the stop, a goroutine delta whose snapshot's turn has not come:
 	 * the threads are not stopped again for it. */
@@ -491,7 +507,7 @@ static void jobs_tick(struct serve *s, bool all)
 		int r = j->p ? profiler_poll(j->p, 0) : 0;
 		bool abandoned = http_abandoned(j->req);
 		bool waits = now < j->deadline_ns ||
-			     (j->kind == SK_GOROUTINE && !snapshot_ready(s));
+			     (j->kind == SK_GOROUTINE && !snapshot_ready(s, true));
 
 		if (!all && !abandoned && r == 0 && waits) {
 			pp = &j->next;
@@ -507,7 +523,7 @@ int serve_run(struct serve *s, enum serve_end *ret)
 	int r = 0;
 
 	for (;;) {
-		if (s->o.cancelled && s->o.cancelled()) {
+		if (cancel_asked(&s->o.cancel)) {
 			*ret = SERVE_CANCELLED;
 			break;
 		}

@@ -17,9 +17,10 @@
  *
  * A goroutine profile (any ?debug=, a delta's ends) stops every thread of
  * the target: one is taken at a time, their starts at least
- * SERVE_SNAPSHOT_INTERVAL_MS apart and far enough apart that the stops
- * take at most 1/SERVE_SNAPSHOT_SHARE of the threads' time; a request
- * that comes sooner gets 429 with Retry-After. At the stop, the replies under way are written to
+ * SERVE_SNAPSHOT_INTERVAL_MS apart and a request's far enough after the
+ * last that the stops take at most 1/SERVE_SNAPSHOT_SHARE of the threads'
+ * time (twice that with deltas' ends); a request that comes sooner gets
+ * 429 with Retry-After. At the stop, the replies under way are written to
  * their end; a client that reads nothing for SERVE_REPLY_STALL_S is given
  * up on.
  */
@@ -32,13 +33,15 @@
 #include <sys/types.h>
 
 #include "session/profiler.h"
+#include "util/cancel.h"
 
 /* Ten snapshots a second at most: were each to hold the threads for 10 ms,
  * a client asking without pause still leaves them 90% of their time. */
 #define SERVE_SNAPSHOT_INTERVAL_MS 100
 /* A loaded host stretches a stop (serve waits for a CPU while it holds
- * the threads): the next start is then SERVE_SNAPSHOT_SHARE times the
- * last one's longest pause after it, whatever the interval allows. */
+ * the threads): the next request's start is then SERVE_SNAPSHOT_SHARE
+ * times the last one's longest pause after it, whatever the interval
+ * allows. A delta's end waits for the interval only. */
 #define SERVE_SNAPSHOT_SHARE 20
 /* At the stop: a scraper reads its reply at once, so a client silent
  * this long is not reading; the stop waits SERVE_STOP_MAX_MS in all. */
@@ -61,7 +64,7 @@ struct serve_opts {
 	/* Why heap and allocs cannot be had (an allocator no hook reaches),
 	 * or NULL: those endpoints answer it. */
 	const char *heap_refused;
-	bool (*cancelled)(void);  /* asked every tick; NULL: never */
+	struct cancel cancel;     /* asked every tick */
 };
 
 /* Listening, the target's modules read; nothing touched yet. */
@@ -79,7 +82,7 @@ int serve_load_agent(struct serve *s, const struct agent_profiler_opts *ao, char
 		     size_t errlen);
 
 enum serve_end {
-	SERVE_CANCELLED,     /* o->cancelled said so */
+	SERVE_CANCELLED,     /* o->cancel said so */
 	SERVE_TARGET_EXITED,
 	SERVE_FAILED,        /* the server failed: -errno returned */
 };
