@@ -46,7 +46,7 @@ static struct agent_session_opts session_opts(const char *agent)
 		.ring_size = AGENT_SESSION_RING_SIZE,
 		.pick_timeout_ms = AGENT_SESSION_PICK_TIMEOUT_MS,
 		.call_timeout_ms = AGENT_SESSION_CALL_TIMEOUT_MS,
-		.cancelled = interrupt_requested,
+		.cancel = interrupt_cancel,
 		.looking = looking,
 	};
 }
@@ -152,7 +152,7 @@ void agent_opts_fill(struct agent_profiler_opts *ao, const char *agent)
 	ao->agent_path = agent;
 	/* Without rules every record carries its stack copy (cprof(1)). */
 	ao->copy_stacks = getenv("CPROF_COPY_STACKS") != NULL;
-	ao->cancelled = interrupt_requested;
+	ao->cancel = interrupt_cancel;
 	ao->looking = looking;
 }
 

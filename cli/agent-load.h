@@ -19,7 +19,7 @@
  * Opens the agent profiler of @ao's kind on @run's target into @run->p:
  * the agent found and checked, the target's modules read, the agent loaded
  * and its window begun, with Ctrl-C as its cancel (@ao's agent_path,
- * copy_stacks, cancelled and looking are set here). Returns 0, also after
+ * copy_stacks, cancel and looking are set here). Returns 0, also after
  * a Ctrl-C before the load (an empty window, over at once: the command
  * still writes its empty profile), or an exit code (enum cprof_exit) after
  * reporting why not.

@@ -236,7 +236,7 @@ int cmd_serve(int argc, char **argv)
 	so = (struct serve_opts){
 		.pid = t.pid, .command_line = command_line, .listen = a.listen,
 		.token = a.token_file ? token : NULL, .max_seconds = (unsigned)a.max_seconds,
-		.comm = t.comm, .cancelled = interrupt_requested,
+		.comm = t.comm, .cancel = interrupt_cancel,
 	};
 	if (heap_allocator_unhookable(t.pid, &alloc)) {
 		heap_allocator_why(&alloc, heap_why, sizeof(heap_why));

@@ -277,7 +277,7 @@ int keep_go_on(int lfd, int code_fd, int code, struct agent_profiler *ap, const 
 		return code;
 	}
 	interrupt_reset();
-	keep_serve(lfd, ap, t, render, ctx, interrupt_requested);
+	keep_serve(lfd, ap, t, render, ctx, &interrupt_cancel);
 	return code;
 }
 

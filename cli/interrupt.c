@@ -72,6 +72,14 @@ bool interrupt_requested(void)
 	return requested != 0;
 }
 
+static bool interrupt_asked(void *arg)
+{
+	(void)arg;
+	return interrupt_requested();
+}
+
+const struct cancel interrupt_cancel = { .asked = interrupt_asked };
+
 void interrupt_reset(void)
 {
 	requested = 0;

@@ -18,9 +18,13 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "util/cancel.h"
+
 /* The handlers, and the target guarded. */
 void interrupt_install(void);
 bool interrupt_requested(void);
+/* The same, for lib/'s long steps. */
+extern const struct cancel interrupt_cancel;
 /* Forgets a request and handles the next signal again; the target stays
  * guarded (a background session's). */
 void interrupt_reset(void);

@@ -100,7 +100,7 @@ int run_window(struct profiler **ps, size_t n, const struct run_window_opts *o,
 	struct progress pr = { .o = o };
 	struct profilers_run_opts ro = {
 		.duration_ns = o->duration_ns,
-		.cancelled = interrupt_requested,
+		.cancel = interrupt_cancel,
 		.tick = o->verb ? tick : NULL,
 		.tick_arg = &pr,
 		.errors = o->errors,

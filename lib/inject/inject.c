@@ -146,7 +146,7 @@ static int try_thread(struct call *c, pid_t tid)
 /* Between looks, no thread stopped: the caller may give up (Ctrl-C). */
 static bool cancelled(const struct call *c)
 {
-	return c->o->cancelled && c->o->cancelled();
+	return cancel_asked(&c->o->cancel);
 }
 
 /*
@@ -368,7 +368,7 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 	/* From the page's or the block's first look to the results read, no
 	 * other cprof stops a thread of this target or writes either. */
 	r = target_claim_take(&claim, pid, TARGET_CLAIM_PTRACE,
-			      o->pick_timeout_ms + o->call_timeout_ms, o->cancelled, &rep->holder);
+			      o->pick_timeout_ms + o->call_timeout_ms, &o->cancel, &rep->holder);
 	if (r < 0 && !target_claim_unavailable(r)) {
 		r = r == -EBUSY ? -EUSERS : r;
 		goto out_unplace;

@@ -30,6 +30,7 @@
 #include "target/claim.h"
 #include "symbolize/symbolize.h"
 #include "unwind/unwind.h"
+#include "util/cancel.h"
 
 struct inject_report;
 
@@ -53,7 +54,7 @@ struct inject_opts {
 	 * -ECANCELED, the target as it was. Once the call is launched it runs
 	 * to its end (it is short, and the agent would be half loaded). NULL:
 	 * never. */
-	bool (*cancelled)(void);
+	struct cancel cancel;
 	/* Told between rounds of looks, from cprof's tracer thread, how the
 	 * search goes (tried, refused, why). NULL: nobody is told. */
 	void (*looking)(const struct inject_report *rep, uint64_t elapsed_ns);

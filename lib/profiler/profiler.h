@@ -27,6 +27,7 @@
 #include "session/jemalloc.h"
 #include "session/profiler.h"
 #include "threads/threads.h"
+#include "util/cancel.h"
 #include "wall/wall-profiler.h"
 
 struct profiler;
@@ -110,7 +111,7 @@ void profiler_free(struct profiler *p);
  */
 struct profilers_run_opts {
 	uint64_t duration_ns;
-	bool (*cancelled)(void);
+	struct cancel cancel;
 	void (*tick)(void *arg, uint64_t elapsed_ns);
 	void *tick_arg;
 	/* NULL: the first profiler whose poll fails ends the window for all,

@@ -102,7 +102,7 @@ int profilers_window(struct profiler **ps, size_t n, const struct profilers_run_
 	for (;;) {
 		uint64_t now = now_monotonic_ns();
 
-		if ((o->cancelled && o->cancelled()) || now - start >= o->duration_ns)
+		if (cancel_asked(&o->cancel) || now - start >= o->duration_ns)
 			break;
 		r = poll_round(ps, n, over, o->errors, o->duration_ns - (now - start), err, errlen);
 		if (r == -ESRCH)

@@ -274,12 +274,12 @@ static int serve_client(int fd, struct agent_profiler *beat, keep_render_fn rend
 }
 
 void keep_serve(int lfd, struct agent_profiler *p, const struct target *t, keep_render_fn render,
-		void *ctx, bool (*cancelled)(void))
+		void *ctx, const struct cancel *cancel)
 {
 	int stop_fd = -1;
 	bool broken = false;
 
-	while (!(cancelled && cancelled()) && target_alive(t->pid)) {
+	while (!cancel_asked(cancel) && target_alive(t->pid)) {
 		struct pollfd pfd = { .fd = lfd, .events = POLLIN };
 
 		if (p) {

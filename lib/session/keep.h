@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "target/target.h"
+#include "util/cancel.h"
 
 /* What a client takes from a background session at most (a profile), and
  * how long it waits for the header (the session renders it first), then
@@ -60,11 +61,11 @@ int keep_listen(int fd);
 /*
  * Daemon: serves @t's session, kept by @p (agent_profiler_tend()), through
  * @fd (a keep_listen()ed socket, closed here) until "stop", the target's
- * exit, or @cancelled (may be NULL) says so; then ends the session (the
+ * exit, or @cancel (may be NULL) says so; then ends the session (the
  * hooks go). @p NULL: the protocol alone, no agent (tests).
  */
 struct agent_profiler;
 void keep_serve(int fd, struct agent_profiler *p, const struct target *t, keep_render_fn render,
-		void *ctx, bool (*cancelled)(void));
+		void *ctx, const struct cancel *cancel);
 
 #endif

@@ -90,7 +90,7 @@ int agent_profiler_new(struct agent_profiler **ret, const struct agent_profiler_
 		.ring_size = AGENT_SESSION_RING_SIZE,
 		.pick_timeout_ms = AGENT_SESSION_PICK_TIMEOUT_MS,
 		.call_timeout_ms = AGENT_SESSION_CALL_TIMEOUT_MS,
-		.cancelled = o->cancelled,
+		.cancel = o->cancel,
 		.looking = o->looking,
 	};
 	memcpy(p->so.rates, o->rates, sizeof(p->so.rates));
@@ -142,7 +142,7 @@ static int new_builders(struct agent_profiler *p)
 int agent_profiler_start(struct agent_profiler *p, char *err, size_t errlen)
 {
 	struct window_opts wo = { .duration_ns = p->o.duration_ns, .keep = p->o.keep,
-				  .cancelled = p->o.cancelled, .progress = p->o.progress,
+				  .cancel = p->o.cancel, .progress = p->o.progress,
 				  .arg = p->o.progress_arg };
 	int r;
 

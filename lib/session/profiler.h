@@ -24,6 +24,7 @@
 #include "heap/heap.h"
 #include "profile/profile.h"
 #include "session/session.h"
+#include "util/cancel.h"
 
 struct agent_profiler_opts {
 	pid_t pid;
@@ -34,7 +35,7 @@ struct agent_profiler_opts {
 	const char *heap_index;    /* heap: the sample type shown first; NULL: inuse_space */
 	bool copy_stacks;          /* no rules: the agent walks no frames (CPROF_COPY_STACKS) */
 	bool keep;                 /* the session goes on after the window (heap --keep) */
-	bool (*cancelled)(void);   /* NULL: never */
+	struct cancel cancel;
 	void (*looking)(const struct inject_report *rep, uint64_t elapsed_ns);
 	/* Told about once a second how far the window is (window_opts'). */
 	void (*progress)(void *arg, uint64_t elapsed_ns, uint64_t records);

@@ -32,6 +32,7 @@
 #include "symbolize/symbolize.h"
 #include "target/claim.h"
 #include "unwind/unwind.h"
+#include "util/cancel.h"
 
 /*
  * The absolute path of the agent to load, in @buf: $CPROF_AGENT, else
@@ -65,7 +66,7 @@ struct agent_session_opts {
 	uint32_t ring_size;
 	unsigned pick_timeout_ms;  /* inject_opts' */
 	unsigned call_timeout_ms;
-	bool (*cancelled)(void);   /* NULL: never */
+	struct cancel cancel;
 	void (*looking)(const struct inject_report *rep, uint64_t elapsed_ns);
 };
 
@@ -94,7 +95,7 @@ int agent_session_prepare(struct agent_session *s, pid_t pid, struct symbolizer 
  * Loads the agent into the target and starts a session recording @o's
  * events at their rates, its channel open in @s->ch. 0, or -errno with
  * @s->failed saying at which step: -EBUSY at AGENT_SESSION_CLAIM is another
- * cprof's session (@s->holder); -ECANCELED means @o->cancelled said so
+ * cprof's session (@s->holder); -ECANCELED means @o->cancel said so
  * before a thread was stopped, the target as it was. A channel that cannot
  * be opened after the load has the agent's session ended by a call of its
  * own (the hooks gone) before this returns.
@@ -152,7 +153,7 @@ struct window_opts {
 	/* The session goes on after the window (cprof heap --keep): no
 	 * detach, and the result says detached. */
 	bool keep;
-	bool (*cancelled)(void); /* asked every tick; NULL: never */
+	struct cancel cancel;      /* asked every tick */
 	/* Told about once a second how far the window is. */
 	void (*progress)(void *arg, uint64_t elapsed_ns, uint64_t records);
 	void *arg;
@@ -193,7 +194,7 @@ int agent_window_end(struct agent_window *w);
  * for @o->duration_ns: heartbeat, drains into @h, the live set's snapshots
  * when @h->live is set (each 100 ms of the last second, and the last one
  * waited for), then the detach unless @o->keep. Returns 0 (also when the
- * target exited or @o->cancelled said so: see @res), or a handler's -errno.
+ * target exited or @o->cancel said so: see @res), or a handler's -errno.
  */
 int agent_window_run(struct channel *ch, pid_t pid, const struct window_opts *o,
 		     const struct channel_handlers *h, struct window_result *res);

@@ -128,7 +128,7 @@ static int tick(struct agent_window *w, uint64_t now, uint64_t until)
 		r = -EIO;
 	if (r < 0)
 		return r;
-	if (w->o.cancelled && w->o.cancelled())
+	if (cancel_asked(&w->o.cancel))
 		res->interrupted = true;
 	else if (!target_alive(w->pid))
 		res->target_exited = true;

@@ -106,7 +106,7 @@ static void describe_holder(int fd, struct target_claim_holder *h)
 }
 
 int target_claim_take(struct target_claim *c, pid_t pid, enum target_claim_kind kind,
-		      unsigned wait_ms, bool (*cancelled)(void),
+		      unsigned wait_ms, const struct cancel *cancel,
 		      struct target_claim_holder *ret_holder)
 {
 	uint64_t deadline = now_monotonic_ns() + (uint64_t)wait_ms * 1000000ULL;
@@ -147,7 +147,7 @@ int target_claim_take(struct target_claim *c, pid_t pid, enum target_claim_kind 
 			r = -EBUSY;
 			break;
 		}
-		if (cancelled && cancelled()) {
+		if (cancel_asked(cancel)) {
 			r = -ECANCELED;
 			break;
 		}

@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "util/cancel.h"
+
 enum target_claim_kind {
 	TARGET_CLAIM_PTRACE = 0,
 	TARGET_CLAIM_AGENT = 1,
@@ -41,13 +43,13 @@ struct target_claim_holder {
 
 /*
  * Takes claim @kind on @pid, waiting up to @wait_ms for another process to
- * let go of it (0: not at all); @cancelled (may be NULL) is asked between
+ * let go of it (0: not at all); @cancel (may be NULL) is asked between
  * tries and gives up with -ECANCELED. Returns 0, -EBUSY with @ret_holder
  * filled when it stayed held, or another -errno (the lock file could not be
  * made). Release with target_claim_drop().
  */
 int target_claim_take(struct target_claim *c, pid_t pid, enum target_claim_kind kind,
-		      unsigned wait_ms, bool (*cancelled)(void),
+		      unsigned wait_ms, const struct cancel *cancel,
 		      struct target_claim_holder *ret_holder);
 
 /*

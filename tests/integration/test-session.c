@@ -163,8 +163,9 @@ Test(session, window_in_steps_ends_when_the_caller_says)
 	th_kill(pid);
 }
 
-static bool cancel_at_once(void)
+static bool cancel_at_once(void *arg)
 {
+	(void)arg;
 	return true;
 }
 
@@ -182,7 +183,7 @@ Test(session, cancelled_before_a_thread_is_stopped)
 
 	skip_without_ptrace();
 	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
-	o.cancelled = cancel_at_once;
+	o.cancel.asked = cancel_at_once;
 	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
 	r = agent_session_open(&s, &o);
 	cr_assert_eq(r, -ECANCELED, "open: %d", r);

@@ -41,16 +41,16 @@ static int render(void *ctx, const char *index, int debug, char **ret, size_t *r
 						       : (*ret_len = strlen(*ret), 0);
 }
 
-static bool cancelled(void)
+static bool cancelled(void *arg)
 {
-	return atomic_load(&cancel);
+	return atomic_load((atomic_bool *)arg);
 }
 
 static void *serve(void *arg)
 {
 	int lfd = (int)(intptr_t)arg;
 
-	keep_serve(lfd, NULL, &self, render, NULL, cancelled);
+	keep_serve(lfd, NULL, &self, render, NULL, &(struct cancel){ cancelled, &cancel });
 	atomic_store(&served, true);
 	return NULL;
 }
