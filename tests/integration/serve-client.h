@@ -186,6 +186,29 @@ static inline bool has_header(const struct reply *r, const char *line)
 	return r->head && strcasestr(r->head, line);
 }
 
+/* The whole seconds a 429's Retry-After asks, or 0. */
+static inline int retry_after_s(const struct reply *r)
+{
+	const char *at = r->head ? strcasestr(r->head, "\r\nRetry-After: ") : NULL;
+
+	return at ? (int)strtol(at + 15, NULL, 10) : 0;
+}
+
+/* get(), as a client that honours 429: a goroutine profile waits for its
+ * turn, which a snapshot drawn out on a loaded host puts off (serve.h's
+ * SERVE_SNAPSHOT_SHARE). Five tries at most. */
+static inline void get_in_turn(const struct server *s, const char *path, struct reply *r)
+{
+	for (int i = 0;; i++) {
+		get(s, path, NULL, r);
+		if (r->status != 429 || i == 4)
+			return;
+		cr_log_info("%s: 429, again in %d s", path, retry_after_s(r));
+		th_sleep_ms(1000 * (retry_after_s(r) > 1 ? retry_after_s(r) : 1));
+		reply_release(r);
+	}
+}
+
 /* serve's end, waited for: its exit code. Its log (where a sanitized build
  * reports) must hold no sanitizer's report. */
 static inline int serve_wait(struct server *s)

@@ -534,6 +534,27 @@ static bool kind_matches(enum written got, enum written want)
 }
 
 /* What @buf holds, by its first bytes. */
+/* Every line "FRAME;FRAME... COUNT", and no comment or header of Go's
+ * text ("goroutine profile: total 3"): a window that sampled little may
+ * hold single frames only ("[unsampled: ...] N"), without a ';'. */
+static bool is_folded(const uint8_t *buf, size_t len)
+{
+	const char *p = (const char *)buf, *end = p + len;
+
+	if (memchr(buf, '#', len) || memmem(buf, len, " profile: total ", 16))
+		return false;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p)), *e = nl ? nl : end, *d = e;
+
+		while (d > p && d[-1] >= '0' && d[-1] <= '9')
+			d--;
+		if (d == e || d - p < 2 || d[-1] != ' ')
+			return false;
+		p = e + 1;
+	}
+	return true;
+}
+
 static enum written written_kind(const uint8_t *buf, size_t len)
 {
 	if (!len)
@@ -544,7 +565,7 @@ static enum written written_kind(const uint8_t *buf, size_t len)
 		return W_SVG;
 	if (memmem(buf, len, "      flat  flat%", 17))
 		return W_TOP;
-	if (memchr(buf, ';', len) && !memchr(buf, '#', len))
+	if (is_folded(buf, len))
 		return W_FOLDED;
 	return W_TEXT;
 }
