@@ -190,20 +190,18 @@ void channel_heartbeat(struct channel *ch)
 int channel_command(struct channel *ch, uint32_t cmd, uint32_t state, unsigned timeout_ms)
 {
 	const struct timespec nap = { 0, 5 * 1000 * 1000 };
-	uint64_t deadline = now_monotonic_ns() + (uint64_t)timeout_ms * 1000000ULL;
 
 	ch->sent = cmd;
 	__atomic_store_n(&ch->hdr->command, cmd, __ATOMIC_RELEASE);
-	for (;;) {
+	for (unsigned waited = 0; waited <= timeout_ms; waited += 5) {
 		if (__atomic_load_n(&ch->hdr->state, __ATOMIC_ACQUIRE) == state)
 			return 0;
-		if (now_monotonic_ns() >= deadline)
-			return -ETIMEDOUT;
 		if (ch->pid && !target_alive(ch->pid))
 			return -ESRCH;
 		channel_heartbeat(ch);
 		nanosleep(&nap, NULL);
 	}
+	return -ETIMEDOUT;
 }
 
 uint32_t channel_sent(const struct channel *ch)

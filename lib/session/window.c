@@ -12,10 +12,7 @@
 
 /* Drain often: a busy target fills the ring fast (ALLOCs carry stacks). */
 #define TICK_NS (10ULL * 1000 * 1000)
-/* The agent's watchdog reads commands every 100 ms, and on a saturated
- * host then waits for a CPU: unconfirmed, the ring's pages stay in the
- * target and the operator is warned, so the wait is long and rarely paid. */
-#define DETACH_TIMEOUT_MS 10000
+#define DETACH_TIMEOUT_MS 2000
 /* The agent answers within a watchdog tick (100 ms) of its thread
  * running; on a saturated host that thread waits its turn too. */
 #define LIVE_TIMEOUT_MS 3000
