@@ -52,8 +52,8 @@ struct inject_opts {
 	unsigned call_timeout_ms; /* waiting for the call to finish */
 	/* Asked between looks while no thread is stopped: true gives up with
 	 * -ECANCELED, the target as it was. Once the call is launched it runs
-	 * to its end (it is short, and the agent would be half loaded). NULL:
-	 * never. */
+	 * to its end (it is short, and the agent would be half loaded). Its
+	 * asked NULL: never. */
 	struct cancel cancel;
 	/* Told between rounds of looks, from cprof's tracer thread, how the
 	 * search goes (tried, refused, why). NULL: nobody is told. */

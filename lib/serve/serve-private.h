@@ -75,9 +75,10 @@ long serve_count(struct serve *s, enum serve_kind k);
 
 /*
  * A goroutine request must wait (429): a snapshot now would start within
- * SERVE_SNAPSHOT_INTERVAL_MS of the last one's start, or of
- * SERVE_SNAPSHOT_SHARE times its pause, or before the loop's tick since it, or a delta's end is due and waits for its turn (the
- * windows go first: a client asking without pause would hold them off).
+ * SERVE_SNAPSHOT_INTERVAL_MS of the last one's start, or within
+ * SERVE_SNAPSHOT_SHARE times its pause, or before the loop's tick since
+ * it, or a delta's end is due and waits for its turn (the windows go
+ * first: a client asking without pause would hold them off).
  * serve_build() and serve_text() refuse one too soon with -EAGAIN.
  */
 bool serve_snapshot_refused(const struct serve *s);

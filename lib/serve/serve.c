@@ -240,7 +240,7 @@ static int snapshot_take(struct serve *s, bool delta_end, struct threads_snapsho
 	int r;
 
 	if (!snapshot_ready(s, delta_end)) {
-		snprintf(why, whylen, "a goroutine profile was taken less than %u s ago",
+		snprintf(why, whylen, "the next goroutine profile may be taken in %u s",
 			 serve_snapshot_retry_s(s));
 		return -EAGAIN;
 	}

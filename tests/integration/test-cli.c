@@ -533,7 +533,6 @@ static bool kind_matches(enum written got, enum written want)
 	return got == want || (want == W_FOLDED && got == W_NONE);
 }
 
-/* What @buf holds, by its first bytes. */
 /* Every line "FRAME;FRAME... COUNT", and no comment or header of Go's
  * text ("goroutine profile: total 3"): a window that sampled little may
  * hold single frames only ("[unsampled: ...] N"), without a ';'. */
@@ -555,6 +554,7 @@ static bool is_folded(const uint8_t *buf, size_t len)
 	return true;
 }
 
+/* What @buf holds, by its first bytes. */
 static enum written written_kind(const uint8_t *buf, size_t len)
 {
 	if (!len)
