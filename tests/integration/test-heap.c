@@ -250,7 +250,10 @@ Test(heap, sigkill_of_cprof_unhooks_within_a_second)
 
 	skip_without_ptrace();
 	pid = TH_SPAWN("checksum", "30", "--report", report, "--alloc", "2", "--compute", "1");
-	th_run_cprof_ex(&r, 30000, SIGKILL, 1500,
+	/* Killed in the window, once the agent is in: its load can take
+	 * longer than a fixed delay on a loaded host. */
+	th_run_signal_after(") for ", 0);
+	th_run_cprof_ex(&r, 30000, SIGKILL, 500,
 			(const char *const[]){ "heap", "-p", th_pid_str(pid), "-d", "20s", "-o",
 					       th_tmp_path("killed.pb.gz"), NULL });
 	killed = r.signal_ns;
