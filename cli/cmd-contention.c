@@ -73,8 +73,10 @@ struct contention_run {
 	uint64_t rate;
 };
 
-static void help(const struct contention_command *k)
+static void help(const void *ctx)
 {
+	const struct contention_command *k = ((const struct contention_run *)ctx)->cmd;
+
 	printf("usage: cprof %s -p PID [-d DURATION]%s [--debug N] [-o FILE] [--format FORMAT] "
 	       "[--top N] [--json] [-q]\n\n%s"
 	       "Loads cprof-agent.so into the running process; its hooks go when the window\n"
@@ -153,13 +155,9 @@ static int parse_args(int argc, char **argv, struct contention_run *a)
 	int r;
 
 	r = options_parse(a->cmd->name, argc, argv, ":p:d:o:qh", longopts, &a->common, on_option,
-			  a);
+			  help, a);
 	if (r)
 		return r;
-	if (a->common.help) {
-		help(a->cmd);
-		return -1;
-	}
 	return option_output(a->cmd->name, &a->common);
 }
 

@@ -29,8 +29,9 @@ struct cpu_args {
 	bool kernel;
 };
 
-static void cpu_help(void)
+static void cpu_help(const void *ctx)
 {
+	(void)ctx;
 	printf("usage: cprof cpu -p PID [-d DURATION] [-F HZ] [-o FILE] [--mode MODE] [--kernel] "
 	       "[--format FORMAT] [--top N] [--json] [-q]\n"
 	       "\n"
@@ -89,13 +90,9 @@ static int parse_args(int argc, char **argv, struct cpu_args *a)
 	int r;
 
 	*a = (struct cpu_args){ .s = SAMPLING_ARGS_DEFAULT, .mode = "auto" };
-	r = options_parse(CMD, argc, argv, ":p:d:F:o:qh", longopts, &a->common, cpu_option, a);
+	r = options_parse(CMD, argc, argv, ":p:d:F:o:qh", longopts, &a->common, cpu_option, cpu_help, a);
 	if (r)
 		return r;
-	if (a->common.help) {
-		cpu_help();
-		return -1;
-	}
 	return option_output(CMD, &a->common);
 }
 

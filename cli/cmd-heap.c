@@ -44,8 +44,9 @@ struct heap_run {
 	struct agent_profiler *ap;
 };
 
-static void heap_help(void)
+static void heap_help(const void *ctx)
 {
+	(void)ctx;
 	printf("usage: cprof heap -p PID [-d DURATION] [--heap-rate SIZE] [--index TYPE] [--debug N] "
 	       "[--keep | --stop] [--source SOURCE] [-o FILE] [--format FORMAT] [--top N] [--json] "
 	       "[-q]\n"
@@ -149,13 +150,9 @@ static int parse_args(int argc, char **argv, struct heap_run *a)
 	};
 	int r;
 
-	r = options_parse(CMD, argc, argv, ":p:d:o:qh", longopts, &a->common, heap_option, a);
+	r = options_parse(CMD, argc, argv, ":p:d:o:qh", longopts, &a->common, heap_option, heap_help, a);
 	if (r)
 		return r;
-	if (a->common.help) {
-		heap_help();
-		return -1;
-	}
 	if (a->keep && a->stop)
 		return report_usage(CMD, "--keep and --stop do not go together");
 	if (a->source == HEAP_SOURCE_JEMALLOC &&

@@ -62,8 +62,9 @@ struct record_args {
 
 enum { OPT_LOOP = 256, OPT_KEEP_LAST };
 
-static void record_help(void)
+static void record_help(const void *ctx)
 {
+	(void)ctx;
 	printf("usage: cprof record -p PID [-d DURATION] [-o DIR] [--kinds LIST] "
 	       "[--loop INTERVAL [--keep-last N]] [--json] [-q]\n"
 	       "\n"
@@ -152,13 +153,10 @@ static int parse_args(int argc, char **argv, struct record_args *a)
 	*a = (struct record_args){ .duration_ns = 30ULL * 1000000000ULL };
 	for (int i = 0; i < RK_N; i++)
 		a->kinds[i] = true;
-	r = options_parse(CMD, argc, argv, ":p:d:o:k:qh", longopts, &a->common, record_option, a);
+	r = options_parse(CMD, argc, argv, ":p:d:o:k:qh", longopts, &a->common, record_option,
+			  record_help, a);
 	if (r)
 		return r;
-	if (a->common.help) {
-		record_help();
-		return -1;
-	}
 	if (a->common.output && !strcmp(a->common.output, "-"))
 		return report_usage(CMD, "record writes a directory: -o - is not one");
 	if (a->common.format_given || a->common.top || a->common.debug)

@@ -41,8 +41,9 @@ struct serve_args {
 enum { OPT_LISTEN = 256, OPT_TOKEN_FILE, OPT_HEAP_RATE, OPT_BLOCK_RATE, OPT_MUTEX_FRACTION,
        OPT_MAX_SECONDS, OPT_NO_AGENT };
 
-static void serve_help(void)
+static void serve_help(const void *ctx)
 {
+	(void)ctx;
 	printf("usage: cprof serve -p PID [--listen ADDR] [--token-file FILE] "
 	       "[--heap-rate BYTES] [--block-rate DURATION] [--mutex-fraction N] "
 	       "[--max-seconds N] [--no-agent] [-q]\n"
@@ -123,13 +124,9 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 
 	*a = (struct serve_args){ .listen = DEFAULT_LISTEN, .heap_rate = DEFAULT_HEAP_RATE,
 				  .max_seconds = DEFAULT_MAX_SECONDS };
-	r = options_parse(CMD, argc, argv, ":p:qh", longopts, &a->common, serve_option, a);
+	r = options_parse(CMD, argc, argv, ":p:qh", longopts, &a->common, serve_option, serve_help, a);
 	if (r)
 		return r;
-	if (a->common.help) {
-		serve_help();
-		return -1;
-	}
 	if (a->common.output || a->common.format_given || a->common.top || a->common.debug ||
 	    a->common.json)
 		return report_usage(CMD, "serve answers HTTP requests: no -o, --format, --top, "

@@ -21,8 +21,9 @@ struct threads_run {
 	struct common_opts common;
 };
 
-static void threads_help(void)
+static void threads_help(const void *ctx)
 {
+	(void)ctx;
 	printf("usage: cprof threads -p PID [--debug 0|1|2] [-o FILE] [--format FORMAT] "
 	       "[--top N] [--json] [-q]\n"
 	       "\n"
@@ -60,13 +61,10 @@ static int parse_args(int argc, char **argv, struct threads_run *a)
 	};
 	int r;
 
-	r = options_parse(CMD, argc, argv, ":p:o:qh", longopts, &a->common, threads_option, a);
+	r = options_parse(CMD, argc, argv, ":p:o:qh", longopts, &a->common, threads_option,
+			  threads_help, a);
 	if (r)
 		return r;
-	if (a->common.help) {
-		threads_help();
-		return -1;
-	}
 	return option_output(CMD, &a->common);
 }
 

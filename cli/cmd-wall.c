@@ -25,8 +25,9 @@ struct wall_args {
 	struct sampling_args s;
 };
 
-static void wall_help(void)
+static void wall_help(const void *ctx)
 {
+	(void)ctx;
 	printf("usage: cprof wall -p PID [-d DURATION] [-F HZ] [-o FILE] [--format FORMAT] "
 	       "[--top N] [--json] [-q]\n"
 	       "\n"
@@ -68,13 +69,9 @@ static int parse_args(int argc, char **argv, struct wall_args *a)
 	int r;
 
 	*a = (struct wall_args){ .s = SAMPLING_ARGS_DEFAULT };
-	r = options_parse(CMD, argc, argv, ":p:d:F:o:qh", longopts, &a->common, wall_option, a);
+	r = options_parse(CMD, argc, argv, ":p:d:F:o:qh", longopts, &a->common, wall_option, wall_help, a);
 	if (r)
 		return r;
-	if (a->common.help) {
-		wall_help();
-		return -1;
-	}
 	return option_output(CMD, &a->common);
 }
 

@@ -147,7 +147,7 @@ static const struct option *with_output_options(const struct option *longopts)
 
 int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 		  const struct option *longopts, struct common_opts *common, option_fn fn,
-		  void *ctx)
+		  void (*help)(const void *ctx), void *ctx)
 {
 	int c, r;
 
@@ -161,7 +161,12 @@ int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 		if (r)
 			return r;
 	}
-	return option_finish(cmd, argc, argv, common);
+	r = option_finish(cmd, argc, argv, common);
+	if (r == 0 && common->help) {
+		help(ctx);
+		return -1;
+	}
+	return r;
 }
 
 int option_output(const char *cmd, struct common_opts *o)

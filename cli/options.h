@@ -70,12 +70,12 @@ typedef int (*option_fn)(int c, const char *arg, void *ctx);
 
 /*
  * The whole getopt_long loop of a command: common options into @common, the
- * others to @fn, then option_finish(). 0 or EXIT_USAGE (reported). When
- * common->help is set, the caller prints its help.
+ * others to @fn, then option_finish(). 0 or EXIT_USAGE (reported); -1 once
+ * --help was asked and @help printed it (both @fn and @help get @ctx).
  */
 int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 		  const struct option *longopts, struct common_opts *common, option_fn fn,
-		  void *ctx);
+		  void (*help)(const void *ctx), void *ctx);
 /*
  * The output rule of every collecting command (cprof(1), OUTPUT). The
  * format is --format's, else -o's extension's (.svg, .folded, .txt), else
