@@ -18,11 +18,10 @@
 #include "agent-window.h"
 #include "agent/wire.h"
 #include "commands.h"
-#include "heap/allocator.h"
 #include "interrupt.h"
 #include "options.h"
-#include "perf/perf.h"
 #include "preflight.h"
+#include "profiler/kinds.h"
 #include "record-dir.h"
 #include "record.h"
 #include "report.h"
@@ -34,23 +33,17 @@
 #define CMD "record"
 #define HZ 100
 
-static const char *const kind_names[RK_N] = {
-	[RK_CPU] = "cpu", [RK_WALL] = "wall", [RK_THREADS] = "threads", [RK_HEAP] = "heap",
-	[RK_BLOCK] = "block", [RK_MUTEX] = "mutex", [RK_THREADCREATE] = "threadcreate",
-	[RK_THREADS_END] = "threads-end",
-};
-
+/* Each kind's file; the threads' second snapshot is record's own kind. */
 static const char *const kind_files[RK_N] = {
 	[RK_CPU] = "cpu.pb.gz", [RK_WALL] = "wall.pb.gz", [RK_THREADS] = "threads-start.pb.gz",
 	[RK_HEAP] = "heap.pb.gz", [RK_BLOCK] = "block.pb.gz", [RK_MUTEX] = "mutex.pb.gz",
 	[RK_THREADCREATE] = "threadcreate.pb.gz", [RK_THREADS_END] = "threads-end.pb.gz",
 };
 
-/* The agent's kinds, by their place in enum record_kind. */
-static const uint32_t kind_events[RK_N] = {
-	[RK_HEAP] = CPROF_EVENTS_HEAP, [RK_BLOCK] = CPROF_EVENTS_BLOCK,
-	[RK_MUTEX] = CPROF_EVENTS_MUTEX, [RK_THREADCREATE] = CPROF_EVENTS_THREADCREATE,
-};
+static const char *record_kind_name(int k)
+{
+	return k == RK_THREADS_END ? "threads-end" : kind_name((enum kind)k);
+}
 
 struct record_args {
 	struct common_opts common;
@@ -101,11 +94,9 @@ static int parse_kinds(const char *arg, bool *kinds)
 	snprintf(buf, sizeof(buf), "%s", arg);
 	memset(kinds, 0, RK_N * sizeof(*kinds));
 	for (k = strtok_r(buf, ",", &save); k; k = strtok_r(NULL, ",", &save)) {
-		int i;
+		enum kind i = kind_by_name(k);
 
-		for (i = 0; i < RK_THREADS_END && strcmp(k, kind_names[i]); i++)
-			;
-		if (i == RK_THREADS_END)
+		if (i == KIND_N)
 			return report_usage(CMD, "unknown kind '%s' in --kinds (cpu, wall, threads, "
 					    "heap, block, mutex, threadcreate)", k);
 		kinds[i] = true;
@@ -177,83 +168,33 @@ static void refuse(struct record_entry *e, const char *fmt, const char *why)
 	e->p = NULL;
 }
 
-/* An allocator the agent cannot hook (linked into the executable): why. */
-static bool heap_unhookable(pid_t pid, char *why, size_t size)
+/* Every kind asked for opened (lib/profiler/kinds.h): each entry its
+ * profiler, or why it was refused. */
+static void open_kinds(struct record *rec, const struct target *t)
 {
-	struct heap_allocator a;
-
-	if (!heap_allocator_unhookable(pid, &a))
-		return false;
-	heap_allocator_why(&a, why, size);
-	return true;
-}
-
-/* The agent's kinds asked for, on one session: each entry its profiler. */
-static void open_agent(struct record *rec, const struct target *t)
-{
-	struct profiler *ps[CPROF_KINDS];
-	char agent[PATH_MAX], why[2048];
-	struct agent_profiler_opts ao = {
-		.pid = t->pid,
-		.rates = { [CPROF_KIND_HEAP] = 512u << 10,
-			   [CPROF_KIND_BLOCK] = CPROF_WIRE_BLOCK_RATE_DEFAULT,
-			   [CPROF_KIND_MUTEX] = CPROF_WIRE_MUTEX_RATE_DEFAULT },
-		.duration_ns = rec->duration_ns,
-		.command_line = rec->command_line,
-		.sym = rec->sym,
+	char agent[PATH_MAX], agent_why[1024] = "";
+	struct kinds_opts ko = {
+		.pid = t->pid, .comm = t->comm, .hz = HZ,
+		.agent = { .rates = { [CPROF_KIND_HEAP] = 512u << 10,
+				      [CPROF_KIND_BLOCK] = CPROF_WIRE_BLOCK_RATE_DEFAULT,
+				      [CPROF_KIND_MUTEX] = CPROF_WIRE_MUTEX_RATE_DEFAULT },
+			   .duration_ns = rec->duration_ns },
+		.agent_why = agent_why, .command_line = rec->command_line, .sym = rec->sym,
 	};
-	size_t n = 0;
+	struct kinds_opened k;
 	int r;
 
-	if (rec->e[RK_HEAP].asked && heap_unhookable(t->pid, why, sizeof(why)))
-		refuse(&rec->e[RK_HEAP], "%s", why);
-	for (int i = 0; i < RK_N; i++)
-		if (kind_events[i] && rec->e[i].asked && !rec->e[i].refused[0])
-			ao.events |= kind_events[i];
-	if (!ao.events)
-		return;
-	r = agent_path(agent, sizeof(agent), why, sizeof(why));
-	if (r == 0 && t->state == 'T') {
-		snprintf(why, sizeof(why), "the process is stopped (SIGSTOP or a debugger): no "
-			 "thread can load the agent");
-		r = -EAGAIN;
-	} else if (r < 0 && !why[0]) {
-		snprintf(why, sizeof(why), "cannot find cprof-agent.so (set CPROF_AGENT)");
-	}
-	agent_opts_fill(&ao, agent);
-	if (r == 0)
-		r = profiler_new_agents(ps, &n, &ao, t->comm, why, sizeof(why));
-	for (int i = 0, k = 0; i < RK_N; i++) {
-		if (!(ao.events & kind_events[i]))
-			continue;
-		if (r < 0)
-			refuse(&rec->e[i], "%s", why);
-		else
-			rec->e[i].p = ps[k++];
-	}
-}
-
-static void open_samplers(struct record *rec, const struct target *t)
-{
-	struct cpu_profiler_opts co = {
-		.pid = t->pid, .hz = HZ,
-		.scope = perf_system_scope_allowed() ? PERF_SCOPE_SYSTEM : PERF_SCOPE_THREAD,
-		.kernel = perf_kernel_samples_allowed(), .command_line = rec->command_line,
-		.sym = rec->sym,
-	};
-	struct wall_profiler_opts wo = { .pid = t->pid, .hz = HZ,
-					 .command_line = rec->command_line, .sym = rec->sym };
-	char why[1024];
-
+	for (int i = 0; i < KIND_N; i++)
+		ko.asked[i] = rec->e[i].asked;
+	r = agent_path(agent, sizeof(agent), agent_why, sizeof(agent_why));
+	agent_opts_fill(&ko.agent, r == 0 ? agent : NULL);
 	preflight_raise_nofile();
-	if (rec->e[RK_CPU].asked && profiler_new_cpu(&rec->e[RK_CPU].p, &co, why, sizeof(why)) < 0)
-		refuse(&rec->e[RK_CPU], "%s", why);
-	if (rec->e[RK_WALL].asked &&
-	    profiler_new_wall(&rec->e[RK_WALL].p, &wo, why, sizeof(why)) < 0)
-		refuse(&rec->e[RK_WALL], "%s", why);
-	if (rec->e[RK_THREADS].asked && profiler_new_threads(&rec->e[RK_THREADS].p, t->pid,
-							     rec->sym, rec->command_line) < 0)
-		refuse(&rec->e[RK_THREADS], "%s", "out of memory");
+	kinds_open(&ko, &k);
+	for (int i = 0; i < KIND_N; i++) {
+		rec->e[i].p = k.p[i];
+		if (k.error[i])
+			snprintf(rec->e[i].refused, sizeof(rec->e[i].refused), "%s", k.refused[i]);
+	}
 }
 
 /* Each started in turn, the agent's first (its injection may take a
@@ -278,13 +219,13 @@ static void start_all(struct record *rec)
 		why[0] = '\0';
 		r = profiler_start(e->p, why, sizeof(why));
 		/* The agent's kinds share a session: the first says why. */
-		if (r < 0 && kind_events[order[i]] && agent_why[0])
+		if (r < 0 && kind_events((enum kind)order[i]) && agent_why[0])
 			refuse(e, "%s", agent_why);
 		else if (r == -ECANCELED)
 			refuse(e, "%s", "interrupted before the agent was loaded");
 		else if (r < 0)
 			refuse(e, "%s", why[0] ? why : strerror(-r));
-		if (r < 0 && kind_events[order[i]] && !agent_why[0])
+		if (r < 0 && kind_events((enum kind)order[i]) && !agent_why[0])
 			snprintf(agent_why, sizeof(agent_why), "%s", e->refused);
 		/* Gone before this kind began (an injection under load may
 		 * outlast a short life): the run is as whole as the process
@@ -378,7 +319,7 @@ static void threads_at_end(struct record *rec)
 static void agent_window_said(const struct record *rec, const struct target *t)
 {
 	for (int k = 0; k < RK_N; k++)
-		if (kind_events[k] && rec->e[k].p) {
+		if (kind_events((enum kind)k) && rec->e[k].p) {
 			agent_window_report_agent(agent_profiler_window(profiler_agent(rec->e[k].p)),
 						  t);
 			return;
@@ -464,7 +405,7 @@ int record_once(const struct record_opts *o, const struct target *t)
 
 	interrupt_guard();
 	for (int k = 0; k < RK_N; k++)
-		rec.e[k] = (struct record_entry){ .name = kind_names[k], .file = kind_files[k],
+		rec.e[k] = (struct record_entry){ .name = record_kind_name(k), .file = kind_files[k],
 						  .asked = o->kinds[k] };
 	/* Decided writable before anything is touched. */
 	r = record_dir_make(&d, o->dir, t->pid, why, sizeof(why));
@@ -478,8 +419,7 @@ int record_once(const struct record_opts *o, const struct target *t)
 	 * tries its own and says why. */
 	if (symbolizer_new(&rec.sym, t->pid) < 0)
 		rec.sym = NULL;
-	open_agent(&rec, t);
-	open_samplers(&rec, t);
+	open_kinds(&rec, t);
 	start_all(&rec);
 	r = window(&rec, t);
 	threads_at_end(&rec);

@@ -176,7 +176,7 @@ static int read_token(const char *path, char *buf, size_t size)
 
 /* The agent loaded, or why not: serve goes on without it. Whether its
  * session began. */
-static bool load_agent(struct serve *s, struct agent_profiler_opts *ao, const struct target *t)
+static bool load_agent(struct serve *s, struct agent_profiler_opts *ao)
 {
 	char agent[PATH_MAX], why[2048] = "";
 
@@ -186,12 +186,6 @@ static bool load_agent(struct serve *s, struct agent_profiler_opts *ao, const st
 		return false;
 	}
 	agent_opts_fill(ao, agent);
-	if (t->state == 'T') {
-		report_warning("heap, allocs, threadcreate, block and mutex are not served: pid %d "
-			       "is stopped (SIGSTOP or a debugger): no thread can load the agent",
-			       t->pid);
-		return false;
-	}
 	if (serve_load_agent(s, ao, why, sizeof(why)) < 0) {
 		report_warning("heap, allocs, threadcreate, block and mutex are not served: %s",
 			       why);
@@ -257,7 +251,7 @@ int cmd_serve(int argc, char **argv)
 		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
 	}
 	if (!a.no_agent)
-		agent = load_agent(s, &ao, &t);
+		agent = load_agent(s, &ao);
 	if (!interrupt_requested() && !strncmp(serve_address(s), "unix:", 5))
 		report_note("serving /debug/pprof/ on %s for pid %d (%s); Ctrl-C stops",
 			    serve_address(s), t.pid, t.comm);

@@ -12,20 +12,21 @@
 #include <sys/types.h>
 
 #include "profile/profile.h"
+#include "profiler/kinds.h"
 #include "profiler/profiler.h"
 #include "target/target.h"
 
-/* The kinds, in the order they are written; THREADS_END is the threads'
- * second snapshot, asked with THREADS. */
+/* The kinds (lib/profiler/kinds.h), in the order they are written;
+ * THREADS_END is the threads' second snapshot, asked with THREADS. */
 enum record_kind {
-	RK_CPU,
-	RK_WALL,
-	RK_THREADS,
-	RK_HEAP,
-	RK_BLOCK,
-	RK_MUTEX,
-	RK_THREADCREATE,
-	RK_THREADS_END,
+	RK_CPU = KIND_CPU,
+	RK_WALL = KIND_WALL,
+	RK_THREADS = KIND_THREADS,
+	RK_HEAP = KIND_HEAP,
+	RK_BLOCK = KIND_BLOCK,
+	RK_MUTEX = KIND_MUTEX,
+	RK_THREADCREATE = KIND_THREADCREATE,
+	RK_THREADS_END = KIND_N,
 	RK_N
 };
 

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "agent/wire.h"
+#include "profiler/kinds.h"
 #include "symbolize/symbolize.h"
 #include "util/util.h"
 
@@ -312,16 +313,9 @@ static const struct profiler_ops agent_ops = {
 
 static const char *agent_kind(uint32_t events)
 {
-	switch (events) {
-	case CPROF_EVENTS_HEAP:
-		return "heap";
-	case CPROF_EVENTS_BLOCK:
-		return "block";
-	case CPROF_EVENTS_MUTEX:
-		return "mutex";
-	case CPROF_EVENTS_THREADCREATE:
-		return "threadcreate";
-	}
+	for (unsigned k = 0; k < KIND_N; k++)
+		if (kind_events((enum kind)k) == events)
+			return kind_name((enum kind)k);
 	return NULL;
 }
 

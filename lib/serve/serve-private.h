@@ -5,6 +5,7 @@
 
 #include "contention/contention.h"
 #include "profile/profile.h"
+#include "profiler/kinds.h"
 #include "profiler/profiler.h"
 #include "serve/http.h"
 #include "serve/serve.h"
@@ -39,7 +40,8 @@ struct serve {
 	struct serve_opts o;
 	struct http_server *http;
 	struct symbolizer *sym;
-	struct agent_profiler *ap;     /* NULL: no agent */
+	struct kinds_opened agent_kinds; /* the agent's, on one session */
+	struct agent_profiler *ap;     /* their session; NULL: no agent */
 	char agent_why[1024];          /* why not, when no agent */
 	bool agent_lost;               /* it ended its session by itself (ap NULL) */
 	uint64_t start_realtime_ns;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "agent/wire.h"
-#include "perf/perf.h"
+#include "profiler/kinds.h"
 #include "serve/serve-private.h"
 #include "session/session.h"
 #include "target/target.h"
@@ -24,17 +24,16 @@
 #define IDLE_TIMEOUT_S 10
 #define CONNECTION_MEMORY (8u << 10)
 
-/* What a kind's refusal calls it ("heap profiling is not available"). */
-static const char *const kind_what[SK_NAMED] = {
-	[SK_HEAP] = "heap",	[SK_ALLOCS] = "heap",	      [SK_BLOCK] = "block",
-	[SK_MUTEX] = "mutex",	[SK_THREADCREATE] = "threadcreate",
+/* The kind (lib/profiler/kinds.h) each of the agent's endpoints shows. */
+static const enum kind agent_kind[SK_NAMED] = {
+	[SK_HEAP] = KIND_HEAP,	 [SK_ALLOCS] = KIND_HEAP,		[SK_BLOCK] = KIND_BLOCK,
+	[SK_MUTEX] = KIND_MUTEX, [SK_THREADCREATE] = KIND_THREADCREATE, [SK_GOROUTINE] = KIND_N,
 };
 
-static const uint32_t kind_events[SK_NAMED] = {
-	[SK_HEAP] = CPROF_EVENTS_HEAP,		[SK_ALLOCS] = CPROF_EVENTS_HEAP,
-	[SK_BLOCK] = CPROF_EVENTS_BLOCK,	[SK_MUTEX] = CPROF_EVENTS_MUTEX,
-	[SK_THREADCREATE] = CPROF_EVENTS_THREADCREATE,
-};
+static uint32_t events_of(enum serve_kind k)
+{
+	return k < SK_NAMED ? kind_events(agent_kind[k]) : 0;
+}
 
 int serve_new(struct serve **ret, const struct serve_opts *o, char *err, size_t errlen)
 {
@@ -60,7 +59,7 @@ int serve_new(struct serve **ret, const struct serve_opts *o, char *err, size_t 
 	}
 	r = symbolizer_unwinder(s->sym, &unw);
 	for (int k = SK_BLOCK; r == 0 && k <= SK_MUTEX; k++) {
-		struct contention_opts co = { .events = kind_events[k], .sym = s->sym,
+		struct contention_opts co = { .events = events_of(k), .sym = s->sym,
 					      .unw = unw };
 
 		r = contention_new(&s->empty[k], &co);
@@ -89,25 +88,29 @@ const char *serve_address(const struct serve *s)
 int serve_load_agent(struct serve *s, const struct agent_profiler_opts *o, char *err,
 		     size_t errlen)
 {
-	struct agent_profiler_opts ao = *o;
-	int r;
+	struct kinds_opts ko = { .pid = s->o.pid, .comm = s->o.comm, .agent = *o,
+				 .command_line = s->o.command_line, .sym = s->sym };
+	int r = -ENOENT;
 
 	s->o.agent = *o;
-	ao.pid = s->o.pid;
-	ao.events = CPROF_EVENTS_HEAP | CPROF_EVENTS_THREADCREATE;
-	if (ao.rates[CPROF_KIND_BLOCK])
-		ao.events |= CPROF_EVENTS_BLOCK;
-	if (ao.rates[CPROF_KIND_MUTEX])
-		ao.events |= CPROF_EVENTS_MUTEX;
+	ko.asked[KIND_HEAP] = !s->o.heap_refused;
+	ko.asked[KIND_THREADCREATE] = true;
+	ko.asked[KIND_BLOCK] = o->rates[CPROF_KIND_BLOCK] != 0;
+	ko.asked[KIND_MUTEX] = o->rates[CPROF_KIND_MUTEX] != 0;
 	/* A window over at once, the session kept: serve drains it. */
-	ao.duration_ns = 1;
-	ao.keep = true;
-	ao.command_line = s->o.command_line;
-	ao.sym = s->sym;
-	ao.cancel = s->o.cancel;
-	r = agent_profiler_new(&s->ap, &ao, s->o.comm, err, errlen);
-	if (r == 0)
-		r = agent_profiler_start(s->ap, err, errlen);
+	ko.agent.duration_ns = 1;
+	ko.agent.keep = true;
+	ko.agent.cancel = s->o.cancel;
+	kinds_open(&ko, &s->agent_kinds);
+	for (int k = 0; k < KIND_N; k++) {
+		if (s->agent_kinds.p[k] && !s->ap)
+			s->ap = profiler_agent(s->agent_kinds.p[k]);
+		if (s->agent_kinds.error[k] && r == -ENOENT) {
+			r = s->agent_kinds.error[k];
+			snprintf(err, errlen, "%s", s->agent_kinds.refused[k]);
+		}
+	}
+	r = s->ap ? agent_profiler_start(s->ap, err, errlen) : r;
 	if (r == -ECANCELED)
 		snprintf(err, errlen, "interrupted before the agent was loaded");
 	if (r == 0 && !agent_profiler_kept(s->ap)) {
@@ -122,7 +125,7 @@ int serve_load_agent(struct serve *s, const struct agent_profiler_opts *o, char 
 	}
 	if (r < 0) {
 		snprintf(s->agent_why, sizeof(s->agent_why), "%s", err);
-		agent_profiler_free(s->ap);
+		kinds_close(&s->agent_kinds);
 		s->ap = NULL;
 	}
 	return r;
@@ -142,7 +145,7 @@ int serve_replies_cut(const struct serve *s)
 static void agent_end(struct serve *s)
 {
 	agent_profiler_end(s->ap);
-	agent_profiler_free(s->ap);
+	kinds_close(&s->agent_kinds);
 	s->ap = NULL;
 }
 
@@ -175,9 +178,9 @@ static const char *unavailable(const struct serve *s, enum serve_kind k, char *w
 	if (k == SK_GOROUTINE || s->ap)
 		return NULL;
 	if ((k == SK_BLOCK || k == SK_MUTEX) && !s->o.agent.rates[cprof_wire_first_kind(
-							  kind_events[k])])
+							  events_of(k))])
 		return NULL;
-	snprintf(why, whylen, "%s profiling is not available: %s", kind_what[k],
+	snprintf(why, whylen, "%s profiling is not available: %s", kind_name(agent_kind[k]),
 		 s->agent_why[0] ? s->agent_why : "the agent is not loaded");
 	return why;
 }
@@ -185,7 +188,7 @@ static const char *unavailable(const struct serve *s, enum serve_kind k, char *w
 static struct contention *empty_of(struct serve *s, enum serve_kind k)
 {
 	if (s->ap && (k == SK_BLOCK || k == SK_MUTEX) &&
-	    agent_profiler_contention(s->ap, kind_events[k]))
+	    agent_profiler_contention(s->ap, events_of(k)))
 		return NULL;
 	return k == SK_BLOCK || k == SK_MUTEX ? s->empty[k] : NULL;
 }
@@ -292,7 +295,7 @@ static int build(struct serve *s, enum serve_kind k, bool delta_end, struct prof
 		r = contention_build(empty, s->o.command_line, (int64_t)s->start_realtime_ns,
 				     (int64_t)(now_realtime_ns() - s->start_realtime_ns), ret);
 	else
-		r = agent_profiler_build_now(s->ap, kind_events[k],
+		r = agent_profiler_build_now(s->ap, events_of(k),
 					     k == SK_ALLOCS ? "alloc_space" : "inuse_space", ret);
 	threads_snapshot_free(t);
 	if (r < 0)
@@ -327,7 +330,7 @@ int serve_text(struct serve *s, enum serve_kind k, int debug, char **text, size_
 	else if (empty)
 		r = contention_write_text(empty, 0, f);
 	else
-		r = agent_profiler_write_text(s->ap, kind_events[k], f);
+		r = agent_profiler_write_text(s->ap, events_of(k), f);
 	if (fclose(f) != 0 && r == 0)
 		r = -ENOMEM;
 	threads_snapshot_free(t);
@@ -358,7 +361,7 @@ long serve_count(struct serve *s, enum serve_kind k)
 	}
 	if (!s->ap || empty_of(s, k))
 		return 0;
-	return (long)agent_profiler_count(s->ap, kind_events[k]);
+	return (long)agent_profiler_count(s->ap, events_of(k));
 }
 
 /* ---- windows ------------------------------------------------------------ */
@@ -366,18 +369,22 @@ long serve_count(struct serve *s, enum serve_kind k)
 static int sampler_new(struct serve *s, enum serve_kind k, struct profiler **ret, char *why,
 		       size_t whylen)
 {
-	struct cpu_profiler_opts co = {
-		.pid = s->o.pid, .hz = SAMPLE_HZ,
-		.scope = perf_system_scope_allowed() ? PERF_SCOPE_SYSTEM : PERF_SCOPE_THREAD,
-		.kernel = perf_kernel_samples_allowed(), .command_line = s->o.command_line,
-		.sym = s->sym,
-	};
-	struct wall_profiler_opts wo = { .pid = s->o.pid, .hz = SAMPLE_HZ,
-					 .command_line = s->o.command_line, .sym = s->sym };
+	enum kind kind = k == SK_CPU ? KIND_CPU : KIND_WALL;
+	struct kinds_opts ko = { .pid = s->o.pid, .comm = s->o.comm, .hz = SAMPLE_HZ,
+				 .command_line = s->o.command_line, .sym = s->sym };
+	struct kinds_opened *opened = malloc(sizeof(*opened));
 	int r;
 
-	r = k == SK_CPU ? profiler_new_cpu(ret, &co, why, whylen)
-			: profiler_new_wall(ret, &wo, why, whylen);
+	if (!opened) {
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	ko.asked[kind] = true;
+	kinds_open(&ko, opened);
+	*ret = opened->p[kind];
+	r = opened->error[kind];
+	snprintf(why, whylen, "%s", opened->refused[kind]);
+	free(opened);
 	if (r == 0)
 		r = profiler_start(*ret, why, whylen);
 	if (r < 0) {
