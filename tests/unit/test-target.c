@@ -66,9 +66,12 @@ Test(target, kernel_thread)
 	cr_assert_eq(t.exe[0], '\0');
 }
 
+static int sleepers_named;
+
 static void *sleeper(void *arg)
 {
 	pthread_setname_np(pthread_self(), "tt-sleeper");
+	__atomic_add_fetch(&sleepers_named, 1, __ATOMIC_RELEASE);
 	while (!*(volatile int *)arg)
 		usleep(1000);
 	return NULL;
@@ -85,7 +88,9 @@ Test(target, threads_and_names)
 
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(pthread_create(&th[i], NULL, sleeper, &stop), 0);
-	usleep(20000);
+	/* Each names itself once it runs: on a loaded host, not at once. */
+	for (int i = 0; i < 10000 && __atomic_load_n(&sleepers_named, __ATOMIC_ACQUIRE) < 3; i++)
+		usleep(1000);
 	cr_assert_eq(target_list_tids(getpid(), &tids, &n), 0);
 	cr_assert_geq(n, 4);
 	for (size_t i = 0; i < n; i++)
