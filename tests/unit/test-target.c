@@ -1,14 +1,17 @@
 /* What /proc says about a process (lib/target/). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "target/set.h"
 #include "target/target.h"
 
 Test(target, self)
@@ -268,4 +271,180 @@ Test(target, thread_call_and_clock)
 	pthread_join(ts, NULL);
 	close(sleeper.fds[0]);
 	cr_assert_eq(target_thread_call(getpid(), sleeper.tid, &a), -ESRCH);
+}
+
+/* ---- a set of processes (set.c) ---------------------------------------- */
+
+static void expect_pids(const char *arg, const pid_t *want, size_t n)
+{
+	pid_t *got = NULL;
+	size_t ngot = 0;
+	char why[128] = "";
+
+	cr_assert_eq(target_pids_parse(arg, &got, &ngot, why, sizeof(why)), 0, "'%s': %s", arg,
+		     why);
+	cr_assert_eq(ngot, n, "'%s': %zu pids", arg, ngot);
+	for (size_t i = 0; i < n; i++)
+		cr_expect_eq(got[i], want[i], "'%s' [%zu]: %d", arg, i, got[i]);
+	free(got);
+}
+
+static void expect_refused(const char *arg, int error, const char *said)
+{
+	pid_t *got = NULL;
+	size_t ngot = 0;
+	char why[128] = "";
+
+	cr_assert_eq(target_pids_parse(arg, &got, &ngot, why, sizeof(why)), error, "'%s'", arg);
+	cr_expect(strstr(why, said), "'%s': '%s' does not say '%s'", arg, why, said);
+	cr_expect_null(got);
+}
+
+Test(target_set, pid_lists)
+{
+	expect_pids("505", (pid_t[]){ 505 }, 1);
+	expect_pids("505 506", (pid_t[]){ 505, 506 }, 2);
+	expect_pids("505,506", (pid_t[]){ 505, 506 }, 2);
+	expect_pids(" 7,\t8\n9 ,, 7 ", (pid_t[]){ 7, 8, 9 }, 3);
+	expect_pids("4194304", (pid_t[]){ 4194304 }, 1);
+	expect_refused("505 x6", -EINVAL, "invalid pid 'x6': not a number");
+	expect_refused("0", -ERANGE, "out of range");
+	expect_refused("4194305", -ERANGE, "out of range");
+	expect_refused("99999999999999999999999999999999999", -ERANGE, "out of range");
+	expect_refused("-5", -ERANGE, "out of range");
+	expect_refused(" , ", -EINVAL, "no pid given");
+	expect_refused("", -EINVAL, "no pid given");
+}
+
+/* A child that forks @n grandchildren; each lives 30 s at most. Their
+ * pids through @pipefd's read end. */
+static pid_t spawn_tree(int n, pid_t *kids)
+{
+	int fd[2];
+	pid_t pid;
+
+	cr_assert_eq(pipe(fd), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(fd[0]);
+		alarm(30);
+		for (int i = 0; i < n; i++) {
+			pid_t k = fork();
+
+			if (k == 0) {
+				alarm(30);
+				pause();
+				_exit(0);
+			}
+			if (write(fd[1], &k, sizeof(k)) != sizeof(k))
+				_exit(1);
+		}
+		close(fd[1]);
+		pause();
+		_exit(0);
+	}
+	close(fd[1]);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(read(fd[0], &kids[i], sizeof(kids[i])), (ssize_t)sizeof(kids[i]));
+	close(fd[0]);
+	return pid;
+}
+
+static void end_tree(pid_t pid, const pid_t *kids, int n)
+{
+	for (int i = 0; i < n; i++)
+		kill(kids[i], SIGKILL);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
+static bool listed(const pid_t *v, size_t n, pid_t pid)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == pid)
+			return true;
+	return false;
+}
+
+Test(target_set, children_and_grandchildren)
+{
+	pid_t kids[2], top = spawn_tree(2, kids), *v = NULL;
+	struct target_set_spec s = { .pids = &top, .npids = 1 };
+	size_t n = 0;
+
+	cr_assert_eq(target_set_list(&s, &v, &n), 0);
+	cr_expect(n == 1 && v[0] == top, "without --children: %zu pids", n);
+	free(v);
+	s.children = true;
+	cr_assert_eq(target_set_list(&s, &v, &n), 0);
+	cr_expect_eq(n, 3, "%zu pids in a tree of 3", n);
+	cr_expect(listed(v, n, top) && listed(v, n, kids[0]) && listed(v, n, kids[1]));
+	for (size_t i = 1; i < n; i++)
+		cr_expect_lt(v[i - 1], v[i], "not ascending");
+	free(v);
+	/* One that dies leaves the set: a zombie is no process to profile. */
+	kill(kids[0], SIGKILL);
+	for (int i = 0; i < 200 && target_alive(kids[0]); i++)
+		usleep(10000);
+	cr_assert_eq(target_set_list(&s, &v, &n), 0);
+	cr_expect(n == 2 && !listed(v, n, kids[0]), "%zu pids after one died", n);
+	free(v);
+	end_tree(top, kids, 2);
+}
+
+static bool write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "we");
+	bool ok = f && fputs(text, f) >= 0;
+
+	if (f && fclose(f) != 0)
+		ok = false;
+	return ok;
+}
+
+Test(target_set, a_cgroup_and_those_below_it)
+{
+	char root[256], name[64], dir[400], sub[480], buf[600], rel[80], text[32];
+	pid_t kids[1], top, *v = NULL;
+	struct target_set_spec s = { 0 };
+	size_t n = 0;
+
+	if (geteuid() != 0)
+		cr_skip_test("moving a process into a cgroup needs root");
+	if (target_cgroup_dir("/", root, sizeof(root)) < 0)
+		cr_skip_test("no cgroup filesystem is mounted");
+	snprintf(name, sizeof(name), "cprof-test-%d", getpid());
+	snprintf(dir, sizeof(dir), "%s/%s", root, name);
+	snprintf(sub, sizeof(sub), "%s/inner", dir);
+	if (mkdir(dir, 0755) < 0 || mkdir(sub, 0755) < 0)
+		cr_skip_test("cannot make a cgroup under %s: %s", root, strerror(errno));
+	top = spawn_tree(1, kids);
+	snprintf(buf, sizeof(buf), "%s/cgroup.procs", dir);
+	snprintf(text, sizeof(text), "%d\n", top);
+	if (!write_file(buf, text)) {
+		int e = errno;
+
+		end_tree(top, kids, 1);
+		rmdir(sub);
+		rmdir(dir);
+		cr_skip_test("cannot move a process into %s: %s", dir, strerror(e));
+	}
+	snprintf(buf, sizeof(buf), "%s/cgroup.procs", sub);
+	snprintf(text, sizeof(text), "%d\n", kids[0]);
+	cr_assert(write_file(buf, text), "cannot move %d into %s", kids[0], sub);
+	/* Relative to the mount, as /proc/PID/cgroup says it. */
+	snprintf(rel, sizeof(rel), "/%s", name);
+	cr_assert_eq(target_cgroup_dir(rel, buf, sizeof(buf)), 0);
+	cr_expect_str_eq(buf, dir);
+	s.cgroup = dir;
+	cr_assert_eq(target_set_list(&s, &v, &n), 0);
+	cr_expect(n == 2 && listed(v, n, top) && listed(v, n, kids[0]), "%zu pids", n);
+	free(v);
+	cr_expect_eq(target_cgroup_dir("/no-such-cgroup-of-cprof", buf, sizeof(buf)), -ENOENT);
+	end_tree(top, kids, 1);
+	for (int i = 0; i < 200 && target_alive(kids[0]); i++)
+		usleep(10000);
+	cr_expect_eq(rmdir(sub), 0, "%s: %s", sub, strerror(errno));
+	cr_expect_eq(rmdir(dir), 0, "%s: %s", dir, strerror(errno));
 }
