@@ -116,6 +116,11 @@ struct ring {
 
 extern struct ring agent_ring HIDDEN;
 
+/* lock.c: a lock word that a waiter sleeps on once a short spin failed. */
+bool agent_lock_try(int *word) HIDDEN;
+void agent_lock_take(int *word) HIDDEN;
+void agent_lock_give(int *word) HIDDEN;
+
 void event_lock(void) HIDDEN;
 void event_unlock(void) HIDDEN;
 /* Reserve @bytes (8-aligned) at data_head, writing a PAD first if needed.

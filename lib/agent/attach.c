@@ -21,7 +21,7 @@
 
 /* The session's lock. Not a pthread mutex: the watchdog task takes it too,
  * and it has no thread of glibc's own (watchdog.c). */
-static int agent_spin;
+static int agent_word;
 int agent_sampling;
 uint64_t agent_session;
 
@@ -36,19 +36,17 @@ static bool atfork_registered;
 
 void agent_lock(void)
 {
-	while (!agent_trylock())
-		while (__atomic_load_n(&agent_spin, __ATOMIC_RELAXED))
-			RAW0(SYS_sched_yield);
+	agent_lock_take(&agent_word);
 }
 
 bool agent_trylock(void)
 {
-	return !__atomic_exchange_n(&agent_spin, 1, __ATOMIC_ACQUIRE);
+	return agent_lock_try(&agent_word);
 }
 
 void agent_unlock(void)
 {
-	__atomic_store_n(&agent_spin, 0, __ATOMIC_RELEASE);
+	agent_lock_give(&agent_word);
 }
 
 static struct cprof_wire_header *header(void)
@@ -228,13 +226,16 @@ void agent_patch_new_objects(void)
 	uint64_t until = agent_now_ns() + PATCH_WAIT_NS;
 
 	/* A bounded wait in dlopen's hook (the holder may be the watchdog
-	 * writing a live-set snapshot); after it, never given up: pending. */
+	 * writing a live-set snapshot); after it, never given up: pending.
+	 * Naps, not yields: a real-time caller yields to no normal holder. */
 	while (!agent_trylock()) {
+		struct timespec nap = { 0, 100 * 1000 };
+
 		if (agent_now_ns() > until) {
 			__atomic_store_n(&patch_pending, 1, __ATOMIC_RELEASE);
 			return;
 		}
-		RAW0(SYS_sched_yield);
+		RAW2(SYS_nanosleep, &nap, NULL);
 	}
 	patch_locked();
 	agent_unlock();

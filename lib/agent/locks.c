@@ -53,14 +53,12 @@ static uint64_t waiters_total;
 static void stripe_lock(unsigned s)
 {
 	agent_in_hook = 1;
-	while (__atomic_exchange_n(&wait_stripe_locks[s], 1, __ATOMIC_ACQUIRE))
-		while (__atomic_load_n(&wait_stripe_locks[s], __ATOMIC_RELAXED))
-			__builtin_ia32_pause();
+	agent_lock_take(&wait_stripe_locks[s]);
 }
 
 static void stripe_unlock(unsigned s)
 {
-	__atomic_store_n(&wait_stripe_locks[s], 0, __ATOMIC_RELEASE);
+	agent_lock_give(&wait_stripe_locks[s]);
 	agent_in_hook = 0;
 }
 

@@ -2,13 +2,12 @@
  * The producer side of the ring in the memfd (protocol in wire.h).
  *
  * Many threads allocate, but sampled events are rare (one per `rate` bytes),
- * so producers take a spinlock of the agent's own rather than reserving space
+ * so producers take a lock of the agent's own (lock.c) rather than reserving space
  * with atomics: it keeps records contiguous and in order. The lock lives in
  * the agent's memory, not in the memfd, so cprof cannot wedge it. The lock is
  * only ever taken with the recursion guard set, so a signal handler that
  * allocates on a thread holding it passes through instead of deadlocking.
  */
-#include <sched.h>
 #include <string.h>
 
 #include "agent.h"
@@ -16,26 +15,16 @@
 
 struct ring agent_ring;
 
-static int event_spin;
+static int event_word;
 
 void event_lock(void)
 {
-	unsigned spins = 0;
-
-	while (__atomic_exchange_n(&event_spin, 1, __ATOMIC_ACQUIRE)) {
-		while (__atomic_load_n(&event_spin, __ATOMIC_RELAXED)) {
-			__builtin_ia32_pause();
-			/* The holder may be preempted (it copies 8 KiB of stack
-			 * at most): let it run rather than burn the slice. */
-			if (++spins % 128 == 0)
-				RAW0(SYS_sched_yield);
-		}
-	}
+	agent_lock_take(&event_word);
 }
 
 void event_unlock(void)
 {
-	__atomic_store_n(&event_spin, 0, __ATOMIC_RELEASE);
+	agent_lock_give(&event_word);
 }
 
 void *ring_reserve(uint32_t bytes)

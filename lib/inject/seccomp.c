@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
+#include <linux/futex.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
@@ -79,9 +80,10 @@ static const struct probe probes[] = {
 	{ SYS_prctl, "prctl(PR_SET_NAME)", { PR_SET_NAME } },
 	{ SYS_poll, "poll", { 0, 1 } },
 	{ SYS_nanosleep, "nanosleep", { 0 } },
+	{ SYS_futex, "futex(FUTEX_WAIT_PRIVATE) (the agent's locks)", { 0, FUTEX_WAIT_PRIVATE } },
+	{ SYS_futex, "futex(FUTEX_WAKE_PRIVATE)", { 0, FUTEX_WAKE_PRIVATE } },
 	{ SYS_clock_gettime, "clock_gettime", { 1 } },
 	{ SYS_kill, "kill", { 1, 0 } },
-	{ SYS_sched_yield, "sched_yield", { 0 } },
 	{ SYS_getpid, "getpid", { 0 } },
 	{ SYS_gettid, "gettid", { 0 } },
 	{ SYS_madvise, "madvise", { 0, 4096, MADV_DONTNEED } },

@@ -32,6 +32,10 @@
 
 TestSuite(heap, .init = th_init, .fini = th_cleanup, .timeout = 240);
 
+/* rtalloc's real-time loop is 1 ms; held behind a spinning lock it took
+ * about a second (the kernel's real-time throttling period). */
+#define RT_LOOP_MAX_NS 200000000ULL
+
 static void skip_without_ptrace(void)
 {
 	if (geteuid() != 0)
@@ -542,4 +546,66 @@ Test(heap, library_loaded_during_the_window)
 	cr_expect_gt(in_lib * 2, total, "the late library's allocations were not sampled");
 	cr_expect_gt(whole * 10, in_lib * 9, "its stacks end before main");
 	profile_free(p);
+}
+
+/* rtalloc's report (SIGUSR2): its real-time thread's longest loop, its
+ * count of loops, whether it ran at SCHED_FIFO. */
+struct rt_report {
+	unsigned long long max_loop_ns, loops;
+	int fifo;
+};
+
+static void rt_report(pid_t pid, const char *path, struct rt_report *ret)
+{
+	FILE *f;
+
+	unlink(path);
+	cr_assert(th_signal(pid, SIGUSR2), "rtalloc is gone");
+	for (int waited = 0; waited < 5000 && access(path, F_OK) != 0; waited += 10)
+		th_sleep_ms(10);
+	f = fopen(path, "re");
+	cr_assert_not_null(f, "no report from rtalloc");
+	cr_assert_eq(fscanf(f, "max_loop_ns %llu loops %llu fifo %d", &ret->max_loop_ns,
+			    &ret->loops, &ret->fifo), 3, "rtalloc's report is malformed");
+	fclose(f);
+}
+
+/*
+ * A real-time thread is never held by the agent's locks for longer than
+ * its normal peer takes to let go. rtalloc's SCHED_FIFO thread and its
+ * normal thread allocate on one CPU; with every allocation of either a
+ * candidate for the ring's lock (a 4 KiB rate), a lock that waiters spin
+ * on kept the CPU from a preempted holder until the kernel's real-time
+ * throttling let it run: the RT thread's loop of 1 ms then took a second.
+ */
+Test(heap, a_real_time_thread_is_not_held_by_the_agent)
+{
+	const char *report = th_tmp_path("rtalloc.report");
+	struct rt_report before, after;
+	struct th_run r;
+	pid_t pid;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("rtalloc", "60", report);
+	th_sleep_ms(500);
+	rt_report(pid, report, &before);
+	if (!before.fifo) {
+		th_kill(pid);
+		cr_skip_test("rtalloc could not run at SCHED_FIFO: no real-time thread to judge");
+	}
+	TH_CPROF(&r, 60000, "heap", "-p", th_pid_str(pid), "-d", "3s", "--heap-rate", "4096", "-o",
+		 th_tmp_path("rtalloc.pb.gz"));
+	th_run_log(&r, "heap on rtalloc");
+	cr_assert_eq(r.exit_code, 0, "exit %d\n%s", r.exit_code, r.err);
+	th_run_release(&r);
+	rt_report(pid, report, &after);
+	cr_log_info("measured: rtalloc's real-time thread, longest loop of 1 ms: %.1f ms before "
+		    "cprof, %.1f ms over its life with a heap session; %llu loops in the session's "
+		    "time and after", before.max_loop_ns / 1e6, after.max_loop_ns / 1e6,
+		    after.loops - before.loops);
+	cr_expect_lt(after.max_loop_ns, RT_LOOP_MAX_NS,
+		     "the real-time thread's loop of 1 ms took %.1f ms with cprof attached",
+		     after.max_loop_ns / 1e6);
+	th_assert_let_go(pid, false, "after heap on rtalloc");
+	th_kill(pid);
 }
