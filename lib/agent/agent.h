@@ -11,10 +11,11 @@
  *   watchdog.c  the "cprof-agent" task: peer death, heartbeat, commands
  *               (no thread of glibc's: what it runs follows raw.h's rules)
  *   locks.c     the pthread/semaphore hooks: block, mutex, threadcreate
+ *   lock.c      the agent's own lock: a short spin, then a futex wait
  *
- * Rules for code reachable from a hook: no printing, no exit, no sleeping,
- * no locks but the event spinlock, and anything that may allocate runs with
- * the thread's recursion guard (agent_in_hook) set.
+ * Rules for code reachable from a hook: no printing, no exit, no sleeping
+ * but a wait for the agent's own locks (lock.c), and anything that may
+ * allocate runs with the thread's recursion guard (agent_in_hook) set.
  */
 #ifndef CPROF_AGENT_PRIVATE_H
 #define CPROF_AGENT_PRIVATE_H
