@@ -1080,17 +1080,24 @@ double th_sample_sum(const struct profile *p, const char *type, const char *unit
 	return sum;
 }
 
-void th_ring_report(pid_t pid, const char *path, struct th_ring_report *r)
+FILE *th_report_open(pid_t pid, const char *path)
 {
-	char line[128];
 	FILE *f;
 
 	unlink(path);
-	cr_assert_eq(kill(pid, SIGUSR2), 0);
-	for (int i = 0; i < 500 && access(path, R_OK) != 0; i++)
-		th_sleep_ms(2);
+	cr_assert(th_signal(pid, SIGUSR2), "pid %d is gone: no report at %s", pid, path);
+	for (int waited = 0; waited < 5000 && access(path, R_OK) != 0; waited += 10)
+		th_sleep_ms(10);
 	f = fopen(path, "re");
-	cr_assert_not_null(f, "ring wrote no report to %s", path);
+	cr_assert_not_null(f, "pid %d wrote no report at %s", pid, path);
+	return f;
+}
+
+void th_ring_report(pid_t pid, const char *path, struct th_ring_report *r)
+{
+	char line[128];
+	FILE *f = th_report_open(pid, path);
+
 	memset(r, 0, sizeof(*r));
 	r->single = -1;
 	while (fgets(line, sizeof(line), f)) {

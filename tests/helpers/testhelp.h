@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -212,6 +213,11 @@ struct profile *th_load_profile(const char *path);
 int th_sample_type(const struct profile *p, const char *type, const char *unit);
 /* The sum of sample type @type/@unit over @p's samples (the type must be there). */
 double th_sample_sum(const struct profile *p, const char *type, const char *unit);
+
+/* A target's report: @path removed, @pid asked (SIGUSR2), and the file it
+ * writes (beside, then renamed into place) opened once it is there, 5 s
+ * at most. Fails the test when the target is gone or wrote nothing. */
+FILE *th_report_open(pid_t pid, const char *path);
 
 /* What tests/targets/ring counted itself, in the report it writes on SIGUSR2. */
 struct th_ring_report {

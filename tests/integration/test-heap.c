@@ -557,14 +557,8 @@ struct rt_report {
 
 static void rt_report(pid_t pid, const char *path, struct rt_report *ret)
 {
-	FILE *f;
+	FILE *f = th_report_open(pid, path);
 
-	unlink(path);
-	cr_assert(th_signal(pid, SIGUSR2), "rtalloc is gone");
-	for (int waited = 0; waited < 5000 && access(path, F_OK) != 0; waited += 10)
-		th_sleep_ms(10);
-	f = fopen(path, "re");
-	cr_assert_not_null(f, "no report from rtalloc");
 	cr_assert_eq(fscanf(f, "max_loop_ns %llu loops %llu fifo %d", &ret->max_loop_ns,
 			    &ret->loops, &ret->fifo), 3, "rtalloc's report is malformed");
 	fclose(f);

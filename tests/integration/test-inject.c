@@ -449,14 +449,8 @@ static unsigned long long report_value(pid_t pid, const char *path, const char *
 {
 	unsigned long long v = 0, x;
 	char line[128], k[32];
-	FILE *f;
+	FILE *f = th_report_open(pid, path);
 
-	unlink(path);
-	kill(pid, SIGUSR2);
-	for (int i = 0; i < 500 && access(path, R_OK) != 0; i++)
-		th_sleep_ms(2);
-	f = fopen(path, "re");
-	cr_assert_not_null(f, "no report at %s", path);
 	while (fgets(line, sizeof(line), f))
 		if (sscanf(line, "%31s %llu", k, &x) == 2 && !strcmp(k, key))
 			v = x;

@@ -95,13 +95,8 @@ static double truth_ns(pid_t pid, const char *report, const char *site)
 	char line[256], name[64];
 	unsigned long long c, ns;
 	double found = -1;
-	FILE *f = NULL;
+	FILE *f = th_report_open(pid, report);
 
-	unlink(report);
-	kill(pid, SIGUSR2);
-	for (int i = 0; i < 200 && !(f = fopen(report, "re")); i++)
-		th_sleep_ms(25);
-	cr_assert_not_null(f, "locks wrote no report");
 	while (fgets(line, sizeof(line), f))
 		if (sscanf(line, "%63s %llu %llu", name, &c, &ns) == 3 && !strcmp(name, site))
 			found = (double)ns;

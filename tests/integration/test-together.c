@@ -53,14 +53,8 @@ static unsigned long target_errors(pid_t pid, const char *report, char *first, s
 	unsigned long errors = 0;
 	char line[512];
 	bool end = false;
-	FILE *f;
+	FILE *f = th_report_open(pid, report);
 
-	unlink(report);
-	cr_assert(th_signal(pid, SIGUSR2), "the target is gone");
-	for (int waited = 0; waited < 5000 && access(report, F_OK) != 0; waited += 10)
-		th_sleep_ms(10);
-	f = fopen(report, "re");
-	cr_assert_not_null(f, "no report from the target");
 	snprintf(first, size, "?");
 	while (fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = '\0';
