@@ -259,8 +259,43 @@ out_free:
 	return r;
 }
 
+/*
+ * A window's edge: every thread's clock and the process's, read together,
+ * the edge the middle of the reads. cprof may lose its CPU between them for
+ * far longer than they take while the threads run on: such an edge is read
+ * again, a few times at most. The process's clock is read inside the
+ * threads' reads (after them at the start, before them at the end): what the
+ * threads that end are given from it is never more than they had.
+ */
+#define EDGE_TRIES 5
+#define EDGE_SHARP_NS(nthreads) (100 * 1000ULL + 4 * 1000ULL * (nthreads))
+
+static uint64_t read_edge(struct cpu_profiler *p, bool start, bool *ret_process)
+{
+	uint64_t t0, t1;
+	bool process;
+
+	for (int i = 1;; i++) {
+		t0 = now_monotonic_ns();
+		if (start) {
+			cpu_clocks_edge(&p->clocks);
+			process = read_cpu_clock(p, &p->cpu_clock_start);
+		} else {
+			process = read_cpu_clock(p, &p->cpu_clock_last);
+			cpu_clocks_edge(&p->clocks);
+		}
+		t1 = now_monotonic_ns();
+		if (t1 - t0 <= EDGE_SHARP_NS(p->clocks.n) || i == EDGE_TRIES)
+			break;
+	}
+	if (ret_process)
+		*ret_process = process;
+	return t0 + (t1 - t0) / 2;
+}
+
 int cpu_profiler_start(struct cpu_profiler *p)
 {
+	uint64_t realtime, start;
 	int r;
 
 	r = agent_tasks_search(&p->agent, NULL, AGENT_TASK_START_WAIT_MS);
@@ -270,15 +305,10 @@ int cpu_profiler_start(struct cpu_profiler *p)
 	r = cpu_clocks_start(&p->clocks);
 	if (r == -ENOMEM)
 		return r;
-	/*
-	 * The window is the process's clock's, stamped beside its reads
-	 * (cprof may lose its CPU anywhere, for longer than a read takes),
-	 * inside the threads' reads: what the threads that end are given
-	 * from it is never more than they had.
-	 */
-	p->profile->time_nanos = (int64_t)now_realtime_ns();
-	target_window_start(&p->win, p->opts.pid, now_monotonic_ns());
-	read_cpu_clock(p, &p->cpu_clock_start);
+	realtime = now_realtime_ns() - now_monotonic_ns();
+	start = read_edge(p, true, NULL);
+	p->profile->time_nanos = (int64_t)(realtime + start);
+	target_window_start(&p->win, p->opts.pid, start);
 	p->cpu_clock_last = p->cpu_clock_start;
 	r = perf_session_enable(p->perf);
 	if (r < 0)
@@ -287,9 +317,9 @@ int cpu_profiler_start(struct cpu_profiler *p)
 	return 0;
 }
 
-static void window_end(struct cpu_profiler *p)
+static void window_end(struct cpu_profiler *p, uint64_t end)
 {
-	p->stats.window_ns = target_window_end(&p->win, 0);
+	p->stats.window_ns = target_window_end(&p->win, end);
 	p->profile->duration_nanos = (int64_t)p->stats.window_ns;
 }
 
@@ -321,7 +351,7 @@ int cpu_profiler_poll(struct cpu_profiler *p, int timeout_ms)
 	r = target_window_look(&p->win, now);
 	if (r == -ESRCH) {
 		p->stats.target_exited = true;
-		window_end(p);
+		window_end(p, now);
 		return r;
 	}
 	/* The agent's task's clock, and a new one's tid. */
@@ -335,19 +365,22 @@ int cpu_profiler_poll(struct cpu_profiler *p, int timeout_ms)
 
 int cpu_profiler_stop(struct cpu_profiler *p)
 {
+	uint64_t end;
+	bool process;
 	int r = 0;
 
 	if (p->running) {
 		r = perf_session_disable(p->perf);
 		p->running = false;
 	}
-	if (read_cpu_clock(p, &p->cpu_clock_last) == false && !p->stats.target_exited)
-		p->stats.target_exited = !target_alive(p->opts.pid);
-	window_end(p);
-	if (p->have_cpu_clock)
-		p->stats.process_cpu_ns = p->cpu_clock_last - p->cpu_clock_start;
 	if (cpu_clocks_stop(&p->clocks) < 0 && r == 0)
 		r = -ENOMEM;
+	end = read_edge(p, false, &process);
+	if (!process && !p->stats.target_exited)
+		p->stats.target_exited = !target_alive(p->opts.pid);
+	window_end(p, end);
+	if (p->have_cpu_clock)
+		p->stats.process_cpu_ns = p->cpu_clock_last - p->cpu_clock_start;
 	if (agent_tasks_refresh(&p->agent, 0) == -ENOMEM && r == 0)
 		r = -ENOMEM;
 	if (drain(p) < 0 && r == 0)

@@ -115,17 +115,28 @@ int cpu_clocks_start(struct cpu_clocks *c)
 
 	if (c->refused)
 		return c->refused;
-	read_all(c);
-	for (size_t i = 0; i < c->n; i++)
-		c->v[i].base_ns = c->v[i].last_ns;
 	r = add_listed(c); /* born since they were opened */
 	if (r < 0) {
 		c->refused = r;
 		return r;
 	}
 	c->started = true;
-	c->next_read = now_monotonic_ns() + READ_NS;
 	return 0;
+}
+
+void cpu_clocks_edge(struct cpu_clocks *c)
+{
+	if (c->refused || !c->started)
+		return;
+	read_all(c);
+	for (size_t i = 0; i < c->n; i++) {
+		if (c->stopped)
+			c->v[i].alive = c->v[i].fd >= 0;
+		else
+			c->v[i].base_ns = c->v[i].last_ns;
+	}
+	if (!c->stopped)
+		c->next_read = now_monotonic_ns() + READ_NS;
 }
 
 int cpu_clocks_sample(struct cpu_clocks *c, pid_t tid, uint64_t time, uint64_t period)
@@ -180,15 +191,12 @@ int cpu_clocks_stop(struct cpu_clocks *c)
 	int r = 0;
 
 	if (!c->refused && c->started) {
-		read_all(c);
 		/* Born in the window and never sampled: still its CPU. */
 		r = add_listed(c);
 		if (r == -ESRCH) /* the process is gone: every thread ended */
 			r = 0;
 		if (r < 0)
 			c->refused = r;
-		for (size_t i = 0; i < c->n; i++)
-			c->v[i].alive = c->v[i].fd >= 0;
 	}
 	c->stopped = true;
 	return r == -ENOMEM ? r : 0;

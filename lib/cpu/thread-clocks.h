@@ -68,10 +68,19 @@ void cpu_clocks_init(struct cpu_clocks *c, pid_t pid);
 int cpu_clocks_open(struct cpu_clocks *c);
 
 /*
- * Every thread's clock now: the window starts. 0, or -errno of the first
- * read (then ->refused is set and nothing will be weighed; -ENOMEM fails).
+ * The threads born since cpu_clocks_open(): the window starts at the next
+ * cpu_clocks_edge(). 0, or -errno (then ->refused is set and nothing will
+ * be weighed; -ENOMEM fails).
  */
 int cpu_clocks_start(struct cpu_clocks *c);
+
+/*
+ * Every thread's clock now, at the window's edge: after cpu_clocks_start()
+ * each one's baseline, after cpu_clocks_stop() its last. Read again when
+ * the edge was not sharp (cprof lost its CPU while it read): the last read
+ * counts.
+ */
+void cpu_clocks_edge(struct cpu_clocks *c);
 
 /* A sample of @tid at @time (CLOCK_MONOTONIC) standing for @period ns. */
 int cpu_clocks_sample(struct cpu_clocks *c, pid_t tid, uint64_t time, uint64_t period);
@@ -85,7 +94,8 @@ void cpu_clocks_process_read(struct cpu_clocks *c, uint64_t now);
 /* Reads every thread's clock again, if a read is due at @now. */
 void cpu_clocks_tick(struct cpu_clocks *c, uint64_t now);
 
-/* Every thread's clock at the window's end, threads born unseen included. */
+/* The window ends at the next cpu_clocks_edge(): the threads born unseen
+ * are listed first. */
 int cpu_clocks_stop(struct cpu_clocks *c);
 
 /* @tid is not the program's (the cprof agent's task): left out of every

@@ -101,10 +101,12 @@ Test(thread_clocks, samples_short_of_a_thread_are_weighed_to_its_clock)
 	spinner_start(&s);
 	cpu_clocks_init(&c, getpid());
 	cr_assert_eq(cpu_clocks_start(&c), 0, "schedstat unreadable");
+	cpu_clocks_edge(&c);
 	spin_for(&s, 200);
 	/* Half the time it ran, as a timer that fired late would leave it. */
 	feed(&c, s.tid, 10, 10000000);
 	cr_assert_eq(cpu_clocks_stop(&c), 0);
+	cpu_clocks_edge(&c);
 	spinner_end(&s);
 	cpu_clocks_settle(&c, 0, &t);
 
@@ -136,6 +138,7 @@ Test(thread_clocks, a_thread_that_ends_gets_what_the_process_clock_says)
 	spinner_start(&s);
 	cpu_clocks_init(&c, getpid());
 	cr_assert_eq(cpu_clocks_start(&c), 0, "schedstat unreadable");
+	cpu_clocks_edge(&c);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p0);
 	/* Sampled before it ends: its clock is never read again. */
 	spin_for(&s, 150);
@@ -143,6 +146,7 @@ Test(thread_clocks, a_thread_that_ends_gets_what_the_process_clock_says)
 	spinner_end(&s);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p1);
 	cr_assert_eq(cpu_clocks_stop(&c), 0);
+	cpu_clocks_edge(&c);
 	process_ns = (uint64_t)(p1.tv_sec - p0.tv_sec) * 1000000000ULL +
 		     (uint64_t)(p1.tv_nsec - p0.tv_nsec);
 	cpu_clocks_settle(&c, process_ns, &t);
@@ -174,8 +178,10 @@ Test(thread_clocks, a_thread_never_sampled_is_said_apart)
 	spinner_start(&s);
 	cpu_clocks_init(&c, getpid());
 	cr_assert_eq(cpu_clocks_start(&c), 0, "schedstat unreadable");
+	cpu_clocks_edge(&c);
 	spin_for(&s, 50);
 	cr_assert_eq(cpu_clocks_stop(&c), 0);
+	cpu_clocks_edge(&c);
 	cpu_clocks_settle(&c, 0, &t);
 	spinner_end(&s);
 	cr_expect_geq(t.quiet_threads, 1);
