@@ -141,15 +141,12 @@ static int on_option(int c, const char *arg, void *ctx)
 static int parse_args(int argc, char **argv, struct contention_run *a)
 {
 	static const struct option longopts[] = {
-		{ "pid", required_argument, NULL, 'p' },
 		{ "duration", required_argument, NULL, 'd' },
 		{ "block-rate", required_argument, NULL, 'B' },
 		{ "mutex-fraction", required_argument, NULL, 'M' },
 		{ "rate", required_argument, NULL, 'r' }, /* their old name */
 		{ "debug", required_argument, NULL, 'D' },
 		{ "output", required_argument, NULL, 'o' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
 	int r;

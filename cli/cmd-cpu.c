@@ -57,10 +57,7 @@ static void cpu_help(const void *ctx)
 static int cpu_option(int c, const char *arg, void *ctx)
 {
 	struct cpu_args *a = ctx;
-	int r = option_sampling(CMD, c, arg, &a->s);
 
-	if (r != OPTION_NOT_COMMON)
-		return r;
 	switch (c) {
 	case 'M':
 		if (strcmp(arg, "auto") && strcmp(arg, "system") && strcmp(arg, "thread"))
@@ -78,22 +75,14 @@ static int cpu_option(int c, const char *arg, void *ctx)
 static int parse_args(int argc, char **argv, struct cpu_args *a)
 {
 	static const struct option longopts[] = {
-		{ "pid", required_argument, NULL, 'p' },
-		SAMPLING_LONGOPTS,
-		{ "output", required_argument, NULL, 'o' },
 		{ "mode", required_argument, NULL, 'M' },
 		{ "kernel", no_argument, NULL, 'K' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
-	int r;
 
-	*a = (struct cpu_args){ .s = SAMPLING_ARGS_DEFAULT, .mode = "auto" };
-	r = options_parse(CMD, argc, argv, ":p:d:F:o:qh", longopts, &a->common, cpu_option, cpu_help, a);
-	if (r)
-		return r;
-	return option_output(CMD, &a->common);
+	*a = (struct cpu_args){ .mode = "auto" };
+	return options_parse_sampling(CMD, argc, argv, longopts, &a->common, &a->s, cpu_option,
+				      cpu_help, a);
 }
 
 static enum perf_scope choose_scope(const char *mode)

@@ -134,7 +134,6 @@ static int heap_option(int c, const char *arg, void *ctx)
 static int parse_args(int argc, char **argv, struct heap_run *a)
 {
 	static const struct option longopts[] = {
-		{ "pid", required_argument, NULL, 'p' },
 		{ "duration", required_argument, NULL, 'd' },
 		{ "heap-rate", required_argument, NULL, 'R' },
 		{ "rate", required_argument, NULL, 'r' }, /* its old name */
@@ -144,8 +143,6 @@ static int parse_args(int argc, char **argv, struct heap_run *a)
 		{ "stop", no_argument, NULL, 'S' },
 		{ "source", required_argument, NULL, 's' },
 		{ "output", required_argument, NULL, 'o' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
 	int r;

@@ -129,14 +129,11 @@ static int record_option(int c, const char *arg, void *ctx)
 static int parse_args(int argc, char **argv, struct record_args *a)
 {
 	static const struct option longopts[] = {
-		{ "pid", required_argument, NULL, 'p' },
 		{ "duration", required_argument, NULL, 'd' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "kinds", required_argument, NULL, 'k' },
 		{ "loop", required_argument, NULL, OPT_LOOP },
 		{ "keep-last", required_argument, NULL, OPT_KEEP_LAST },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
 	int r;

@@ -108,7 +108,6 @@ static int serve_option(int c, const char *arg, void *ctx)
 static int parse_args(int argc, char **argv, struct serve_args *a)
 {
 	static const struct option longopts[] = {
-		{ "pid", required_argument, NULL, 'p' },
 		{ "listen", required_argument, NULL, OPT_LISTEN },
 		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
 		{ "heap-rate", required_argument, NULL, OPT_HEAP_RATE },
@@ -116,8 +115,6 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 		{ "mutex-fraction", required_argument, NULL, OPT_MUTEX_FRACTION },
 		{ "max-seconds", required_argument, NULL, OPT_MAX_SECONDS },
 		{ "no-agent", no_argument, NULL, OPT_NO_AGENT },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
 	int r;

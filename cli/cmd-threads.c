@@ -52,11 +52,8 @@ static int threads_option(int c, const char *arg, void *ctx)
 static int parse_args(int argc, char **argv, struct threads_run *a)
 {
 	static const struct option longopts[] = {
-		{ "pid", required_argument, NULL, 'p' },
 		{ "debug", required_argument, NULL, 'D' },
 		{ "output", required_argument, NULL, 'o' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
 	int r;

@@ -48,31 +48,11 @@ static void wall_help(const void *ctx)
 	       "  -h, --help               show this help\n" OPTIONS_EXIT_HELP);
 }
 
-static int wall_option(int c, const char *arg, void *ctx)
-{
-	struct wall_args *a = ctx;
-	int r = option_sampling(CMD, c, arg, &a->s);
-
-	return r == OPTION_NOT_COMMON ? 0 : r;
-}
-
 static int parse_args(int argc, char **argv, struct wall_args *a)
 {
-	static const struct option longopts[] = {
-		{ "pid", required_argument, NULL, 'p' },
-		SAMPLING_LONGOPTS,
-		{ "output", required_argument, NULL, 'o' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{}
-	};
-	int r;
-
-	*a = (struct wall_args){ .s = SAMPLING_ARGS_DEFAULT };
-	r = options_parse(CMD, argc, argv, ":p:d:F:o:qh", longopts, &a->common, wall_option, wall_help, a);
-	if (r)
-		return r;
-	return option_output(CMD, &a->common);
+	*a = (struct wall_args){ 0 };
+	return options_parse_sampling(CMD, argc, argv, NULL, &a->common, &a->s, NULL, wall_help,
+				      a);
 }
 
 static void summary(const void *ctx, const struct run *run)

@@ -126,10 +126,13 @@ int option_finish(const char *cmd, int argc, char **argv, const struct common_op
 	return 0;
 }
 
-/* The command's long options and the output options, in one table. */
-static const struct option *with_output_options(const struct option *longopts)
+/* The command's long options and those of every command, in one table. */
+static const struct option *with_common_options(const struct option *longopts)
 {
-	static const struct option output[] = {
+	static const struct option common[] = {
+		{ "pid", required_argument, NULL, 'p' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
 		{ "format", required_argument, NULL, OPT_FORMAT },
 		{ "top", required_argument, NULL, OPT_TOP },
 		{ "json", no_argument, NULL, OPT_JSON },
@@ -137,10 +140,10 @@ static const struct option *with_output_options(const struct option *longopts)
 	static struct option all[64];
 	size_t n = 0;
 
-	for (; longopts[n].name && n < ARRAY_SIZE(all) - ARRAY_SIZE(output) - 1; n++)
+	for (; longopts[n].name && n < ARRAY_SIZE(all) - ARRAY_SIZE(common) - 1; n++)
 		all[n] = longopts[n];
-	for (size_t i = 0; i < ARRAY_SIZE(output); i++)
-		all[n++] = output[i];
+	for (size_t i = 0; i < ARRAY_SIZE(common); i++)
+		all[n++] = common[i];
 	all[n] = (struct option){ 0 };
 	return all;
 }
@@ -153,7 +156,7 @@ int options_parse(const char *cmd, int argc, char **argv, const char *shortopts,
 
 	opterr = 0;
 	optind = 1;
-	longopts = with_output_options(longopts);
+	longopts = with_common_options(longopts);
 	while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		r = option_common(cmd, c, argv, common);
 		if (r == OPTION_NOT_COMMON)
@@ -190,7 +193,8 @@ bool option_output_is_top(const struct common_opts *o)
 	return !o->debug && o->format == VIEW_TOP;
 }
 
-int option_sampling(const char *cmd, int c, const char *arg, struct sampling_args *s)
+/* -d or -F into @s: 0 or an exit code; OPTION_NOT_COMMON for another option. */
+static int option_sampling(const char *cmd, int c, const char *arg, struct sampling_args *s)
 {
 	int64_t v;
 	int r;
@@ -205,4 +209,57 @@ int option_sampling(const char *cmd, int c, const char *arg, struct sampling_arg
 		return r;
 	}
 	return OPTION_NOT_COMMON;
+}
+
+/* What options_parse_sampling() hands to options_parse() as its context. */
+struct sampling_parse {
+	const char *cmd;
+	struct sampling_args *s;
+	option_fn fn;
+	void (*help)(const void *ctx);
+	void *ctx;
+};
+
+static int sampling_option(int c, const char *arg, void *ctx)
+{
+	struct sampling_parse *sp = ctx;
+	int r = option_sampling(sp->cmd, c, arg, sp->s);
+
+	if (r != OPTION_NOT_COMMON)
+		return r;
+	return sp->fn ? sp->fn(c, arg, sp->ctx) : 0;
+}
+
+static void sampling_help(const void *ctx)
+{
+	const struct sampling_parse *sp = ctx;
+
+	sp->help(sp->ctx);
+}
+
+int options_parse_sampling(const char *cmd, int argc, char **argv, const struct option *extra,
+			   struct common_opts *common, struct sampling_args *s, option_fn fn,
+			   void (*help)(const void *ctx), void *ctx)
+{
+	static const struct option sampling[] = {
+		{ "duration", required_argument, NULL, 'd' },
+		{ "frequency", required_argument, NULL, 'F' },
+		{ "output", required_argument, NULL, 'o' },
+	};
+	struct option longopts[ARRAY_SIZE(sampling) + SAMPLING_EXTRA_MAX + 1];
+	struct sampling_parse sp = { cmd, s, fn, help, ctx };
+	size_t n = 0;
+	int r;
+
+	for (size_t i = 0; i < ARRAY_SIZE(sampling); i++)
+		longopts[n++] = sampling[i];
+	for (size_t i = 0; extra && extra[i].name && i < SAMPLING_EXTRA_MAX; i++)
+		longopts[n++] = extra[i];
+	longopts[n] = (struct option){ 0 };
+	*s = (struct sampling_args)SAMPLING_ARGS_DEFAULT;
+	r = options_parse(cmd, argc, argv, ":p:d:F:o:qh", longopts, common, sampling_option,
+			  sampling_help, &sp);
+	if (r)
+		return r;
+	return option_output(cmd, common);
 }

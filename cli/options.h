@@ -16,8 +16,8 @@ int option_pid(const char *cmd, const char *arg, pid_t *ret);
 
 /*
  * What every collecting command takes: -p, -o, -q, -h, and the options of
- * its output, --format, --top N, --json (options_parse() adds their long
- * forms to every command's table).
+ * its output, --format, --top N, --json (options_parse() adds the long forms
+ * of all but --output to every command's table).
  */
 struct common_opts {
 	pid_t pid;
@@ -103,9 +103,16 @@ struct sampling_args {
 	unsigned hz;
 };
 #define SAMPLING_ARGS_DEFAULT { .duration_ns = 30ULL * 1000000000ULL, .hz = 100 }
-#define SAMPLING_LONGOPTS                                                                         \
-	{ "duration", required_argument, NULL, 'd' }, { "frequency", required_argument, NULL, 'F' }
-/* -d or -F into @s: 0 or an exit code; OPTION_NOT_COMMON for another option. */
-int option_sampling(const char *cmd, int c, const char *arg, struct sampling_args *s);
+/*
+ * options_parse() of a sampling command: -p, -d, -F, -o, -q and -h into
+ * @common and @s (its defaults first), the long options of @extra (NULL,
+ * or at most SAMPLING_EXTRA_MAX ended by an empty one) to @fn (NULL: none),
+ * then option_output(). @help and @fn get @ctx. 0, EXIT_USAGE or -1 as
+ * options_parse().
+ */
+#define SAMPLING_EXTRA_MAX 8
+int options_parse_sampling(const char *cmd, int argc, char **argv, const struct option *extra,
+			   struct common_opts *common, struct sampling_args *s, option_fn fn,
+			   void (*help)(const void *ctx), void *ctx);
 
 #endif
