@@ -8,7 +8,7 @@
 
 #include "cpu/thread-clocks.h"
 #include "kernel/kernel.h"
-#include "session/agent-task.h"
+#include "sampling/sampling.h"
 #include "symbolize/symbolize.h"
 #include "target/target.h"
 #include "unwind/unwind.h"
@@ -31,24 +31,16 @@ static const struct profile_value_type cpu_types[] = {
 
 struct cpu_profiler {
 	struct cpu_profiler_opts opts;
-	struct perf_opts popts;
-	struct symbolizer *sym;
-	struct unwinder *unw;       /* sym's */
-	struct perf_session *perf;
-	struct profile *profile;
-	struct u64map thread_names; /* tid -> const char * interned in profile */
+	struct sampling s;
+	struct u64map thread_names; /* tid -> const char * interned in s.profile */
 	struct u64map ns_tids;      /* tid -> tid in the target's PID namespace */
 	bool other_pidns;           /* the target is in a container */
-	const char *process_name;
 	clockid_t cpu_clock;
 	bool have_cpu_clock;
 	uint64_t cpu_clock_start, cpu_clock_last;
 	struct cpu_clocks clocks; /* what each thread's samples are weighed by */
-	struct agent_tasks agent;   /* the cprof agent's task: in no sample */
 	uint64_t agent_samples;     /* its samples, left out */
-	struct target_window win;
 	bool running;
-	uint64_t rng; /* drain jitter */
 	struct cpu_profiler_stats stats;
 	struct kallsyms ksyms; /* with kernel_stacks */
 	uint64_t pcs[PERF_KERNEL_FRAMES + MAX_FRAMES];
@@ -94,11 +86,11 @@ static const char *thread_name(struct cpu_profiler *p, pid_t tid)
 		return (const char *)(uintptr_t)v;
 	/* A thread gone already keeps the process's name: better than none. */
 	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) < 0) {
-		name = p->process_name;
+		name = p->s.process_name;
 	} else {
-		name = profile_intern(p->profile, buf);
+		name = profile_intern(p->s.profile, buf);
 		/* A new thread's name: the first sign of the agent's task. */
-		if (agent_tasks_saw_name(&p->agent, buf) < 0)
+		if (agent_tasks_saw_name(&p->s.agent, buf) < 0)
 			return NULL;
 	}
 	if (name && u64map_put(&p->thread_names, (uint64_t)tid, (uintptr_t)name) < 0)
@@ -125,11 +117,11 @@ static pid_t ns_tid(struct cpu_profiler *p, pid_t tid)
 static void on_comm(pid_t tid, const char *name, void *arg)
 {
 	struct cpu_profiler *p = arg;
-	const char *s = profile_intern(p->profile, name);
+	const char *s = profile_intern(p->s.profile, name);
 
 	if (s)
 		u64map_put(&p->thread_names, (uint64_t)tid, (uintptr_t)s);
-	agent_tasks_saw_name(&p->agent, name); /* out of memory: known later, or not */
+	agent_tasks_saw_name(&p->s.agent, name); /* out of memory: known later, or not */
 }
 
 static int on_sample(const struct perf_sample *s, void *arg)
@@ -140,12 +132,13 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	uint64_t *user = p->pcs + s->nkernel;
 	const char *name = thread_name(p, s->tid);
 	int n = 0, r;
+	bool by_fp;
 	pid_t nstid;
 
 	if (!name)
 		return -ENOMEM;
 	/* cprof's own cost: said in a comment, not in the stacks. */
-	if (agent_tasks_has(&p->agent, s->tid)) {
+	if (agent_tasks_has(&p->s.agent, s->tid)) {
 		p->agent_samples++;
 		return 0;
 	}
@@ -153,22 +146,16 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	/* Kernel frames on top, leaf first; callers are return addresses. */
 	for (unsigned i = 0; i < s->nkernel; i++)
 		p->pcs[i] = i ? s->kernel_ips[i] - 1 : s->kernel_ips[i];
-	if (s->has_user)
-		n = unwinder_unwind(p->unw, &s->user, user, MAX_FRAMES);
-	if (n <= 0) {
-		/* No user context or no CFI for the PC: keep the sample, one frame. */
-		if (!s->has_user)
-			return 0;
-		user[0] = s->user.regs[UNWIND_REG_RIP];
-		n = 1;
-	}
+	n = sampling_user_stack(&p->s, s, user, MAX_FRAMES, &by_fp);
+	if (n == 0)
+		return 0;
 	if (n > 1)
 		p->stats.unwound++;
-	if (n > 1 && unwinder_by_frame_pointers(p->unw))
+	if (by_fp)
 		p->stats.by_frame_pointers++;
 	n += (int)s->nkernel;
 	for (int i = 0; i < n; i++) {
-		r = profile_location_for_address(p->profile, p->pcs[i], &p->locs[i]);
+		r = profile_location_for_address(p->s.profile, p->pcs[i], &p->locs[i]);
 		if (r < 0)
 			return r;
 	}
@@ -178,7 +165,7 @@ static int on_sample(const struct perf_sample *s, void *arg)
 	labels[2] = (struct profile_label){ .key = "ns_thread_id", .num = nstid };
 	values[0] = 1;
 	values[1] = (int64_t)s->period;
-	r = profile_add_sample(p->profile, p->locs, (size_t)n, values, labels, nstid ? 3 : 2);
+	r = profile_add_sample(p->s.profile, p->locs, (size_t)n, values, labels, nstid ? 3 : 2);
 	if (r < 0)
 		return r;
 	p->stats.sampled_ns += s->period;
@@ -189,9 +176,9 @@ static int drain(struct cpu_profiler *p)
 {
 	struct perf_handlers h = { .sample = on_sample, .comm = on_comm, .arg = p };
 	const struct perf_stats *ps;
-	int r = perf_session_drain(p->perf, &h);
+	int r = perf_session_drain(p->s.perf, &h);
 
-	ps = perf_session_stats(p->perf);
+	ps = perf_session_stats(p->s.perf);
 	p->stats.samples = ps->samples - MIN(ps->samples, p->agent_samples);
 	p->stats.lost = ps->lost;
 	p->stats.foreign = ps->foreign;
@@ -208,26 +195,20 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 	if (!p)
 		return -ENOMEM;
 	p->opts = *o;
-	p->rng = now_monotonic_ns() ^ (uint64_t)o->pid;
 	u64map_init(&p->thread_names);
 	u64map_init(&p->ns_tids);
 	cpu_clocks_init(&p->clocks, o->pid);
-	agent_tasks_init(&p->agent, o->pid);
 	p->other_pidns = target_other_pidns(o->pid);
-	p->popts = (struct perf_opts){
-		.pid = o->pid,
-		.period_ns = sampling_period(o),
-		.scope = o->scope,
-		.stack_bytes = STACK_BYTES,
-		.ring_pages = PERF_SAMPLE_RING_PAGES(o->hz),
-		.kernel = o->kernel,
-		.kernel_stacks = o->kernel_stacks,
-	};
-	r = profile_new(&p->profile, cpu_types, ARRAY_SIZE(cpu_types));
-	if (r < 0)
-		goto out_free;
-	r = profile_begin_process(p->profile, o->pid, "cpu", "nanoseconds",
-				  (int64_t)p->popts.period_ns, o->command_line, &p->process_name);
+	r = sampling_init(&p->s,
+			  &(struct sampling_opts){ .pid = o->pid,
+						   .types = cpu_types,
+						   .ntypes = ARRAY_SIZE(cpu_types),
+						   .type = "cpu",
+						   .unit = "nanoseconds",
+						   .period_ns = sampling_period(o),
+						   .command_line = o->command_line,
+						   .sym = o->sym },
+			  err, errlen);
 	if (r < 0)
 		goto out_free;
 	if (o->kernel_stacks) {
@@ -237,13 +218,18 @@ int cpu_profiler_new(struct cpu_profiler **ret, const struct cpu_profiler_opts *
 			goto out_free;
 		}
 	}
-	/* Modules first, while the target surely lives: maps, ELF files, vDSO. */
-	r = symbolizer_share_unwinding(&p->sym, &p->unw, o->sym, o->pid, err, errlen);
-	if (r < 0)
-		goto out_free;
-	r = perf_session_open(&p->perf, &p->popts);
+	p->s.popts = (struct perf_opts){
+		.pid = o->pid,
+		.period_ns = sampling_period(o),
+		.scope = o->scope,
+		.stack_bytes = STACK_BYTES,
+		.ring_pages = PERF_SAMPLE_RING_PAGES(o->hz),
+		.kernel = o->kernel,
+		.kernel_stacks = o->kernel_stacks,
+	};
+	r = perf_session_open(&p->s.perf, &p->s.popts);
 	if (r < 0) {
-		perf_strerror(r, &p->popts, err, errlen);
+		perf_strerror(r, &p->s.popts, err, errlen);
 		goto out_free;
 	}
 	p->have_cpu_clock = clock_getcpuclockid(o->pid, &p->cpu_clock) == 0;
@@ -298,7 +284,7 @@ int cpu_profiler_start(struct cpu_profiler *p)
 	uint64_t realtime, start;
 	int r;
 
-	r = agent_tasks_search(&p->agent, NULL, AGENT_TASK_START_WAIT_MS);
+	r = agent_tasks_search(&p->s.agent, NULL, AGENT_TASK_START_WAIT_MS);
 	if (r < 0)
 		return r;
 	/* Without the threads' clocks the samples stand as they are. */
@@ -307,10 +293,10 @@ int cpu_profiler_start(struct cpu_profiler *p)
 		return r;
 	realtime = now_realtime_ns() - now_monotonic_ns();
 	start = read_edge(p, true, NULL);
-	p->profile->time_nanos = (int64_t)(realtime + start);
-	target_window_start(&p->win, p->opts.pid, start);
+	p->s.profile->time_nanos = (int64_t)(realtime + start);
+	target_window_start(&p->s.win, p->opts.pid, start);
 	p->cpu_clock_last = p->cpu_clock_start;
-	r = perf_session_enable(p->perf);
+	r = perf_session_enable(p->s.perf);
 	if (r < 0)
 		return r;
 	p->running = true;
@@ -319,8 +305,8 @@ int cpu_profiler_start(struct cpu_profiler *p)
 
 static void window_end(struct cpu_profiler *p, uint64_t end)
 {
-	p->stats.window_ns = target_window_end(&p->win, end);
-	p->profile->duration_nanos = (int64_t)p->stats.window_ns;
+	p->stats.window_ns = target_window_end(&p->s.win, end);
+	p->s.profile->duration_nanos = (int64_t)p->stats.window_ns;
 }
 
 /*
@@ -329,8 +315,8 @@ static void window_end(struct cpu_profiler *p, uint64_t end)
  */
 static int drain_interval_ms(struct cpu_profiler *p)
 {
-	p->rng = p->rng * 6364136223846793005ULL + 1442695040888963407ULL;
-	return 10 + (int)((p->rng >> 33) % 21);
+	p->s.rng = p->s.rng * 6364136223846793005ULL + 1442695040888963407ULL;
+	return 10 + (int)((p->s.rng >> 33) % 21);
 }
 
 int cpu_profiler_poll(struct cpu_profiler *p, int timeout_ms)
@@ -338,7 +324,7 @@ int cpu_profiler_poll(struct cpu_profiler *p, int timeout_ms)
 	uint64_t now;
 	int r;
 
-	r = perf_session_wait(p->perf, MIN(timeout_ms, drain_interval_ms(p)));
+	r = perf_session_wait(p->s.perf, MIN(timeout_ms, drain_interval_ms(p)));
 	if (r < 0)
 		return r;
 	r = drain(p);
@@ -347,8 +333,8 @@ int cpu_profiler_poll(struct cpu_profiler *p, int timeout_ms)
 	read_cpu_clock(p, &p->cpu_clock_last);
 	now = now_monotonic_ns();
 	cpu_clocks_tick(&p->clocks, now);
-	p->stats.window_ns = target_window_ns(&p->win, now);
-	r = target_window_look(&p->win, now);
+	p->stats.window_ns = target_window_ns(&p->s.win, now);
+	r = target_window_look(&p->s.win, now);
 	if (r == -ESRCH) {
 		p->stats.target_exited = true;
 		window_end(p, now);
@@ -356,7 +342,7 @@ int cpu_profiler_poll(struct cpu_profiler *p, int timeout_ms)
 	}
 	/* The agent's task's clock, and a new one's tid. */
 	if (r == 1) {
-		r = agent_tasks_refresh(&p->agent, 0);
+		r = agent_tasks_refresh(&p->s.agent, 0);
 		if (r < 0)
 			return r;
 	}
@@ -370,7 +356,7 @@ int cpu_profiler_stop(struct cpu_profiler *p)
 	int r = 0;
 
 	if (p->running) {
-		r = perf_session_disable(p->perf);
+		r = perf_session_disable(p->s.perf);
 		p->running = false;
 	}
 	if (cpu_clocks_stop(&p->clocks) < 0 && r == 0)
@@ -381,7 +367,7 @@ int cpu_profiler_stop(struct cpu_profiler *p)
 	window_end(p, end);
 	if (p->have_cpu_clock)
 		p->stats.process_cpu_ns = p->cpu_clock_last - p->cpu_clock_start;
-	if (agent_tasks_refresh(&p->agent, 0) == -ENOMEM && r == 0)
+	if (agent_tasks_refresh(&p->s.agent, 0) == -ENOMEM && r == 0)
 		r = -ENOMEM;
 	if (drain(p) < 0 && r == 0)
 		r = -EIO;
@@ -396,11 +382,11 @@ static int drop_agent_samples(struct cpu_profiler *p)
 {
 	bool any = false;
 
-	for (size_t i = 0; i < p->profile->nsamples; i++) {
-		struct profile_sample *s = &p->profile->samples[i];
+	for (size_t i = 0; i < p->s.profile->nsamples; i++) {
+		struct profile_sample *s = &p->s.profile->samples[i];
 
 		if (s->nlabels == 0 || s->labels[0].str ||
-		    !agent_tasks_has(&p->agent, (pid_t)s->labels[0].num))
+		    !agent_tasks_has(&p->s.agent, (pid_t)s->labels[0].num))
 			continue;
 		p->stats.sampled_ns -= MIN(p->stats.sampled_ns, (uint64_t)s->values[1]);
 		p->stats.samples -= MIN(p->stats.samples, (uint64_t)s->values[0]);
@@ -408,7 +394,7 @@ static int drop_agent_samples(struct cpu_profiler *p)
 		s->values[0] = s->values[1] = 0;
 		any = true;
 	}
-	return any ? profile_drop_zero_samples(p->profile) : 0;
+	return any ? profile_drop_zero_samples(p->s.profile) : 0;
 }
 
 /* @ns of CPU that no sample caught, in a frame of its own: @tid 0 (and
@@ -426,10 +412,10 @@ static int add_unsampled(struct cpu_profiler *p, uint64_t addr, const char *fram
 		labels[1].str = thread_name(p, tid);
 	if (!labels[1].str)
 		return -ENOMEM;
-	r = profile_named_location(p->profile, addr, frame, &loc);
+	r = profile_named_location(p->s.profile, addr, frame, &loc);
 	if (r < 0)
 		return r;
-	return profile_add_sample(p->profile, &loc, 1, values, labels, 2);
+	return profile_add_sample(p->s.profile, &loc, 1, values, labels, 2);
 }
 
 /*
@@ -446,9 +432,9 @@ static int add_unweighed(struct cpu_profiler *p, uint64_t process)
 	snprintf(comment, sizeof(comment),
 		 "cpu/nanoseconds is the samples' periods, not weighed by the threads' own "
 		 "clocks: %s", strerror(-p->clocks.refused));
-	r = profile_add_comment(p->profile, comment);
+	r = profile_add_comment(p->s.profile, comment);
 	if (r < 0 || p->opts.scope != PERF_SCOPE_THREAD || !process ||
-	    process <= p->stats.sampled_ns + p->popts.period_ns)
+	    process <= p->stats.sampled_ns + p->s.popts.period_ns)
 		return r;
 	missing = process - p->stats.sampled_ns;
 	r = add_unsampled(p, ADDR_ENDED, ENDED_FRAME, 0, missing);
@@ -459,7 +445,7 @@ static int add_unweighed(struct cpu_profiler *p, uint64_t process)
 		 "per-thread sampling: %.3fs of %.3fs process CPU was in threads too short to "
 		 "sample; run as root (system-wide sampling) to attribute it",
 		 (double)missing / 1e9, (double)process / 1e9);
-	return profile_add_comment(p->profile, comment);
+	return profile_add_comment(p->s.profile, comment);
 }
 
 /* What weigh() did, in the profile's words. */
@@ -474,19 +460,19 @@ static int weigh_comments(struct cpu_profiler *p, const struct cpu_clocks_totals
 		 "%.3fs, the clocks of the threads sampled to %.3fs (%+.1f%%)",
 		 (double)t->sampled_ns / 1e9, (double)t->weighed_ns / 1e9,
 		 t->sampled_ns ? 100.0 * ((double)t->weighed_ns / (double)t->sampled_ns - 1) : 0.0);
-	r = profile_add_comment(p->profile, c);
+	r = profile_add_comment(p->s.profile, c);
 	if (r == 0 && t->quiet_threads) {
 		snprintf(c, sizeof(c), "%.3fs of CPU in %u %s that no sample caught: %s",
 			 (double)t->quiet_ns / 1e9, t->quiet_threads,
 			 plural(t->quiet_threads, "thread", "threads"), QUIET_FRAME);
-		r = profile_add_comment(p->profile, c);
+		r = profile_add_comment(p->s.profile, c);
 	}
 	if (r == 0 && p->stats.unsampled_ns) {
 		snprintf(c, sizeof(c), "%.3fs of %.3fs process CPU was in threads that ended "
 			 "between two samples: %s",
 			 (double)p->stats.unsampled_ns / 1e9,
 			 (double)p->stats.process_cpu_ns / 1e9, ENDED_FRAME);
-		r = profile_add_comment(p->profile, c);
+		r = profile_add_comment(p->s.profile, c);
 	}
 	return r;
 }
@@ -501,17 +487,17 @@ static int weigh(struct cpu_profiler *p)
 	struct cpu_clocks_totals t;
 	/* The process's clock counts the agent's task too: cprof's. */
 	uint64_t process = p->stats.process_cpu_ns -
-			   MIN(p->stats.process_cpu_ns, agent_tasks_cpu_ns(&p->agent));
+			   MIN(p->stats.process_cpu_ns, agent_tasks_cpu_ns(&p->s.agent));
 	int r = 0;
 
 	for (size_t i = 0; i < p->clocks.n; i++)
-		if (agent_tasks_has(&p->agent, p->clocks.v[i].tid))
+		if (agent_tasks_has(&p->s.agent, p->clocks.v[i].tid))
 			cpu_clocks_forget(&p->clocks, p->clocks.v[i].tid);
 	cpu_clocks_settle(&p->clocks, process, &t);
 	if (p->clocks.refused)
 		return add_unweighed(p, process);
-	for (size_t i = 0; i < p->profile->nsamples; i++) {
-		struct profile_sample *s = &p->profile->samples[i];
+	for (size_t i = 0; i < p->s.profile->nsamples; i++) {
+		struct profile_sample *s = &p->s.profile->samples[i];
 		const struct profile_label *tid = profile_sample_label(s, "thread_id");
 
 		if (tid && !tid->str)
@@ -525,37 +511,13 @@ static int weigh(struct cpu_profiler *p)
 			r = add_unsampled(p, ADDR_QUIET, QUIET_FRAME, ct->tid, ct->own_ns);
 	}
 	/* Below a period: the reads' own spread, not a thread. */
-	if (r == 0 && t.ended_ns > p->popts.period_ns) {
+	if (r == 0 && t.ended_ns > p->s.popts.period_ns) {
 		r = add_unsampled(p, ADDR_ENDED, ENDED_FRAME, 0, t.ended_ns);
 		p->stats.unsampled_ns = t.ended_ns;
 	}
 	p->stats.weighed = true;
 	p->stats.clocks_ns = t.weighed_ns;
 	return r < 0 ? r : weigh_comments(p, &t);
-}
-
-/*
- * Kernel frames are named first, so that the user-space symbolizer leaves
- * them alone and puts the program's mapping first (pprof's "File:"); their
- * own mapping comes after.
- */
-static int fill_locations(struct cpu_profiler *p)
-{
-	uint64_t kernel_mapping;
-	int r;
-
-	if (p->opts.kernel_stacks) {
-		r = kallsyms_fill_profile(&p->ksyms, p->profile, 0);
-		if (r < 0)
-			return r;
-	}
-	r = symbolizer_fill_profile(p->sym, p->profile);
-	if (r < 0 || !p->opts.kernel_stacks)
-		return r;
-	r = kallsyms_add_mapping(p->profile, &kernel_mapping);
-	if (r < 0 || !kernel_mapping)
-		return r;
-	return kallsyms_fill_profile(&p->ksyms, p->profile, kernel_mapping);
 }
 
 int cpu_profiler_finish(struct cpu_profiler *p, struct profile **ret)
@@ -567,33 +529,30 @@ int cpu_profiler_finish(struct cpu_profiler *p, struct profile **ret)
 	if (p->stats.lost) {
 		snprintf(comment, sizeof(comment), "lost %llu %s: sample buffers overflowed",
 			 (unsigned long long)p->stats.lost, plural(p->stats.lost, "record", "records"));
-		r = profile_add_comment(p->profile, comment);
+		r = profile_add_comment(p->s.profile, comment);
 		if (r < 0)
 			return r;
 	}
 	if (p->stats.by_frame_pointers) {
 		unwind_frame_pointer_note(comment, sizeof(comment), p->stats.by_frame_pointers,
 					  p->stats.samples);
-		r = profile_add_comment(p->profile, comment);
+		r = profile_add_comment(p->s.profile, comment);
 		if (r < 0)
 			return r;
 	}
-	/* Libraries loaded during the window; harmless when the target is gone. */
-	symbolizer_refresh(p->sym);
-	r = fill_locations(p);
+	r = sampling_symbolize(&p->s, p->opts.kernel_stacks ? &p->ksyms : NULL);
 	if (r < 0)
 		return r;
 	r = drop_agent_samples(p);
 	if (r == 0)
-		r = agent_tasks_note(&p->agent, true, p->profile);
+		r = agent_tasks_note(&p->s.agent, true, p->s.profile);
 	if (r == 0)
 		r = weigh(p);
 	if (r < 0)
 		return r;
-	p->stats.cpu_ns = (uint64_t)profile_total(p->profile, 1);
+	p->stats.cpu_ns = (uint64_t)profile_total(p->s.profile, 1);
 	p->stats.symbolize_ns = now_monotonic_ns() - t0;
-	*ret = p->profile;
-	p->profile = NULL;
+	sampling_hand_out(&p->s, ret);
 	return 0;
 }
 
@@ -606,14 +565,10 @@ void cpu_profiler_free(struct cpu_profiler *p)
 {
 	if (!p)
 		return;
-	/* Events first: closing them is what stops sampling the target. */
-	perf_session_free(p->perf);
-	symbolizer_unref(p->sym);
-	profile_free(p->profile);
+	sampling_release(&p->s);
 	u64map_release(&p->thread_names);
 	kallsyms_release(&p->ksyms);
 	u64map_release(&p->ns_tids);
 	cpu_clocks_release(&p->clocks);
-	agent_tasks_release(&p->agent);
 	free(p);
 }

@@ -25,8 +25,8 @@ static const char *name_of(struct wall_profiler *p, pid_t tid)
 	if (t && t->name)
 		return t->name;
 	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) < 0)
-		return p->process_name;
-	return profile_intern(p->profile, buf);
+		return p->s.process_name;
+	return profile_intern(p->s.profile, buf);
 }
 
 static const char *state_name(char state)
@@ -51,7 +51,7 @@ static int synthetic_location(struct wall_profiler *p, uint64_t addr, uint64_t *
 		[ADDR_RUN_UNSAMPLED] = "[running: not sampled]",
 	};
 
-	return profile_named_location(p->profile, addr, names[addr], ret);
+	return profile_named_location(p->s.profile, addr, names[addr], ret);
 }
 
 /* @count samples of @ns of @tid's time in @state, on @pcs (NULL: @addr's frame). */
@@ -69,7 +69,7 @@ static int add_samples(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, 
 		return 0;
 	if (pcs) {
 		for (size_t i = 0; i < n; i++) {
-			r = profile_location_for_address(p->profile, pcs[i], &p->locs[i]);
+			r = profile_location_for_address(p->s.profile, pcs[i], &p->locs[i]);
 			if (r < 0)
 				return r;
 		}
@@ -87,7 +87,7 @@ static int add_samples(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, 
 	if (call)
 		labels[nlabels++] = (struct profile_label){ .key = "syscall", .str = call };
 	p->stats.accounted_ns += ns;
-	return profile_add_sample(p->profile, p->locs, n, values, labels, nlabels);
+	return profile_add_sample(p->s.profile, p->locs, n, values, labels, nlabels);
 }
 
 static int add_time(struct wall_profiler *p, pid_t tid, const uint64_t *pcs, size_t n,
@@ -149,7 +149,7 @@ static int add_runnable(struct wall_profiler *p, struct wall_thread *t, uint64_t
 int wall_add_running(struct wall_profiler *p, struct wall_thread *t)
 {
 	const struct wall_run_stacks *rs = &t->runs;
-	bool scaled = p->popts.scope == PERF_SCOPE_SYSTEM || rs->period_ns > t->run_ns;
+	bool scaled = p->s.popts.scope == PERF_SCOPE_SYSTEM || rs->period_ns > t->run_ns;
 	uint64_t given = 0, cum = 0, ns;
 	int r = 0;
 
@@ -204,7 +204,7 @@ static void take_back_run(struct wall_profiler *p, struct wall_thread *t, uint64
  */
 void wall_take_back_owed(struct wall_profiler *p)
 {
-	struct profile *pr = p->profile;
+	struct profile *pr = p->s.profile;
 	struct wall_thread *t;
 	uint64_t cut;
 

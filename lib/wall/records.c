@@ -45,17 +45,16 @@ static int keep_run_stack(struct wall_profiler *p, pid_t tid, const uint64_t *pc
 static int on_sample(const struct perf_sample *s, void *arg)
 {
 	struct wall_profiler *p = arg;
-	int n = 0;
+	bool by_fp;
+	int n;
 
-	if (!s->has_user || agent_tasks_has(&p->agent, s->tid))
+	if (agent_tasks_has(&p->s.agent, s->tid))
 		return 0;
-	n = unwinder_unwind(p->unw, &s->user, p->pcs, WALL_MAX_FRAMES);
-	if (n <= 0) {
-		p->pcs[0] = s->user.regs[UNWIND_REG_RIP];
-		n = 1;
-	}
+	n = sampling_user_stack(&p->s, s, p->pcs, WALL_MAX_FRAMES, &by_fp);
+	if (n == 0)
+		return 0;
 	p->stats.run_stacks++;
-	if (n > 1 && unwinder_by_frame_pointers(p->unw))
+	if (by_fp)
 		p->stats.by_frame_pointers++;
 	p->stats.bytes_read += s->user.stack_size + sizeof(s->user.regs);
 	return keep_run_stack(p, s->tid, p->pcs, (size_t)n, s->period);
@@ -67,11 +66,11 @@ static void on_comm(pid_t tid, const char *name, void *arg)
 	struct wall_thread *t = wall_thread_of(p, tid);
 
 	/* The agent's task names itself first: it may have been seen before. */
-	agent_tasks_saw_name(&p->agent, name); /* out of memory: known later, or not */
-	if (t && agent_tasks_has(&p->agent, tid))
+	agent_tasks_saw_name(&p->s.agent, name); /* out of memory: known later, or not */
+	if (t && agent_tasks_has(&p->s.agent, tid))
 		wall_thread_disown(p, t);
 	else if (t)
-		t->name = profile_intern(p->profile, name);
+		t->name = profile_intern(p->s.profile, name);
 }
 
 /* Each CPU has its ring: a thread's switches come in time order only once
@@ -106,10 +105,10 @@ void wall_switches_open(struct wall_profiler *p, uint64_t now)
 {
 	struct perf_opts o = { .pid = p->opts.pid, .scope = PERF_SCOPE_THREAD,
 			       .ring_pages = SWITCH_RING_PAGES, .switches_only = true };
-	uint64_t rate = p->switches_counted * 1000000000ULL / MAX(now - p->win.start_ns, 1);
+	uint64_t rate = p->switches_counted * 1000000000ULL / MAX(now - p->s.win.start_ns, 1);
 
 	p->switches_decided = true;
-	if (!p->perf) {
+	if (!p->s.perf) {
 		p->stats.split = WALL_SPLIT_REFUSED;
 		return;
 	}
@@ -186,10 +185,10 @@ int wall_drain(struct wall_profiler *p)
 		if (perf_session_stats(p->switches)->lost)
 			close_switches(p, WALL_SPLIT_LOST);
 	}
-	if (!p->perf)
+	if (!p->s.perf)
 		return 0;
-	r = perf_session_drain(p->perf, &h);
-	ps = perf_session_stats(p->perf);
+	r = perf_session_drain(p->s.perf, &h);
+	ps = perf_session_stats(p->s.perf);
 	p->stats.lost = ps->lost;
 	return r;
 }

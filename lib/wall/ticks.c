@@ -32,11 +32,11 @@ static void take_off_stack(struct wall_profiler *p, struct wall_thread *t,
 	uint64_t bytes = 0;
 	int r;
 
-	r = wall_take_off_stack(p->opts.pid, t->tid, look, &p->maps, p->unw, &t->off, &bytes);
+	r = wall_take_off_stack(p->opts.pid, t->tid, look, &p->maps, p->s.unw, &t->off, &bytes);
 	if (r == -ENOENT) {
 		maps_release(&p->maps);
 		if (maps_read(p->opts.pid, &p->maps) == 0)
-			r = wall_take_off_stack(p->opts.pid, t->tid, look, &p->maps, p->unw,
+			r = wall_take_off_stack(p->opts.pid, t->tid, look, &p->maps, p->s.unw,
 						&t->off, &bytes);
 	}
 	p->stats.bytes_read += bytes;
@@ -112,17 +112,17 @@ struct wall_thread *wall_thread_add(struct wall_profiler *p, pid_t tid, uint64_t
 	wall_run_stacks_init(&t->runs);
 	wall_count_switches(p, t, 0);
 	if (target_thread_name(p->opts.pid, tid, buf, sizeof(buf)) == 0)
-		t->name = profile_intern(p->profile, buf);
+		t->name = profile_intern(p->s.profile, buf);
 	p->stats.threads++;
 	/* Its name may be the first sign of the agent's task (a first load). */
-	if (t->name && agent_tasks_saw_name(&p->agent, t->name) == 0 &&
-	    agent_tasks_has(&p->agent, tid)) {
+	if (t->name && agent_tasks_saw_name(&p->s.agent, t->name) == 0 &&
+	    agent_tasks_has(&p->s.agent, tid)) {
 		wall_thread_disown(p, t);
 		return t;
 	}
 	if (p->started && (u64map_get(&p->births, (uint64_t)tid, &birth) ||
 			   wall_thread_birth_ns(p->opts.pid, tid, &birth) == 0) &&
-	    birth >= p->win.start_ns) {
+	    birth >= p->s.win.start_ns) {
 		t->last_ns = birth; /* its clocks count from there */
 		t->awake = true;
 		return t;
@@ -199,7 +199,7 @@ int wall_tick(struct wall_profiler *p, bool last, uint64_t *ret_end)
 	if (r < 0)
 		return r;
 	/* After the listing: a task of the agent's in it is known by now. */
-	starting = agent_tasks_refresh(&p->agent, p->started ? 0 : AGENT_TASK_START_WAIT_MS);
+	starting = agent_tasks_refresh(&p->s.agent, p->started ? 0 : AGENT_TASK_START_WAIT_MS);
 	if (starting < 0) {
 		free(tids);
 		return starting;
@@ -209,7 +209,7 @@ int wall_tick(struct wall_profiler *p, bool last, uint64_t *ret_end)
 	for (size_t i = 0; i < n; i++) {
 		struct wall_thread *t = wall_thread_of(p, tids[i]);
 
-		if (agent_tasks_has(&p->agent, tids[i])) {
+		if (agent_tasks_has(&p->s.agent, tids[i])) {
 			if (t)
 				wall_thread_disown(p, t);
 			continue;
@@ -237,7 +237,7 @@ int wall_tick(struct wall_profiler *p, bool last, uint64_t *ret_end)
 		if (t->exited)
 			thread_gone(t);
 		else if (t->fresh)
-			begin(p, t, p->started ? t->next_at : p->win.start_ns);
+			begin(p, t, p->started ? t->next_at : p->s.win.start_ns);
 		else if (wall_account(p, t, last ? end : t->next_at) == -ESRCH)
 			thread_gone(t);
 	}
@@ -264,8 +264,8 @@ int wall_take_tick(struct wall_profiler *p)
 	p->tick_cost = p->tick_cost ? (3 * p->tick_cost + took) / 4 : took;
 	/* +-25% at random: a thread whose cycle is a multiple of the tick
 	 * would otherwise be seen in the same phase of it every time. */
-	p->rng = p->rng * 6364136223846793005ULL + 1442695040888963407ULL;
-	p->next_tick = t0 + MAX(p->tick_ns * 3 / 4 + (p->rng >> 33) % (p->tick_ns / 2 + 1),
+	p->s.rng = p->s.rng * 6364136223846793005ULL + 1442695040888963407ULL;
+	p->next_tick = t0 + MAX(p->tick_ns * 3 / 4 + (p->s.rng >> 33) % (p->tick_ns / 2 + 1),
 				p->tick_cost * TICK_DUTY);
 	return r;
 }

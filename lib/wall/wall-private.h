@@ -9,7 +9,7 @@
 #include "maps/maps.h"
 #include "perf/perf.h"
 #include "profile/profile.h"
-#include "session/agent-task.h"
+#include "sampling/sampling.h"
 #include "symbolize/symbolize.h"
 #include "target/target.h"
 #include "unwind/unwind.h"
@@ -200,26 +200,20 @@ struct wall_thread {
 
 struct wall_profiler {
 	struct wall_profiler_opts opts;
-	struct perf_opts popts;
-	struct symbolizer *sym;
-	struct unwinder *unw;       /* sym's */
-	struct perf_session *perf; /* NULL: refused, no CPU stacks */
+	/* s.perf NULL: refused, no CPU stacks; s.agent's task: in no sample,
+	 * no thread; s.rng: the ticks' jitter */
+	struct sampling s;
 	struct perf_session *switches; /* NULL: none, or closed (too many) */
 	bool switches_decided;
 	uint64_t switches_counted; /* by the threads' status, since the start */
 	uint64_t switches_since, switch_records; /* the rate's window */
-	struct profile *profile;
 	struct maps maps;
 	struct wall_thread *threads;
 	size_t nthreads, threads_alloc;
 	struct u64map by_tid; /* tid -> index + 1 */
 	struct u64map births; /* tid -> perf time of birth, for threads not seen yet */
-	struct agent_tasks agent; /* the cprof agent's task: in no sample, no thread */
-	const char *process_name;
-	struct target_window win;
 	uint64_t tick_ns, next_tick;
 	bool started, running, run_added;
-	uint64_t rng;
 	uint64_t tick_cost; /* smoothed */
 	struct wall_profiler_stats stats;
 	uint64_t pcs[WALL_MAX_FRAMES], locs[WALL_MAX_FRAMES];

@@ -13,7 +13,6 @@
 
 #include "maps/maps.h"
 #include "perf/perf.h"
-#include "session/agent-task.h"
 #include "symbolize/symbolize.h"
 #include "target/target.h"
 #include "threads/threads.h"
@@ -40,10 +39,20 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 	p->opts = *o;
 	u64map_init(&p->by_tid);
 	u64map_init(&p->births);
-	agent_tasks_init(&p->agent, o->pid);
-	p->rng = now_monotonic_ns() ^ (uint64_t)o->pid;
 	p->tick_ns = 1000000000ULL / (o->hz ? o->hz : 100);
-	p->popts = (struct perf_opts){
+	r = sampling_init(&p->s,
+			  &(struct sampling_opts){ .pid = o->pid,
+						   .types = wall_types,
+						   .ntypes = ARRAY_SIZE(wall_types),
+						   .type = "wall",
+						   .unit = "nanoseconds",
+						   .period_ns = p->tick_ns,
+						   .command_line = o->command_line,
+						   .sym = o->sym },
+			  err, errlen);
+	if (r < 0)
+		goto out_free;
+	p->s.popts = (struct perf_opts){
 		.pid = o->pid,
 		.period_ns = p->tick_ns,
 		/* Events of the target's own threads make each of its switches
@@ -55,15 +64,6 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 		/* Samples in system calls carry the call's user stack. */
 		.kernel = perf_kernel_samples_allowed(),
 	};
-	r = profile_new(&p->profile, wall_types, ARRAY_SIZE(wall_types));
-	if (r == 0)
-		r = profile_begin_process(p->profile, o->pid, "wall", "nanoseconds",
-					  (int64_t)p->tick_ns, o->command_line, &p->process_name);
-	if (r < 0)
-		goto out_free;
-	r = symbolizer_share_unwinding(&p->sym, &p->unw, o->sym, o->pid, err, errlen);
-	if (r < 0)
-		goto out_free;
 	r = maps_read(o->pid, &p->maps);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot read the mappings of pid %d: %s", o->pid,
@@ -81,12 +81,12 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 			p->stats.stacks_refused = r;
 	}
 	/* Without CPU samples the running time is still counted, stackless. */
-	p->stats.perf_per_thread = p->popts.scope == PERF_SCOPE_THREAD;
-	r = perf_session_open(&p->perf, &p->popts);
+	p->stats.perf_per_thread = p->s.popts.scope == PERF_SCOPE_THREAD;
+	r = perf_session_open(&p->s.perf, &p->s.popts);
 	if (r < 0) {
-		p->perf = NULL;
+		p->s.perf = NULL;
 		p->stats.perf_refused = true;
-		perf_strerror(r, &p->popts, p->stats.perf_error, sizeof(p->stats.perf_error));
+		perf_strerror(r, &p->s.popts, p->stats.perf_error, sizeof(p->stats.perf_error));
 	}
 	*ret = p;
 	return 0;
@@ -100,9 +100,9 @@ int wall_profiler_start(struct wall_profiler *p)
 {
 	int r;
 
-	p->profile->time_nanos = (int64_t)now_realtime_ns();
-	target_window_start(&p->win, p->opts.pid, now_monotonic_ns());
-	r = agent_tasks_search(&p->agent, &p->maps, AGENT_TASK_START_WAIT_MS);
+	p->s.profile->time_nanos = (int64_t)now_realtime_ns();
+	target_window_start(&p->s.win, p->opts.pid, now_monotonic_ns());
+	r = agent_tasks_search(&p->s.agent, &p->maps, AGENT_TASK_START_WAIT_MS);
 	if (r < 0)
 		return r;
 	r = wall_tick(p, false, NULL); /* the baseline: nothing accounted yet */
@@ -110,8 +110,8 @@ int wall_profiler_start(struct wall_profiler *p)
 		return r;
 	p->started = true;
 	p->next_tick = now_monotonic_ns() + p->tick_ns;
-	if (p->perf) {
-		r = perf_session_enable(p->perf);
+	if (p->s.perf) {
+		r = perf_session_enable(p->s.perf);
 		if (r < 0)
 			return r;
 	}
@@ -121,8 +121,8 @@ int wall_profiler_start(struct wall_profiler *p)
 
 static void window_end(struct wall_profiler *p)
 {
-	p->stats.window_ns = target_window_end(&p->win, 0);
-	p->profile->duration_nanos = (int64_t)p->stats.window_ns;
+	p->stats.window_ns = target_window_end(&p->s.win, 0);
+	p->s.profile->duration_nanos = (int64_t)p->stats.window_ns;
 }
 
 int wall_profiler_poll(struct wall_profiler *p, int timeout_ms)
@@ -133,8 +133,8 @@ int wall_profiler_poll(struct wall_profiler *p, int timeout_ms)
 	/* Rounded up: a wait of 0 ms would spin until the tick. */
 	if (p->next_tick > now)
 		wait_ms = (int)MIN((uint64_t)timeout_ms, (p->next_tick - now + 999999) / 1000000);
-	if (p->perf) {
-		r = perf_session_wait(p->perf, wait_ms);
+	if (p->s.perf) {
+		r = perf_session_wait(p->s.perf, wait_ms);
 		if (r < 0)
 			return r;
 	} else if (wait_ms) {
@@ -151,8 +151,8 @@ int wall_profiler_poll(struct wall_profiler *p, int timeout_ms)
 		if (r < 0 && r != -ESRCH)
 			return r;
 	}
-	p->stats.window_ns = target_window_ns(&p->win, now);
-	if (target_window_look(&p->win, now) == -ESRCH) {
+	p->stats.window_ns = target_window_ns(&p->s.win, now);
+	if (target_window_look(&p->s.win, now) == -ESRCH) {
 		p->stats.target_exited = true;
 		window_end(p);
 		return -ESRCH;
@@ -166,18 +166,18 @@ int wall_profiler_stop(struct wall_profiler *p)
 
 	/* Samples first, then the last tick: no sample stands for time after
 	 * the window's end. */
-	if (p->running && p->perf)
-		perf_session_disable(p->perf);
+	if (p->running && p->s.perf)
+		perf_session_disable(p->s.perf);
 	if (p->running && p->switches)
 		perf_session_disable(p->switches);
 	if (wall_drain(p) < 0)
 		r = -EIO;
-	if (p->running && !p->stats.target_exited && !p->win.end_ns) {
+	if (p->running && !p->stats.target_exited && !p->s.win.end_ns) {
 		uint64_t end = 0;
 
 		if (wall_tick(p, true, &end) == -ENOMEM)
 			r = -ENOMEM;
-		target_window_end(&p->win, end); /* where the last tick accounted the threads to */
+		target_window_end(&p->s.win, end); /* where the last tick accounted the threads to */
 	}
 	window_end(p);
 	if (!p->run_added)
@@ -218,23 +218,23 @@ static int add_comments(struct wall_profiler *p)
 	if (p->stats.perf_refused) {
 		snprintf(c, sizeof(c), "no CPU stacks: perf_event_open refused (%s); running time "
 			 "is in [running: not sampled]", p->stats.perf_error);
-		r = profile_add_comment(p->profile, c);
+		r = profile_add_comment(p->s.profile, c);
 	}
 	if (r == 0 && p->stats.split != WALL_SPLIT_EXACT) {
 		snprintf(c, sizeof(c), "runnable time is split between the stack a thread ran on "
 			 "and the one it slept on by estimate, not by the kernel's switch records "
 			 "(%s)", wall_split_reason(p->stats.split));
-		r = profile_add_comment(p->profile, c);
+		r = profile_add_comment(p->s.profile, c);
 	}
 	if (r == 0 && p->stats.lost) {
 		snprintf(c, sizeof(c), "lost %llu perf %s: buffers overflowed",
 			 (unsigned long long)p->stats.lost, plural(p->stats.lost, "record", "records"));
-		r = profile_add_comment(p->profile, c);
+		r = profile_add_comment(p->s.profile, c);
 	}
 	if (r == 0 && p->stats.by_frame_pointers) {
 		unwind_frame_pointer_note(c, sizeof(c), p->stats.by_frame_pointers,
 					  p->stats.run_stacks + p->stats.off_stacks);
-		r = profile_add_comment(p->profile, c);
+		r = profile_add_comment(p->s.profile, c);
 	}
 	return r;
 }
@@ -245,7 +245,7 @@ static int add_comments(struct wall_profiler *p)
  */
 static int drop_own_samples(struct wall_profiler *p)
 {
-	struct profile *pr = p->profile;
+	struct profile *pr = p->s.profile;
 	bool any = false;
 
 	for (size_t i = 0; i < p->nthreads; i++)
@@ -279,18 +279,16 @@ int wall_profiler_finish(struct wall_profiler *p, struct profile **ret)
 
 	r = drop_own_samples(p);
 	if (r == 0)
-		r = agent_tasks_note(&p->agent, true, p->profile);
+		r = agent_tasks_note(&p->s.agent, true, p->s.profile);
 	if (r == 0)
 		r = add_comments(p);
 	if (r < 0)
 		return r;
-	symbolizer_refresh(p->sym);
-	r = symbolizer_fill_profile(p->sym, p->profile);
+	r = sampling_symbolize(&p->s, NULL);
 	if (r < 0)
 		return r;
 	p->stats.symbolize_ns = now_monotonic_ns() - t0;
-	*ret = p->profile;
-	p->profile = NULL;
+	sampling_hand_out(&p->s, ret);
 	return 0;
 }
 
@@ -303,7 +301,7 @@ void wall_profiler_free(struct wall_profiler *p)
 {
 	if (!p)
 		return;
-	perf_session_free(p->perf);
+	sampling_release(&p->s);
 	perf_session_free(p->switches);
 	for (size_t i = 0; i < p->nthreads; i++) {
 		if (p->threads[i].fd >= 0)
@@ -318,10 +316,7 @@ void wall_profiler_free(struct wall_profiler *p)
 	free(p->threads);
 	u64map_release(&p->by_tid);
 	u64map_release(&p->births);
-	agent_tasks_release(&p->agent);
 	maps_release(&p->maps);
-	symbolizer_unref(p->sym);
-	profile_free(p->profile);
 	free(p);
 }
 
