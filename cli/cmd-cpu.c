@@ -32,14 +32,17 @@ struct cpu_args {
 static void cpu_help(const void *ctx)
 {
 	(void)ctx;
-	printf("usage: cprof cpu -p PID [-d DURATION] [-F HZ] [-o FILE] [--mode MODE] [--kernel] "
-	       "[--format FORMAT] [--top N] [--json] [-q]\n"
+	printf("usage: cprof cpu -p PID[,PID...] [--children] [--cgroup PATH] [-d DURATION] "
+	       "[-F HZ] [-o FILE] [--mode MODE] [--kernel] [--format FORMAT] [--top N] [--json] "
+	       "[-q]\n"
 	       "\n"
 	       "Sample the CPU use of every thread of process PID, threads started later\n"
 	       "included, and write a gzipped pprof profile (samples/count, cpu/nanoseconds).\n"
 	       "Ctrl-C stops early and still writes the profile.\n"
 	       "\n"
-	       "  -p, --pid PID            process to profile\n"
+	       OPTIONS_SET_HELP("profile")
+	       ", sampled per thread; the\n"
+	       "                           processes are those of the window's start\n"
 	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
 	       "  -F, --frequency HZ       samples per second of CPU time, 1-10000 (default 100)\n"
 	       "  -o, --output FILE        where to write, - for stdout (default cpu.pb.gz;\n"
@@ -143,6 +146,21 @@ static void summary(const void *ctx, const struct run *run)
 			       plural(st->samples, "stack", "stacks"));
 }
 
+static struct cpu_profiler_opts profiler_opts(const struct cpu_args *a, const struct run *run,
+					      pid_t pid)
+{
+	return (struct cpu_profiler_opts){
+		.pid = pid,
+		.hz = a->s.hz,
+		/* A CPU's events of each process of a set would each take
+		 * every process's samples: the set's are each thread's. */
+		.scope = run->set ? PERF_SCOPE_THREAD : choose_scope(a->mode),
+		.kernel = perf_kernel_samples_allowed(),
+		.kernel_stacks = a->kernel,
+		.command_line = run->command_line,
+	};
+}
+
 static int open_profiler(void *ctx, struct run *run)
 {
 	struct cpu_args *a = ctx;
@@ -155,22 +173,24 @@ static int open_profiler(void *ctx, struct run *run)
 		return EXIT_PERMISSION;
 	}
 	preflight_raise_nofile();
-	po = (struct cpu_profiler_opts){
-		.pid = run->target.pid,
-		.hz = a->s.hz,
-		.scope = choose_scope(a->mode),
-		.kernel = perf_kernel_samples_allowed(),
-		.kernel_stacks = a->kernel,
-		.command_line = run->command_line,
-	};
+	po = profiler_opts(a, run, run->target.pid);
 	r = profiler_new_cpu(&run->p, &po, why, sizeof(why));
 	return run_start_sampler(run, r, why);
+}
+
+static int open_member(void *ctx, const struct run *run, pid_t pid, struct profiler **ret,
+		       char *err, size_t errlen)
+{
+	struct cpu_profiler_opts po = profiler_opts(ctx, run, pid);
+
+	return profiler_new_cpu(ret, &po, err, errlen);
 }
 
 static const struct run_ops cpu_ops = {
 	.command = CMD,
 	.verb = "sampling",
 	.open = open_profiler,
+	.open_member = open_member,
 	.counts = { "sample", "samples" },
 	.summary = summary,
 };

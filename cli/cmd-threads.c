@@ -24,14 +24,16 @@ struct threads_run {
 static void threads_help(const void *ctx)
 {
 	(void)ctx;
-	printf("usage: cprof threads -p PID [--debug 0|1|2] [-o FILE] [--format FORMAT] "
-	       "[--top N] [--json] [-q]\n"
+	printf("usage: cprof threads -p PID[,PID...] [--children] [--cgroup PATH] "
+	       "[--debug 0|1|2] [-o FILE] [--format FORMAT] [--top N] [--json] [-q]\n"
 	       "\n"
 	       "Stop every thread of process PID at the same moment, copy its registers and\n"
 	       "stack, let it go, then show what each thread was doing: Go's goroutine\n"
 	       "profile for native threads. The pause is measured and shown.\n"
 	       "\n"
-	       "  -p, --pid PID            process to look at\n"
+	       OPTIONS_SET_HELP("look at")
+	       ", and --debug's text heads\n"
+	       "                           each process's threads\n"
 	       "      --debug N            1: stacks with counts, Go's debug=1 text; 2: one block\n"
 	       "                           per thread, Go's debug=2 (to stdout without -o);\n"
 	       "                           0: the pprof profile, threads/count (the default)\n"
@@ -98,6 +100,15 @@ static int open_profiler(void *ctx, struct run *run)
 	return r < 0 ? snapshot_error(r, run->target.pid, why) : 0;
 }
 
+static int open_member(void *ctx, const struct run *run, pid_t pid, struct profiler **ret,
+		       char *err, size_t errlen)
+{
+	(void)ctx;
+	(void)err;
+	(void)errlen;
+	return profiler_new_threads(ret, pid, NULL, run->command_line);
+}
+
 static void summary(const void *ctx, const struct run *run)
 {
 	const struct threads_run *a = ctx;
@@ -113,6 +124,8 @@ static const struct run_ops threads_ops = {
 	.command = CMD,
 	.attach = "stop the threads of",
 	.open = open_profiler,
+	.open_member = open_member,
+	.counts = { "thread", "threads" },
 	.summary = summary,
 };
 

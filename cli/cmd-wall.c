@@ -28,8 +28,8 @@ struct wall_args {
 static void wall_help(const void *ctx)
 {
 	(void)ctx;
-	printf("usage: cprof wall -p PID [-d DURATION] [-F HZ] [-o FILE] [--format FORMAT] "
-	       "[--top N] [--json] [-q]\n"
+	printf("usage: cprof wall -p PID[,PID...] [--children] [--cgroup PATH] [-d DURATION] "
+	       "[-F HZ] [-o FILE] [--format FORMAT] [--top N] [--json] [-q]\n"
 	       "\n"
 	       "Account for every nanosecond of every thread of process PID, on the CPU\n"
 	       "and off it (running, runnable, sleeping in a call, disk, stopped), and\n"
@@ -37,7 +37,9 @@ static void wall_help(const void *ctx)
 	       "with thread_id, thread_name, state and syscall. No signal is sent and no\n"
 	       "thread is stopped. Ctrl-C stops early and still writes the profile.\n"
 	       "\n"
-	       "  -p, --pid PID            process to profile\n"
+	       OPTIONS_SET_HELP("profile")
+	       ", sampled per thread; the\n"
+	       "                           processes are those of the window's start\n"
 	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
 	       "  -F, --frequency HZ       looks at every thread per second, and CPU samples per\n"
 	       "                           second of CPU time, 1-10000, as cpu's (default 100)\n"
@@ -132,10 +134,26 @@ static int open_profiler(void *ctx, struct run *run)
 	return run_start_sampler(run, r, why);
 }
 
+static int open_member(void *ctx, const struct run *run, pid_t pid, struct profiler **ret,
+		       char *err, size_t errlen)
+{
+	const struct wall_args *a = ctx;
+	struct wall_profiler_opts po = {
+		.pid = pid,
+		.hz = a->s.hz,
+		.command_line = run->command_line,
+		.per_thread = true,
+	};
+
+	return profiler_new_wall(ret, &po, err, errlen);
+}
+
 static const struct run_ops wall_ops = {
 	.command = CMD,
 	.verb = "sampling",
 	.open = open_profiler,
+	.open_member = open_member,
+	.counts = { "tick", "ticks" },
 	.progress = progress,
 	.summary = summary,
 };

@@ -43,8 +43,8 @@ static void usage(FILE *f)
 		   "      --version  print the version, the libraries, the agent's path\n"
 		   "\n"
 		   "exit codes: 0 ok, 1 failure while profiling, 2 target cannot be profiled,\n"
-		   "3 permission denied, 4 output cannot be written, 5 record: some kinds\n"
-		   "not written, 64 usage error.\n"
+		   "3 permission denied, 4 output cannot be written, 5 written in part\n"
+		   "(record's kinds, a set's processes), 64 usage error.\n"
 		   "See cprof(1).\n");
 }
 

@@ -2,11 +2,13 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "report.h"
+#include "target/set.h"
 #include "util/parse.h"
 #include "util/util.h"
 
@@ -25,6 +27,36 @@ int option_pid(const char *cmd, const char *arg, pid_t *ret)
 	if (r < 0)
 		return report_usage(cmd, "invalid pid '%s': not a number", arg);
 	return 0;
+}
+
+/* The commands that take a set of processes (-p LIST, --children, --cgroup). */
+static bool takes_set(const char *cmd)
+{
+	return !strcmp(cmd, "cpu") || !strcmp(cmd, "wall") || !strcmp(cmd, "threads");
+}
+
+/* -p's one pid, or its list where it has several (`-p "$(pidof nginx)"`). */
+static int option_pids(const char *cmd, const char *arg, struct common_opts *o)
+{
+	char why[256];
+	int r;
+
+	if (!arg[strcspn(arg, ", \t\n")])
+		return option_pid(cmd, arg, &o->pid);
+	free(o->pids);
+	o->pids = NULL;
+	r = target_pids_parse(arg, &o->pids, &o->npids, why, sizeof(why));
+	if (r == -ENOMEM)
+		return report_usage(cmd, "out of memory");
+	if (r < 0)
+		return report_usage(cmd, "invalid pid list '%s': %s", arg, why);
+	o->pid = o->pids[0];
+	return 0;
+}
+
+bool options_set_given(const struct common_opts *o)
+{
+	return o->npids > 1 || o->children || o->cgroup;
 }
 
 void option_deprecated(const char *cmd, const char *old, const char *now)
@@ -76,10 +108,16 @@ int option_common(const char *cmd, int c, char **argv, struct common_opts *o)
 
 	switch (c) {
 	case 'p':
-		r = option_pid(cmd, optarg, &o->pid);
+		r = option_pids(cmd, optarg, o);
 		if (r)
 			return r;
 		o->have_pid = true;
+		return 0;
+	case OPT_CHILDREN:
+		o->children = true;
+		return 0;
+	case OPT_CGROUP:
+		o->cgroup = optarg;
 		return 0;
 	case 'o':
 		o->output = optarg;
@@ -115,13 +153,26 @@ int option_finish(const char *cmd, int argc, char **argv, const struct common_op
 	if (o->help)
 		return 0;
 	/* `-p $(pidof NAME)` unquoted, NAME being several processes. */
+	if (optind < argc && o->have_pid && parse_pid(argv[optind], &(pid_t){ 0 }) == 0 &&
+	    takes_set(cmd))
+		return report_usage_hint(cmd, "$(pidof NAME) gives one pid per process: quote it, "
+					      "-p \"$(pidof NAME)\", to take them all",
+					 "unexpected argument '%s': a second pid?", argv[optind]);
 	if (optind < argc && o->have_pid && parse_pid(argv[optind], &(pid_t){ 0 }) == 0)
 		return report_usage_hint(cmd, "cprof looks at one process; $(pidof NAME) gives one "
 					      "pid per process: pick one, e.g. -p \"$(pidof -s NAME)\"",
 					 "unexpected argument '%s': a second pid?", argv[optind]);
 	if (optind < argc)
 		return report_usage(cmd, "unexpected argument '%s'", argv[optind]);
-	if (!o->have_pid)
+	if (options_set_given(o) && !takes_set(cmd))
+		return report_usage_hint(cmd, "a list of pids, --children and --cgroup are cpu's, "
+					      "wall's and threads' so far",
+					 "%s looks at one process", cmd);
+	if (o->cgroup && o->have_pid)
+		return report_usage(cmd, "--cgroup is a set of its own: give it or -p, not both");
+	if (o->children && !o->have_pid)
+		return report_usage(cmd, "--children needs -p: whose children");
+	if (!o->have_pid && !o->cgroup)
 		return report_usage(cmd, "missing -p PID: which process to look at");
 	return 0;
 }
@@ -133,6 +184,8 @@ static const struct option *with_common_options(const struct option *longopts)
 		{ "pid", required_argument, NULL, 'p' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "children", no_argument, NULL, OPT_CHILDREN },
+		{ "cgroup", required_argument, NULL, OPT_CGROUP },
 		{ "format", required_argument, NULL, OPT_FORMAT },
 		{ "top", required_argument, NULL, OPT_TOP },
 		{ "json", no_argument, NULL, OPT_JSON },

@@ -20,8 +20,14 @@ int option_pid(const char *cmd, const char *arg, pid_t *ret);
  * of all but --output to every command's table).
  */
 struct common_opts {
-	pid_t pid;
+	pid_t pid;   /* -p's first */
 	bool have_pid;
+	/* A set of processes (cpu, wall, threads): -p's list, --children,
+	 * --cgroup; see options_set_given(). */
+	pid_t *pids; /* -p's, in its order (malloc'd, the command's for its life) */
+	size_t npids;
+	bool children;
+	const char *cgroup;
 	const char *output; /* -o; after option_output(): where to write, "-" is stdout */
 	bool quiet;
 	bool help;
@@ -34,7 +40,7 @@ struct common_opts {
 };
 
 /* getopt values of the output options (outside the range of characters). */
-enum { OPT_FORMAT = 0x1000, OPT_TOP, OPT_JSON };
+enum { OPT_FORMAT = 0x1000, OPT_TOP, OPT_JSON, OPT_CHILDREN, OPT_CGROUP };
 
 /* The help lines of the output options, for each command's --help. */
 #define OPTIONS_OUTPUT_HELP                                                                       \
@@ -48,11 +54,23 @@ enum { OPT_FORMAT = 0x1000, OPT_TOP, OPT_JSON };
 	"                           pause_ns, top 5, ...; on failure command, exit, error\n"    \
 	"                           and hint\n"
 
+/* The help lines of -p's list, --children and --cgroup: a set of processes
+ * for the commands to @verb. */
+#define OPTIONS_SET_HELP(verb)                                                                    \
+	"  -p, --pid PID[,PID...]   process(es) to " verb ": one, or a list separated by\n"       \
+	"                           commas or spaces (-p \"$(pidof nginx)\")\n"                 \
+	"      --children           the processes given and their descendants\n"               \
+	"      --cgroup PATH        every process of a cgroup and those below it (its\n"       \
+	"                           directory, or the path /proc/PID/cgroup shows),\n"        \
+	"                           instead of -p; a set's samples are labelled\n"            \
+	"                           process_id and process_name"
+
 /* The exit codes, the last lines of each command's --help (cprof(1)). */
 #define OPTIONS_EXIT_HELP                                                                         \
 	"\nexit status: 0 written (also when cut short by a signal or the target's exit),\n"    \
 	"1 failed, 2 target cannot be profiled, 3 not permitted, 4 output cannot be\n"          \
-	"written, 5 record: some kinds not written, 64 usage (cprof(1) EXIT STATUS)\n"
+	"written, 5 written in part (record's kinds, a set's processes), 64 usage\n"    \
+	"(cprof(1) EXIT STATUS)\n"
 
 #define OPTION_NOT_COMMON 1
 /*
@@ -61,6 +79,8 @@ enum { OPT_FORMAT = 0x1000, OPT_TOP, OPT_JSON };
  * OPTION_NOT_COMMON when @c is the command's own, EXIT_USAGE after reporting.
  */
 int option_common(const char *cmd, int c, char **argv, struct common_opts *o);
+/* Whether the command was given a set of processes rather than one. */
+bool options_set_given(const struct common_opts *o);
 /* After the getopt loop: no stray arguments, -p given. 0 or EXIT_USAGE. */
 int option_finish(const char *cmd, int argc, char **argv, const struct common_opts *o);
 

@@ -16,7 +16,7 @@ enum cprof_exit {
 	EXIT_TARGET = 2,     /* the target cannot be profiled: gone, kernel thread, zombie, ... */
 	EXIT_PERMISSION = 3, /* the kernel or /proc refused: privilege needed */
 	EXIT_OUTPUT = 4,     /* the output cannot be written: checked before attaching, or the final write failed (ENOSPC) */
-	EXIT_PARTIAL = 5,    /* record: some kinds asked for were not written (said why) */
+	EXIT_PARTIAL = 5,    /* written in part: record's kinds, a set's processes (said why) */
 	EXIT_USAGE = 64,     /* bad command line */
 };
 

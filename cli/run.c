@@ -55,10 +55,18 @@ int run_prepare(const struct run_ops *ops, void *c, struct run *run, struct comm
 	*run = (struct run){ .opts = o, .duration_ns = duration_ns };
 	report_set_quiet(o->quiet);
 	command_line_join(argc, argv, run->command_line, sizeof(run->command_line));
+	if (options_set_given(o)) {
+		code = run_prepare_set(ops, run, o);
+		if (code != RUN_GO_ON)
+			return code;
+		goto out_prepare;
+	}
 	code = preflight_target(o->pid, &run->target);
 	if (code)
 		return code;
 	o->pid = run->target.pid; /* the process, when a thread's id was given */
+	snprintf(run->label, sizeof(run->label), "pid %d (%s)", run->target.pid,
+		 run->target.comm);
 	if (ops->check) {
 		code = ops->check(c, run);
 		if (code != RUN_GO_ON)
@@ -69,6 +77,7 @@ int run_prepare(const struct run_ops *ops, void *c, struct run *run, struct comm
 		if (code)
 			return code;
 	}
+out_prepare:
 	r = output_prepare(&run->out, o->output, !o->debug && o->format == VIEW_PPROF, why,
 			   sizeof(why));
 	if (r < 0) {
@@ -81,6 +90,7 @@ int run_prepare(const struct run_ops *ops, void *c, struct run *run, struct comm
 struct progress {
 	const struct run_window_opts *o;
 	char total[32];
+	char label[160];
 };
 
 static void tick(void *arg, uint64_t elapsed_ns)
@@ -90,8 +100,7 @@ static void tick(void *arg, uint64_t elapsed_ns)
 
 	format_duration(elapsed_ns / 1000000000ULL * 1000000000ULL, done, sizeof(done));
 	p->o->what(p->o->arg, what, sizeof(what));
-	report_progress("%s pid %d (%s): %s / %s, %s", p->o->verb, p->o->target->pid,
-			p->o->target->comm, done, p->total, what);
+	report_progress("%s %s: %s / %s, %s", p->o->verb, p->label, done, p->total, what);
 }
 
 int run_window(struct profiler **ps, size_t n, const struct run_window_opts *o,
@@ -108,21 +117,28 @@ int run_window(struct profiler **ps, size_t n, const struct run_window_opts *o,
 	int r;
 
 	format_duration(o->duration_ns, pr.total, sizeof(pr.total));
+	if (o->label)
+		snprintf(pr.label, sizeof(pr.label), "%s", o->label);
+	else
+		snprintf(pr.label, sizeof(pr.label), "pid %d (%s)", o->target->pid,
+			 o->target->comm);
 	if (o->verb)
-		report_log("%s pid %d (%s) for %s", o->verb, o->target->pid, o->target->comm,
-			   pr.total);
+		report_log("%s %s for %s", o->verb, pr.label, pr.total);
 	r = profilers_window(ps, n, &ro, ret_exited, err, errlen);
 	report_progress_done();
 	/* The window's length is the profile's to say (the agent's load and
 	 * the first snapshot are no part of it). */
 	if (o->verb)
-		report_log("%s pid %d: the window is over", o->verb, o->target->pid);
+		report_log("%s %s: the window is over", o->verb, pr.label);
 	return r;
 }
 
 void run_say_ended(pid_t pid, bool exited)
 {
-	if (exited)
+	if (exited && !pid)
+		report_warning("every process of the set exited during the profile; writing what "
+			       "was collected");
+	else if (exited)
 		report_warning("pid %d exited during the profile; writing what was collected", pid);
 	else if (interrupt_requested())
 		report_note("interrupted; writing what was collected");
@@ -140,7 +156,7 @@ static void what(const void *arg, char *buf, size_t size)
 	const struct what *w = arg;
 	unsigned long long n;
 
-	if (w->ops->progress) {
+	if (w->ops->progress && !w->run->set) {
 		w->ops->progress(w->c, w->run, buf, size);
 		return;
 	}
@@ -152,8 +168,9 @@ static void what(const void *arg, char *buf, size_t size)
 static int window(const struct run_ops *ops, const void *c, struct run *run)
 {
 	struct what w = { .ops = ops, .c = c, .run = run };
-	struct run_window_opts o = { .target = &run->target, .duration_ns = run->duration_ns,
-				     .verb = ops->verb, .what = what, .arg = &w };
+	struct run_window_opts o = { .target = &run->target, .label = run->label,
+				     .duration_ns = run->duration_ns, .verb = ops->verb,
+				     .what = what, .arg = &w };
 	char err[1024] = "";
 	bool exited;
 	int r;
@@ -162,10 +179,10 @@ static int window(const struct run_ops *ops, const void *c, struct run *run)
 	profiler_facts(run->p, &run->facts);
 	if (r < 0)
 		return r;
-	if (ops->ended)
+	if (ops->ended && !run->set)
 		ops->ended(c, run);
 	else
-		run_say_ended(run->target.pid, run->facts.target_exited || exited);
+		run_say_ended(run->set ? 0 : run->target.pid, run->facts.target_exited || exited);
 	return 0;
 }
 
@@ -221,11 +238,12 @@ static int epilogue(const struct run_ops *ops, const struct run *run,
 int run_profile(const struct run_ops *ops, void *c, struct run *run)
 {
 	struct profile *profile = NULL;
+	unsigned left_out = 0;
 	int r, code;
 
 	/* A second signal must not kill us while the target is touched. */
 	interrupt_install();
-	code = ops->open(c, run);
+	code = run->set ? run_open_set(ops, c, run) : ops->open(c, run);
 	if (code)
 		goto out_abort;
 	r = window(ops, c, run);
@@ -247,12 +265,18 @@ int run_profile(const struct run_ops *ops, void *c, struct run *run)
 		goto out_abort;
 	}
 	run->written = true;
-	ops->summary(c, run);
+	if (run->set)
+		left_out = run_summary_set(ops, run);
+	else
+		ops->summary(c, run);
 	if (profile)
 		report_unsymbolized(profile);
 	else if (profiler_symbolizer(run->p))
 		report_unsymbolized_program(profiler_symbolizer(run->p));
 	code = epilogue(ops, run, profile);
+	/* What record does where a kind is missing: written, not whole. */
+	if (code == EXIT_OK && left_out)
+		code = EXIT_PARTIAL;
 	goto out_free;
 
 out_abort:
@@ -267,6 +291,8 @@ void run_release(struct run *run)
 {
 	profiler_free(run->p);
 	run->p = NULL;
+	free(run->set);
+	run->set = NULL;
 }
 
 int run_command(const struct run_ops *ops, void *c, struct common_opts *o,

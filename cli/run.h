@@ -32,6 +32,12 @@ struct run {
 	struct profiler *p;      /* opened by the command */
 	struct profiler_facts facts; /* after the window */
 	bool written;            /* the output was written */
+	/* A set of processes (run-set.c): its pids, target the first; NULL:
+	 * one process, target. */
+	pid_t *set;
+	size_t nset;
+	unsigned left_out; /* of the processes named, those that could not be */
+	char label[160]; /* the progress line's "pid N (comm)", or the set's */
 };
 
 struct run_ops {
@@ -47,6 +53,11 @@ struct run_ops {
 	/* Opens and starts the command's profiler into run->p, saying
 	 * itself what went wrong: 0 or an exit code. */
 	int (*open)(void *c, struct run *run);
+	/* Optional: opens (not starts) the command's profiler on @pid, one
+	 * of a set of processes; -errno with @err why. The command takes a
+	 * set (options_set_given()) where it has this. */
+	int (*open_member)(void *c, const struct run *run, pid_t pid, struct profiler **ret,
+			   char *err, size_t errlen);
 	/* What the progress line counts, singular and plural ("sample",
 	 * "samples"): profiler_count() of the command's profiler. */
 	const char *counts[2];
@@ -87,6 +98,7 @@ typedef void (*run_progress_fn)(const void *arg, char *buf, size_t size);
 
 struct run_window_opts {
 	const struct target *target;
+	const char *label;     /* what the lines call the target; NULL: "pid N (comm)" */
 	uint64_t duration_ns;
 	const char *verb;      /* "sampling", "recording"; NULL: no progress line */
 	run_progress_fn what;
@@ -102,9 +114,20 @@ struct run_window_opts {
 int run_window(struct profiler **ps, size_t n, const struct run_window_opts *o,
 	       bool *ret_exited, char *err, size_t errlen);
 
-/* Says that the window ended with the target's exit (@exited) or an
- * interrupt, and that what was collected is written; nothing otherwise. */
+/* Says that the window ended with the target's exit (@exited; @pid 0: every
+ * process of a set) or an interrupt, and that what was collected is
+ * written; nothing otherwise. */
 void run_say_ended(pid_t pid, bool exited);
+
+/* run-set.c: the set of processes @o gives, listed and checked into @run
+ * (what run_prepare() does for one). RUN_GO_ON, or the exit code. */
+int run_prepare_set(const struct run_ops *ops, struct run *run, struct common_opts *o);
+/* A profiler a process of the set, as one, started into run->p: 0 or an
+ * exit code, said. */
+int run_open_set(const struct run_ops *ops, void *c, struct run *run);
+/* The set's summary: each process's count, and those left out and why;
+ * how many of those named were left out. */
+unsigned run_summary_set(const struct run_ops *ops, const struct run *run);
 
 /* Go's text layout (--debug @debug) of @run's profiler, into memory: all
  * of the text or nothing. */

@@ -228,22 +228,36 @@ out:
 	return r;
 }
 
+/* Whether @key is one of those @how sets itself. */
+static bool replaced(const struct profile_merge *how, const char *key)
+{
+	if (how->label && !strcmp(key, how->label))
+		return true;
+	for (size_t i = 0; i < how->nlabels; i++)
+		if (!strcmp(key, how->labels[i].key))
+			return true;
+	return false;
+}
+
 /* Labels in one order (by key, strings first, stable), as pprof's
  * sampleKey sorts them, where profiles of other producers meet; with
- * how->label, that label set to "true" in place of any. */
+ * how->label, that label set to "true" in place of any, and how->labels
+ * in place of theirs. */
 static int sample_labels(const struct profile_sample *s, const struct profile_merge *how,
 			 struct profile_label **ret, size_t *ret_n)
 {
-	struct profile_label *l = calloc(s->nlabels + 1, sizeof(*l));
+	struct profile_label *l = calloc(s->nlabels + 1 + how->nlabels, sizeof(*l));
 	size_t n = 0;
 
 	if (!l)
 		return -ENOMEM;
 	for (size_t i = 0; i < s->nlabels; i++)
-		if (!how->label || strcmp(s->labels[i].key, how->label))
+		if (!replaced(how, s->labels[i].key))
 			l[n++] = s->labels[i];
 	if (how->label)
 		l[n++] = (struct profile_label){ .key = how->label, .str = "true" };
+	for (size_t i = 0; i < how->nlabels; i++)
+		l[n++] = how->labels[i];
 	for (size_t i = 1; how->match == PROFILE_MATCH_KEY && i < n; i++) {
 		struct profile_label x = l[i];
 		size_t j = i;

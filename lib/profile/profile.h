@@ -189,6 +189,10 @@ struct profile_merge {
 	enum profile_match match;
 	const double *ratios; /* each sample type's scale (ScaleN); NULL: 1 */
 	const char *label;    /* set to "true" on every merged sample; NULL: none */
+	/* Set on every merged sample, in place of the source's of their keys
+	 * (a process's id and name where processes' profiles meet). */
+	const struct profile_label *labels;
+	size_t nlabels;
 };
 
 /*

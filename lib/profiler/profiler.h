@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "cpu/cpu-profiler.h"
 #include "profile/profile.h"
@@ -57,6 +58,36 @@ int profiler_new_agents(struct profiler **ret, size_t *ret_n, const struct agent
  * its profile shows @index first. The dump is profiler_jemalloc_dump()'s. */
 int profiler_new_jemalloc(struct profiler **ret, pid_t pid, const struct agent_session_opts *so,
 			  const char *index, const char *command_line);
+
+/* Opens a profiler of one kind on @pid into *@ret; -errno with @err why. */
+typedef int (*profiler_open_fn)(void *arg, pid_t pid, struct profiler **ret, char *err,
+				size_t errlen);
+
+/*
+ * @kind over the processes @pids (lib/profiler/set.c): a member opened on
+ * each by @open, one refused named in the profile's comments while the
+ * others go on; one window for all, in which a process that ends closes
+ * its own (its samples kept; -ESRCH once every one has); one profile, each
+ * sample labelled process_id and process_name; a text layout each
+ * process's headed by its pid and name. -errno, with @err naming each
+ * refusal, when none could be opened.
+ */
+int profiler_new_set(struct profiler **ret, const char *kind, const pid_t *pids, size_t n,
+		     profiler_open_fn open, void *arg, char *err, size_t errlen);
+
+/* A member of a set, as profiler_set_members() tells it. */
+struct profiler_member {
+	pid_t pid;
+	const char *comm;
+	struct profiler *p; /* NULL: not started */
+	int error;          /* -errno: left out (why) */
+	const char *why;
+	bool exited;        /* during the window */
+};
+
+/* Up to @max members of set @p into @ret (valid while @p is): how many;
+ * 0 for a profiler that is not a set. */
+size_t profiler_set_members(const struct profiler *p, struct profiler_member *ret, size_t max);
 
 /* "cpu", "wall", "threads", "heap", "block", "mutex", "threadcreate". */
 const char *profiler_kind(const struct profiler *p);

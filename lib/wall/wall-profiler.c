@@ -57,7 +57,8 @@ int wall_profiler_new(struct wall_profiler **ret, const struct wall_profiler_opt
 		.period_ns = p->tick_ns,
 		/* Events of the target's own threads make each of its switches
 		 * dearer; a CPU's event costs it nothing. */
-		.scope = perf_system_scope_allowed() ? PERF_SCOPE_SYSTEM : PERF_SCOPE_THREAD,
+		.scope = !o->per_thread && perf_system_scope_allowed() ? PERF_SCOPE_SYSTEM
+								       : PERF_SCOPE_THREAD,
 		.stack_bytes = STACK_BYTES,
 		.ring_pages = PERF_SAMPLE_RING_PAGES(o->hz),
 		.task = true,

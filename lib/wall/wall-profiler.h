@@ -35,6 +35,9 @@ struct wall_profiler_opts {
 	unsigned hz;              /* ticks a second, and CPU samples a CPU second */
 	const char *command_line; /* for the profile's comments */
 	struct symbolizer *sym;   /* shared with other profilers; NULL: its own */
+	/* Events of the target's threads, never a CPU's (one of a set of
+	 * processes: a CPU's would deliver every process's samples to each). */
+	bool per_thread;
 };
 
 /* How the waits for a CPU are split between the stack a thread ran on and

@@ -532,6 +532,49 @@ Test(profile, subtract_matches_stacks_and_labels)
 	profile_free(after);
 }
 
+/* Two processes' profiles of one program in one: each sample carries its
+ * process's labels, in place of any of the same key, and one function of
+ * both stands once. */
+Test(profile, merge_sets_each_sources_labels)
+{
+	struct profile *one = new_profile(), *two = new_profile(), *all = new_profile();
+	struct profile_label tid = { .key = "thread_id", .num = 7 };
+	struct profile_label stale = { .key = "process_id", .num = 99 };
+	uint64_t a1 = location(one, 0x1000, "a"), a2 = location(two, 0x1000, "a");
+	struct profile_label who1[] = { { .key = "process_id", .num = 11 },
+					{ .key = "process_name", .str = "one" } };
+	struct profile_label who2[] = { { .key = "process_id", .num = 22 },
+					{ .key = "process_name", .str = "two" } };
+	struct profile_merge how1 = { .match = PROFILE_MATCH_KEY, .labels = who1, .nlabels = 2 };
+	struct profile_merge how2 = { .match = PROFILE_MATCH_KEY, .labels = who2, .nlabels = 2 };
+	int64_t pid_total[3] = { 0 };
+
+	cr_assert_eq(profile_add_sample(one, &a1, 1, (int64_t[]){ 2, 20 }, &tid, 1), 0);
+	cr_assert_eq(profile_add_sample(two, &a2, 1, (int64_t[]){ 3, 30 }, &stale, 1), 0);
+	cr_assert_eq(profile_merge(all, one, &how1), 0);
+	cr_assert_eq(profile_merge(all, two, &how2), 0);
+	cr_expect_eq(all->nsamples, 2, "one sample a process");
+	cr_expect_eq(all->nfunctions, 1, "a, of both, once");
+	for (size_t i = 0; i < all->nsamples; i++) {
+		const struct profile_sample *s = &all->samples[i];
+		const struct profile_label *pid = profile_sample_label(s, "process_id");
+		const struct profile_label *name = profile_sample_label(s, "process_name");
+		size_t npid = 0;
+
+		cr_assert(pid && name, "a merged sample without its process's labels");
+		for (size_t l = 0; l < s->nlabels; l++)
+			npid += !strcmp(s->labels[l].key, "process_id");
+		cr_expect_eq(npid, 1, "the source's process_id was not replaced");
+		cr_expect_str_eq(name->str, pid->num == 11 ? "one" : "two");
+		pid_total[pid->num == 11 ? 1 : 2] += s->values[1];
+	}
+	cr_expect_eq(pid_total[1], 20);
+	cr_expect_eq(pid_total[2], 30);
+	profile_free(one);
+	profile_free(two);
+	profile_free(all);
+}
+
 /*
  * u64map_del() without tombstones: after deleting every other key of many
  * (runs of collisions included, the table's growth too), each key left is

@@ -1,0 +1,205 @@
+/*
+ * A command over a set of processes (-p LIST, --children, --cgroup): the
+ * set listed and checked, a profiler a process run as one
+ * (profiler_new_set()), and a summary line a process.
+ */
+#include "run.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "interrupt.h"
+#include "preflight.h"
+#include "report.h"
+#include "target/set.h"
+#include "util/util.h"
+
+/* Whether @t is a process of cprof's own: this one, or another cprof
+ * (the same program). */
+static bool is_cprof(const struct target *t)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (t->is_self)
+		return true;
+	if (n <= 0)
+		return false;
+	self[n] = '\0';
+	return !strcmp(t->exe, self);
+}
+
+/*
+ * Whether the set's process @pid can be profiled: the others are said
+ * and passed over. Those the operator named and that cannot be are
+ * counted in *@left_out.
+ */
+static bool keep(const struct run_ops *ops, pid_t pid, bool named, unsigned *left_out)
+{
+	struct target t;
+	int r = target_open(&t, pid);
+
+	if (r == -ESRCH) {
+		if (named) {
+			report_warning("pid %d: no such process; left out", pid);
+			(*left_out)++;
+		}
+		return false;
+	}
+	if (r < 0) {
+		report_warning("pid %d: reading /proc/%d failed (%s); left out", pid, pid,
+			       strerror(-r));
+		(*left_out)++;
+		return false;
+	}
+	if (t.tgid != pid || t.kernel_thread || is_cprof(&t) || t.state == 'Z' ||
+	    t.state == 'X') {
+		if (named && t.tgid == pid)
+			report_note("pid %d (%s): %s; left out", pid, t.comm,
+				    t.kernel_thread ? "a kernel thread, no user space"
+				    : is_cprof(&t) ? "a cprof process"
+						   : "a zombie");
+		return false;
+	}
+	if (ops->attach && t.tracer_pid) {
+		report_warning("pid %d (%s): traced by pid %d, which holds its threads; left out",
+			       pid, t.comm, t.tracer_pid);
+		(*left_out)++;
+		return false;
+	}
+	return true;
+}
+
+static bool named(const struct common_opts *o, pid_t pid)
+{
+	const pid_t *pids = o->pids ? o->pids : &o->pid;
+	size_t n = o->pids ? o->npids : 1;
+
+	for (size_t i = 0; o->have_pid && i < n; i++)
+		if (pids[i] == pid)
+			return true;
+	return false;
+}
+
+int run_prepare_set(const struct run_ops *ops, struct run *run, struct common_opts *o)
+{
+	struct target_set_spec spec = {
+		.pids = o->pids ? o->pids : &o->pid,
+		.npids = !o->have_pid ? 0 : o->pids ? o->npids : 1,
+		.children = o->children,
+	};
+	char dir[PATH_MAX];
+	pid_t *pids = NULL;
+	size_t n = 0, kept = 0;
+	unsigned left_out = 0;
+	int r;
+
+	if (o->cgroup) {
+		r = target_cgroup_dir(o->cgroup, dir, sizeof(dir));
+		if (r < 0) {
+			report_error("cannot find cgroup '%s': %s", o->cgroup, strerror(-r));
+			report_hint("give a directory under the cgroup mount, or the path "
+				    "/proc/PID/cgroup shows");
+			return EXIT_TARGET;
+		}
+		spec.cgroup = dir;
+	}
+	for (size_t i = 0; i < spec.npids; i++)
+		if (kill(spec.pids[i], 0) < 0 && errno == ESRCH)
+			keep(ops, spec.pids[i], true, &left_out);
+	r = target_set_list(&spec, &pids, &n);
+	if (r < 0) {
+		report_error("cannot list the processes: %s", strerror(-r));
+		return EXIT_TARGET;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (keep(ops, pids[i], named(o, pids[i]), &left_out))
+			pids[kept++] = pids[i];
+	if (!kept) {
+		free(pids);
+		report_error("no process to profile: %s", o->cgroup ? "the cgroup has none cprof can"
+							 : "none of those given can be");
+		return EXIT_TARGET;
+	}
+	run->set = pids;
+	run->nset = kept;
+	run->left_out = left_out;
+	r = target_open(&run->target, pids[0]);
+	if (r < 0)
+		run->target = (struct target){ .pid = pids[0] };
+	o->pid = pids[0];
+	snprintf(run->label, sizeof(run->label), "%zu %s (pid %d %s%s)", kept,
+		 plural(kept, "process", "processes"), (int)pids[0], run->target.comm,
+		 kept > 1 ? ", ..." : "");
+	return RUN_GO_ON;
+}
+
+struct opener {
+	const struct run_ops *ops;
+	void *c;
+	const struct run *run;
+};
+
+static int open_member(void *arg, pid_t pid, struct profiler **ret, char *err, size_t errlen)
+{
+	const struct opener *o = arg;
+
+	return o->ops->open_member(o->c, o->run, pid, ret, err, errlen);
+}
+
+int run_open_set(const struct run_ops *ops, void *c, struct run *run)
+{
+	struct opener o = { ops, c, run };
+	char why[2048], err[1024] = "";
+	int r;
+
+	preflight_raise_nofile();
+	r = profiler_new_set(&run->p, ops->command, run->set, run->nset, open_member, &o, why,
+			     sizeof(why));
+	if (r < 0) {
+		report_error("cannot profile any process of the set: %s", why);
+		if (r == -EACCES || r == -EPERM)
+			return EXIT_PERMISSION;
+		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+	}
+	r = profiler_start(run->p, err, sizeof(err));
+	if (r == -ECANCELED)
+		return EXIT_OK;
+	if (r < 0) {
+		report_error("cannot start on any process of the set: %s", err);
+		return r == -ESRCH ? EXIT_TARGET : EXIT_FAIL;
+	}
+	return 0;
+}
+
+unsigned run_summary_set(const struct run_ops *ops, const struct run *run)
+{
+	struct profiler_member *m = calloc(run->nset ? run->nset : 1, sizeof(*m));
+	size_t n = m ? profiler_set_members(run->p, m, run->nset) : 0;
+	unsigned left_out = run->left_out;
+
+	if (run->written && strcmp(run->opts->output, "-"))
+		report_note("wrote %s: %zu %s, %llu %s", output_name(&run->out), n,
+			    plural(n, "process", "processes"), (unsigned long long)run->facts.count,
+			    plural(run->facts.count, ops->counts[0] ? ops->counts[0] : "event",
+				   ops->counts[1] ? ops->counts[1] : "events"));
+	for (size_t i = 0; i < n; i++) {
+		if (m[i].error || !m[i].p) {
+			report_warning("pid %d (%s) left out: %s", m[i].pid, m[i].comm, m[i].why);
+			left_out++;
+			continue;
+		}
+		report_note("pid %d (%s): %llu %s%s", m[i].pid, m[i].comm,
+			    (unsigned long long)profiler_count(m[i].p),
+			    plural(profiler_count(m[i].p), ops->counts[0] ? ops->counts[0] : "event",
+				   ops->counts[1] ? ops->counts[1] : "events"),
+			    m[i].exited ? ", exited in the window" : "");
+	}
+	free(m);
+	return left_out;
+}
