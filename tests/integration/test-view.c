@@ -696,7 +696,8 @@ static long long json_number(const char *json, const char *key)
 
 /*
  * It judges what 1 s of busy's CPU gives (its samples, its hot spots, none
- * lost), so it runs with the suites that measure, alone (TIMING_TESTS_OF):
+ * lost), so the plain build runs it with the suites that measure, alone
+ * (TIMING_TESTS_OF; the sanitized build judges the output's form only):
  * beside the torture suite cprof's drains waited for a cpu longer than its
  * rings hold, and busy got little of one.
  */
@@ -718,8 +719,14 @@ Test(view, cpu_folded_json_quiet, .timeout = 120)
 	cr_expect_eq(strchr(r.out, '\n') - r.out + 1, (long)r.out_len, "one line: %s", r.out);
 	cr_expect_eq(json_number(r.out, "pid"), pid);
 	cr_expect(strstr(r.out, "\"output\":\""), "%s", r.out);
+#ifndef __SANITIZE_ADDRESS__
+	/* Where it runs alone: the sanitized build runs it beside the other
+	 * suites, where busy may get a tenth of a CPU. */
 	cr_expect_gt(json_number(r.out, "samples"), 10, "%s", r.out);
 	cr_expect_eq(json_number(r.out, "lost"), 0);
+#else
+	cr_expect_gt(json_number(r.out, "samples"), 0, "%s", r.out);
+#endif
 	cr_expect(strstr(r.out, "\"pause_ms\":null"), "%s", r.out);
 	cr_expect(strstr(r.out, "\"top\":[{\"function\":\"work_"), "busy's hot spots: %s", r.out);
 	text = read_text(folded);

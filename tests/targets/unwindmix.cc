@@ -24,6 +24,9 @@
 
 static std::atomic<int> in_place{ 0 };
 static std::atomic<bool> done{ false };
+/* The handler thread has its name: a signal before would sleep in the
+ * handler on top of a thread that never names itself. */
+static std::atomic<bool> handler_named{ false };
 
 static void nap()
 {
@@ -88,6 +91,7 @@ static __attribute__((noinline)) void interrupted()
 static void *handler(void *)
 {
 	pthread_setname_np(pthread_self(), "handler");
+	handler_named = true;
 	interrupted();
 	return nullptr;
 }
@@ -141,6 +145,8 @@ int main(int argc, char **argv)
 	sigaction(SIGUSR1, &sa, nullptr);
 	for (int i = 0; i < 5; i++)
 		pthread_create(&th[i], nullptr, fns[i], nullptr);
+	while (!handler_named.load())
+		usleep(1000);
 	usleep(50 * 1000);
 	pthread_kill(th[2], SIGUSR1);
 	while (in_place.load() < 5)
