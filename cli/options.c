@@ -35,6 +35,9 @@ static bool takes_set(const char *cmd)
 	return !strcmp(cmd, "cpu") || !strcmp(cmd, "wall") || !strcmp(cmd, "threads");
 }
 
+/* -p's list, for the command's life (one command a process). */
+static pid_t *pid_list;
+
 /* -p's one pid, or its list where it has several (`-p "$(pidof nginx)"`). */
 static int option_pids(const char *cmd, const char *arg, struct common_opts *o)
 {
@@ -43,9 +46,10 @@ static int option_pids(const char *cmd, const char *arg, struct common_opts *o)
 
 	if (!arg[strcspn(arg, ", \t\n")])
 		return option_pid(cmd, arg, &o->pid);
-	free(o->pids);
-	o->pids = NULL;
-	r = target_pids_parse(arg, &o->pids, &o->npids, why, sizeof(why));
+	free(pid_list);
+	o->pids = pid_list = NULL;
+	r = target_pids_parse(arg, &pid_list, &o->npids, why, sizeof(why));
+	o->pids = pid_list;
 	if (r == -ENOMEM)
 		return report_usage(cmd, "out of memory");
 	if (r < 0)

@@ -24,7 +24,7 @@ struct common_opts {
 	bool have_pid;
 	/* A set of processes (cpu, wall, threads): -p's list, --children,
 	 * --cgroup; see options_set_given(). */
-	pid_t *pids; /* -p's, in its order (malloc'd, the command's for its life) */
+	pid_t *pids; /* -p's, in its order (for the command's life) */
 	size_t npids;
 	bool children;
 	const char *cgroup;
