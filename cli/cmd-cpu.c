@@ -41,8 +41,8 @@ static void cpu_help(const void *ctx)
 	       "Ctrl-C stops early and still writes the profile.\n"
 	       "\n"
 	       OPTIONS_SET_HELP("profile")
-	       ", sampled per thread; the\n"
-	       "                           processes are those of the window's start\n"
+", sampled per thread; one\n"
+	       "                           that joins the set in the window is taken then\n"
 	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
 	       "  -F, --frequency HZ       samples per second of CPU time, 1-10000 (default 100)\n"
 	       "  -o, --output FILE        where to write, - for stdout (default cpu.pb.gz;\n"

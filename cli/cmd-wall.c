@@ -38,8 +38,8 @@ static void wall_help(const void *ctx)
 	       "thread is stopped. Ctrl-C stops early and still writes the profile.\n"
 	       "\n"
 	       OPTIONS_SET_HELP("profile")
-	       ", sampled per thread; the\n"
-	       "                           processes are those of the window's start\n"
+", sampled per thread; one\n"
+	       "                           that joins the set in the window is taken then\n"
 	       "  -d, --duration DURATION  how long to sample, e.g. 500ms, 30s, 1m30s (default 30s)\n"
 	       "  -F, --frequency HZ       looks at every thread per second, and CPU samples per\n"
 	       "                           second of CPU time, 1-10000, as cpu's (default 100)\n"

@@ -35,15 +35,19 @@ static bool is_cprof(const struct target *t)
 }
 
 /*
- * Whether the set's process @pid can be profiled: the others are said
- * and passed over. Those the operator named and that cannot be are
- * counted in *@left_out.
+ * Whether the set's process @pid can be profiled: the others are passed
+ * over, said unless @left_out is NULL (a process that joins in the
+ * window). Those the operator named and that cannot be are counted in
+ * *@left_out.
  */
 static bool keep(const struct run_ops *ops, pid_t pid, bool named, unsigned *left_out)
 {
 	struct target t;
 	int r = target_open(&t, pid);
 
+	if (!left_out)
+		return r == 0 && t.tgid == pid && !t.kernel_thread && !is_cprof(&t) &&
+		       t.state != 'Z' && t.state != 'X' && !(ops->attach && t.tracer_pid);
 	if (r == -ESRCH) {
 		if (named) {
 			report_warning("pid %d: no such process; left out", pid);
@@ -54,6 +58,12 @@ static bool keep(const struct run_ops *ops, pid_t pid, bool named, unsigned *lef
 	if (r < 0) {
 		report_warning("pid %d: reading /proc/%d failed (%s); left out", pid, pid,
 			       strerror(-r));
+		(*left_out)++;
+		return false;
+	}
+	if (named && t.tgid != pid && !t.kernel_thread) {
+		report_warning("%d is a thread of pid %d (%s): give the process; left out", pid,
+			       t.tgid, t.comm);
 		(*left_out)++;
 		return false;
 	}
@@ -75,6 +85,20 @@ static bool keep(const struct run_ops *ops, pid_t pid, bool named, unsigned *lef
 	return true;
 }
 
+/* How the set is listed, kept for the window: processes join it. */
+struct run_set {
+	struct target_set_spec spec;
+	char cgroup[PATH_MAX];
+	const struct run_ops *ops;
+	void *c;
+	const struct run *run;
+};
+
+void run_set_free(struct run_set *s)
+{
+	free(s);
+}
+
 static bool named(const struct common_opts *o, pid_t pid)
 {
 	const pid_t *pids = o->pids ? o->pids : &o->pid;
@@ -88,27 +112,34 @@ static bool named(const struct common_opts *o, pid_t pid)
 
 int run_prepare_set(const struct run_ops *ops, struct run *run, struct common_opts *o)
 {
+	struct run_set *set = calloc(1, sizeof(*set));
 	struct target_set_spec spec = {
 		.pids = o->pids ? o->pids : &o->pid,
 		.npids = !o->have_pid ? 0 : o->pids ? o->npids : 1,
 		.children = o->children,
 	};
-	char dir[PATH_MAX];
 	pid_t *pids = NULL;
 	size_t n = 0, kept = 0;
 	unsigned left_out = 0;
 	int r;
 
+	if (!set) {
+		report_error("out of memory");
+		return EXIT_FAIL;
+	}
+	run->set_spec = set;
 	if (o->cgroup) {
-		r = target_cgroup_dir(o->cgroup, dir, sizeof(dir));
+		r = target_cgroup_dir(o->cgroup, set->cgroup, sizeof(set->cgroup));
 		if (r < 0) {
 			report_error("cannot find cgroup '%s': %s", o->cgroup, strerror(-r));
 			report_hint("give a directory under the cgroup mount, or the path "
 				    "/proc/PID/cgroup shows");
 			return EXIT_TARGET;
 		}
-		spec.cgroup = dir;
+		spec.cgroup = set->cgroup;
 	}
+	/* -p's pids are the command's for its life. */
+	set->spec = spec;
 	for (size_t i = 0; i < spec.npids; i++)
 		if (kill(spec.pids[i], 0) < 0 && errno == ESRCH)
 			keep(ops, spec.pids[i], true, &left_out);
@@ -139,28 +170,40 @@ int run_prepare_set(const struct run_ops *ops, struct run *run, struct common_op
 	return RUN_GO_ON;
 }
 
-struct opener {
-	const struct run_ops *ops;
-	void *c;
-	const struct run *run;
-};
-
 static int open_member(void *arg, pid_t pid, struct profiler **ret, char *err, size_t errlen)
 {
-	const struct opener *o = arg;
+	const struct run_set *s = arg;
 
-	return o->ops->open_member(o->c, o->run, pid, ret, err, errlen);
+	return s->ops->open_member(s->c, s->run, pid, ret, err, errlen);
+}
+
+/* The set now, those cprof cannot take passed over in silence. */
+static int list_members(void *arg, pid_t **ret, size_t *ret_n)
+{
+	const struct run_set *s = arg;
+	size_t kept = 0;
+	int r = target_set_list(&s->spec, ret, ret_n);
+
+	for (size_t i = 0; r == 0 && i < *ret_n; i++)
+		if (keep(s->ops, (*ret)[i], false, NULL))
+			(*ret)[kept++] = (*ret)[i];
+	if (r == 0)
+		*ret_n = kept;
+	return r;
 }
 
 int run_open_set(const struct run_ops *ops, void *c, struct run *run)
 {
-	struct opener o = { ops, c, run };
+	struct run_set *s = run->set_spec;
 	char why[2048], err[1024] = "";
 	int r;
 
 	preflight_raise_nofile();
-	r = profiler_new_set(&run->p, ops->command, run->set, run->nset, open_member, &o, why,
-			     sizeof(why));
+	s->ops = ops;
+	s->c = c;
+	s->run = run;
+	r = profiler_new_set(&run->p, ops->command, run->set, run->nset, open_member,
+			     list_members, s, why, sizeof(why));
 	if (r < 0) {
 		report_error("cannot profile any process of the set: %s", why);
 		if (r == -EACCES || r == -EPERM)
@@ -179,8 +222,8 @@ int run_open_set(const struct run_ops *ops, void *c, struct run *run)
 
 unsigned run_summary_set(const struct run_ops *ops, const struct run *run)
 {
-	struct profiler_member *m = calloc(run->nset ? run->nset : 1, sizeof(*m));
-	size_t n = m ? profiler_set_members(run->p, m, run->nset) : 0;
+	size_t n = profiler_set_members(run->p, NULL, 0);
+	struct profiler_member *m = calloc(n ? n : 1, sizeof(*m));
 	unsigned left_out = run->left_out;
 
 	if (run->written && strcmp(run->opts->output, "-"))
@@ -188,16 +231,20 @@ unsigned run_summary_set(const struct run_ops *ops, const struct run *run)
 			    plural(n, "process", "processes"), (unsigned long long)run->facts.count,
 			    plural(run->facts.count, ops->counts[0] ? ops->counts[0] : "event",
 				   ops->counts[1] ? ops->counts[1] : "events"));
+	if (!m)
+		n = 0;
+	profiler_set_members(run->p, m, n);
 	for (size_t i = 0; i < n; i++) {
 		if (m[i].error || !m[i].p) {
 			report_warning("pid %d (%s) left out: %s", m[i].pid, m[i].comm, m[i].why);
 			left_out++;
 			continue;
 		}
-		report_note("pid %d (%s): %llu %s%s", m[i].pid, m[i].comm,
+		report_note("pid %d (%s): %llu %s%s%s", m[i].pid, m[i].comm,
 			    (unsigned long long)profiler_count(m[i].p),
 			    plural(profiler_count(m[i].p), ops->counts[0] ? ops->counts[0] : "event",
 				   ops->counts[1] ? ops->counts[1] : "events"),
+			    m[i].born ? ", born in the window" : "",
 			    m[i].exited ? ", exited in the window" : "");
 	}
 	free(m);

@@ -293,6 +293,8 @@ void run_release(struct run *run)
 	run->p = NULL;
 	free(run->set);
 	run->set = NULL;
+	run_set_free(run->set_spec);
+	run->set_spec = NULL;
 }
 
 int run_command(const struct run_ops *ops, void *c, struct common_opts *o,
@@ -301,8 +303,10 @@ int run_command(const struct run_ops *ops, void *c, struct common_opts *o,
 	struct run run;
 	int code = run_prepare(ops, c, &run, o, duration_ns, argc, argv);
 
-	if (code != RUN_GO_ON)
+	if (code != RUN_GO_ON) {
+		run_release(&run);
 		return code;
+	}
 	code = run_profile(ops, c, &run);
 	run_release(&run);
 	return code;

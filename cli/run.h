@@ -22,6 +22,8 @@
 /* check() and prepare(): go on (any other value is the exit code). */
 #define RUN_GO_ON (-1)
 
+struct run_set;
+
 /* One run, as the operations see it. */
 struct run {
 	const struct common_opts *opts;
@@ -36,6 +38,7 @@ struct run {
 	 * one process, target. */
 	pid_t *set;
 	size_t nset;
+	struct run_set *set_spec; /* how the set is listed again in the window */
 	unsigned left_out; /* of the processes named, those that could not be */
 	char label[160]; /* the progress line's "pid N (comm)", or the set's */
 };
@@ -122,9 +125,10 @@ void run_say_ended(pid_t pid, bool exited);
 /* run-set.c: the set of processes @o gives, listed and checked into @run
  * (what run_prepare() does for one). RUN_GO_ON, or the exit code. */
 int run_prepare_set(const struct run_ops *ops, struct run *run, struct common_opts *o);
-/* A profiler a process of the set, as one, started into run->p: 0 or an
- * exit code, said. */
+/* A profiler a process of the set, as one, started into run->p (those
+ * that join the set in the window taken too): 0 or an exit code, said. */
 int run_open_set(const struct run_ops *ops, void *c, struct run *run);
+void run_set_free(struct run_set *s);
 /* The set's summary: each process's count, and those left out and why;
  * how many of those named were left out. */
 unsigned run_summary_set(const struct run_ops *ops, const struct run *run);

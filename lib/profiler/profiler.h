@@ -63,17 +63,22 @@ int profiler_new_jemalloc(struct profiler **ret, pid_t pid, const struct agent_s
 typedef int (*profiler_open_fn)(void *arg, pid_t pid, struct profiler **ret, char *err,
 				size_t errlen);
 
+/* The processes of a set now, into *@ret (malloc'd): 0 or -errno. */
+typedef int (*profiler_list_fn)(void *arg, pid_t **ret, size_t *ret_n);
+
 /*
  * @kind over the processes @pids (lib/profiler/set.c): a member opened on
  * each by @open, one refused named in the profile's comments while the
  * others go on; one window for all, in which a process that ends closes
- * its own (its samples kept; -ESRCH once every one has); one profile, each
- * sample labelled process_id and process_name; a text layout each
- * process's headed by its pid and name. -errno, with @err naming each
- * refusal, when none could be opened.
+ * its own (its samples kept; -ESRCH once every one has) and, with @list,
+ * one that joins the set (listed again every 200 ms) opens its own; one
+ * profile, each sample labelled process_id and process_name; a text
+ * layout each process's headed by its pid and name. @open and @list get
+ * @arg. -errno, with @err naming each refusal, when none could be opened.
  */
 int profiler_new_set(struct profiler **ret, const char *kind, const pid_t *pids, size_t n,
-		     profiler_open_fn open, void *arg, char *err, size_t errlen);
+		     profiler_open_fn open, profiler_list_fn list, void *arg, char *err,
+		     size_t errlen);
 
 /* A member of a set, as profiler_set_members() tells it. */
 struct profiler_member {
@@ -83,10 +88,11 @@ struct profiler_member {
 	int error;          /* -errno: left out (why) */
 	const char *why;
 	bool exited;        /* during the window */
+	bool born;          /* joined the set during the window */
 };
 
-/* Up to @max members of set @p into @ret (valid while @p is): how many;
- * 0 for a profiler that is not a set. */
+/* Up to @max members of set @p into @ret (valid while @p is); how many it
+ * has (0 for a profiler that is not a set). */
 size_t profiler_set_members(const struct profiler *p, struct profiler_member *ret, size_t max);
 
 /* "cpu", "wall", "threads", "heap", "block", "mutex", "threadcreate". */

@@ -20,14 +20,96 @@ struct member {
 	char comm[COMM_LEN];
 	struct profiler *p; /* NULL: refused at its opening (why) */
 	bool started, over, exited, stopped;
+	bool born;          /* joined the set during the window */
 	int error;          /* -errno: refused, or its window failed */
 	char why[256];
 };
 
 struct set {
 	struct member *m;
-	size_t n;
+	size_t n, alloc;
+	profiler_open_fn open;
+	profiler_list_fn list; /* NULL: the set is the one it began with */
+	void *arg;
+	bool in_window;
+	uint64_t next_look;   /* CLOCK_MONOTONIC of the next listing */
 };
+
+/* How often a set that grows is listed again: a process born and gone
+ * between two looks is not seen. */
+#define LOOK_NS (200 * 1000 * 1000ULL)
+
+static void refuse(struct member *m, int error, const char *why);
+
+/* A member for @pid, opened: -ENOMEM, else 0 with a refusal kept in it. */
+static int add_member(struct set *s, pid_t pid)
+{
+	struct member *m;
+	char why[1024] = "";
+	int r;
+
+	if (GROW(s->m, s->n + 1, s->alloc) < 0)
+		return -ENOMEM;
+	m = &s->m[s->n++];
+	*m = (struct member){ .pid = pid };
+	if (target_thread_name(pid, pid, m->comm, sizeof(m->comm)) < 0)
+		snprintf(m->comm, sizeof(m->comm), "?");
+	r = s->open(s->arg, pid, &m->p, why, sizeof(why));
+	if (r == -ENOMEM)
+		return r;
+	if (r < 0) {
+		m->p = NULL;
+		refuse(m, r, why);
+	}
+	return 0;
+}
+
+static bool known(const struct set *s, pid_t pid)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->m[i].pid == pid)
+			return true;
+	return false;
+}
+
+/*
+ * The processes that joined the set since its last listing (born, or
+ * moved into its cgroup), each opened and started: their windows begin
+ * now. One that cannot be is left out as any other.
+ */
+static int look_again(struct set *s, uint64_t now)
+{
+	pid_t *pids = NULL;
+	size_t n = 0;
+	int r;
+
+	s->next_look = now + LOOK_NS;
+	if (!s->list || s->list(s->arg, &pids, &n) < 0)
+		return 0;
+	r = 0;
+	for (size_t i = 0; i < n && r == 0; i++) {
+		struct member *m;
+		char why[1024] = "";
+
+		if (known(s, pids[i]))
+			continue;
+		r = add_member(s, pids[i]);
+		if (r < 0)
+			break;
+		m = &s->m[s->n - 1];
+		m->born = true;
+		if (!m->p)
+			continue;
+		if (profiler_start(m->p, why, sizeof(why)) < 0) {
+			refuse(m, -ESRCH, why);
+			m->stopped = true;
+			continue;
+		}
+		m->started = true;
+	}
+	free(pids);
+	return r;
+}
 
 static void refuse(struct member *m, int error, const char *why)
 {
@@ -68,6 +150,7 @@ static int set_start(struct profiler *p, char *err, size_t errlen)
 		m->started = true;
 		started++;
 	}
+	s->next_look = now_monotonic_ns() + LOOK_NS;
 	return started ? 0 : first ? first : -ESRCH;
 }
 
@@ -77,7 +160,13 @@ static int set_poll(struct profiler *p, int timeout_ms)
 {
 	struct set *s = p->impl;
 	size_t active = 0, gone = 0, slice;
+	uint64_t now = now_monotonic_ns();
 
+	for (size_t i = 0; i < s->n; i++)
+		active += !s->m[i].over;
+	if (active && now >= s->next_look && look_again(s, now) < 0)
+		return -ENOMEM;
+	active = 0;
 	for (size_t i = 0; i < s->n; i++)
 		active += !s->m[i].over;
 	slice = active ? MAX((size_t)timeout_ms / active, 1) : 0;
@@ -136,8 +225,9 @@ static int set_comments(const struct set *s, struct profile *all)
 	len = (size_t)snprintf(line, sizeof(line), "processes:");
 	for (size_t i = 0; i < s->n && len < sizeof(line); i++)
 		if (s->m[i].started && !s->m[i].error)
-			len += (size_t)snprintf(line + len, sizeof(line) - len, " %d (%s)%s",
+			len += (size_t)snprintf(line + len, sizeof(line) - len, " %d (%s)%s%s",
 						(int)s->m[i].pid, s->m[i].comm,
+						s->m[i].born ? " born in the window" : "",
 						s->m[i].exited ? " exited in the window" : "");
 	r = profile_add_comment(all, line);
 	for (size_t i = 0; i < s->n && r == 0; i++) {
@@ -299,45 +389,35 @@ static const struct profiler_ops set_ops = {
 };
 
 int profiler_new_set(struct profiler **ret, const char *kind, const pid_t *pids, size_t n,
-		     profiler_open_fn open, void *arg, char *err, size_t errlen)
+		     profiler_open_fn open, profiler_list_fn list, void *arg, char *err,
+		     size_t errlen)
 {
 	struct set *s = calloc(1, sizeof(*s));
 	size_t opened = 0, len = 0;
 	int first = 0;
 
 	*ret = NULL;
-	if (s)
-		s->m = calloc(n ? n : 1, sizeof(*s->m));
-	if (!s || !s->m) {
-		set_free(s);
+	if (!s)
 		return -ENOMEM;
-	}
+	*s = (struct set){ .open = open, .list = list, .arg = arg };
 	err[0] = '\0';
 	for (size_t i = 0; i < n; i++) {
-		struct member *m = &s->m[s->n++];
-		char why[1024] = "";
-		int r;
+		const struct member *m;
 
-		m->pid = pids[i];
-		if (target_thread_name(pids[i], pids[i], m->comm, sizeof(m->comm)) < 0)
-			snprintf(m->comm, sizeof(m->comm), "?");
-		r = open(arg, pids[i], &m->p, why, sizeof(why));
-		if (r == -ENOMEM) {
+		if (add_member(s, pids[i]) < 0) {
 			set_free(s);
-			return r;
+			return -ENOMEM;
 		}
-		if (r < 0) {
-			m->p = NULL;
-			refuse(m, r, why);
-			if (!first)
-				first = r;
-			if (len < errlen)
-				len += (size_t)snprintf(err + len, errlen - len, "%spid %d (%s): %s",
-							len ? "; " : "", (int)m->pid, m->comm,
-							m->why);
+		m = &s->m[s->n - 1];
+		if (m->p) {
+			opened++;
 			continue;
 		}
-		opened++;
+		if (!first)
+			first = m->error;
+		if (len < errlen)
+			len += (size_t)snprintf(err + len, errlen - len, "%spid %d (%s): %s",
+						len ? "; " : "", (int)m->pid, m->comm, m->why);
 	}
 	if (!opened) {
 		set_free(s);
@@ -349,17 +429,17 @@ int profiler_new_set(struct profiler **ret, const char *kind, const pid_t *pids,
 size_t profiler_set_members(const struct profiler *p, struct profiler_member *ret, size_t max)
 {
 	const struct set *s;
-	size_t n = 0;
 
 	if (p->ops != &set_ops)
 		return 0;
 	s = p->impl;
-	for (size_t i = 0; i < s->n && n < max; i++, n++)
-		ret[n] = (struct profiler_member){ .pid = s->m[i].pid,
-						   .comm = s->m[i].comm,
-						   .p = s->m[i].started ? s->m[i].p : NULL,
-						   .error = s->m[i].error,
-						   .why = s->m[i].why,
-						   .exited = s->m[i].exited };
-	return n;
+	for (size_t n = 0; n < s->n && n < max; n++)
+		ret[n] = (struct profiler_member){ .pid = s->m[n].pid,
+						   .comm = s->m[n].comm,
+						   .p = s->m[n].started ? s->m[n].p : NULL,
+						   .error = s->m[n].error,
+						   .why = s->m[n].why,
+						   .exited = s->m[n].exited,
+						   .born = s->m[n].born };
+	return s->n;
 }

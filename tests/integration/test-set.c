@@ -127,6 +127,40 @@ Test(set, cpu_over_a_pool_and_its_children_labels_each_process)
 	th_kill(pool);
 }
 
+/* A worker the pool forks a second into the window is followed from its
+ * birth: its samples under its own pid. */
+Test(set, a_process_born_in_the_window_joins_the_set)
+{
+	const char *out = th_tmp_path("born.pb.gz");
+	pid_t pool = TH_SPAWN("pool", "1", "30", "1.5"), w[8], pids[3];
+	int64_t ns[3];
+	size_t n;
+	struct th_run r;
+	struct profile *p;
+
+	th_require_perf(false);
+	TH_CPROF(&r, 60000, "cpu", "-p", th_pid_str(pool), "--children", "-d", "3s", "-o", out);
+	th_run_log(&r, "cprof cpu --children, a worker born in the window");
+	cr_assert_eq(r.exit_code, 0, "exit %d: %s", r.exit_code, r.err);
+	n = workers_of(pool, w, 8);
+	cr_assert_eq(n, 2, "the pool has %zu workers, not 2", n);
+	p = th_load_profile(out);
+	pids[0] = pool;
+	pids[1] = w[0];
+	pids[2] = w[1];
+	cr_expect_eq(by_process(p, pids, 3, ns), 0, "samples without their process's labels");
+	/* The later one (the higher pid, none wrapped in a second) was born
+	 * 1.5 s into the pool's life, about a second into the window. */
+	cr_expect_gt(ns[1], 0, "worker %d has no samples", w[0]);
+	cr_expect_gt(ns[2], 100 * 1000000LL, "worker %d, born in the window: %lld ns", w[1],
+		     (long long)ns[2]);
+	cr_expect(has_comment(p, "born in the window"), "no comment says who was born");
+	cr_expect(strstr(r.err, "born in the window"), "%s", r.err);
+	profile_free(p);
+	th_run_release(&r);
+	th_kill(pool);
+}
+
 /* A pid that was a process of ours and is no more (reaped). */
 static pid_t dead_pid(void)
 {
