@@ -43,13 +43,20 @@ static int write_json(const struct epilogue_facts *f)
 {
 	printf("{\"command\":");
 	json_string(stdout, f->command);
-	printf(",\"pid\":%d,\"output\":", (int)f->pid);
+	printf(",\"pid\":%d,", (int)f->pid);
+	if (f->pids) {
+		printf("\"processes\":[");
+		for (size_t i = 0; i < f->npids; i++)
+			printf("%s%d", i ? "," : "", (int)f->pids[i]);
+		printf("],");
+	}
+	printf("\"output\":");
 	json_string(stdout, f->output);
 	/* Times in ns, as the pprof file and manifest.json give them; the
 	 * _s and _ms keys are their old names, kept for a release. */
-	printf(",\"exit\":0,\"duration_ns\":%llu,\"samples\":%llu,\"lost\":%llu,"
+	printf(",\"exit\":%d,\"duration_ns\":%llu,\"samples\":%llu,\"lost\":%llu,"
 	       "\"duration_s\":%.6f,",
-	       (unsigned long long)f->duration_ns, (unsigned long long)f->samples,
+	       f->exit_code, (unsigned long long)f->duration_ns, (unsigned long long)f->samples,
 	       (unsigned long long)f->lost, f->duration_ns / 1e9);
 	if (f->pause_ns >= 0)
 		printf("\"pause_ns\":%lld,\"pause_ms\":%.3f,", (long long)f->pause_ns,

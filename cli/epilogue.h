@@ -21,6 +21,9 @@ struct epilogue_facts {
 	uint64_t samples;     /* what was collected: samples, records, threads */
 	uint64_t lost;
 	int64_t pause_ns;     /* how long a target thread was stopped; -1: none */
+	int exit_code;        /* what cprof leaves with: EXIT_OK, or EXIT_PARTIAL */
+	const pid_t *pids;    /* a set's processes (NULL: the one, pid) */
+	size_t npids;
 	const struct profile *profile; /* may be NULL: no top functions */
 };
 

@@ -217,10 +217,14 @@ static int write_output(const struct run_ops *ops, struct run *run, const struct
 	return r;
 }
 
+/* @code is what the run leaves with once written whole or in part. */
 static int epilogue(const struct run_ops *ops, const struct run *run,
-		    const struct profile *profile)
+		    const struct profile *profile, int code)
 {
 	const struct common_opts *o = run->opts;
+	pid_t *pids = NULL;
+	size_t n = run->set ? profiler_set_members(run->p, NULL, 0) : 0;
+	struct profiler_member *m = n ? calloc(n, sizeof(*m)) : NULL;
 	struct epilogue_facts f = {
 		.command = ops->command,
 		.pid = o->pid,
@@ -230,9 +234,22 @@ static int epilogue(const struct run_ops *ops, const struct run *run,
 		.lost = run->facts.lost,
 		.pause_ns = run->facts.pause_ns,
 		.profile = profile,
+		.exit_code = code,
 	};
+	int r;
 
-	return epilogue_report(o, &f) < 0 ? EXIT_FAIL : EXIT_OK;
+	/* A set's processes, those profiled (the comments name the others). */
+	if (m && (pids = calloc(n, sizeof(*pids)))) {
+		profiler_set_members(run->p, m, n);
+		for (size_t i = 0; i < n; i++)
+			if (m[i].p && !m[i].error)
+				pids[f.npids++] = m[i].pid;
+		f.pids = pids;
+	}
+	r = epilogue_report(o, &f);
+	free(pids);
+	free(m);
+	return r < 0 ? EXIT_FAIL : code;
 }
 
 int run_profile(const struct run_ops *ops, void *c, struct run *run)
@@ -273,10 +290,8 @@ int run_profile(const struct run_ops *ops, void *c, struct run *run)
 		report_unsymbolized(profile);
 	else if (profiler_symbolizer(run->p))
 		report_unsymbolized_program(profiler_symbolizer(run->p));
-	code = epilogue(ops, run, profile);
 	/* What record does where a kind is missing: written, not whole. */
-	if (code == EXIT_OK && left_out)
-		code = EXIT_PARTIAL;
+	code = epilogue(ops, run, profile, left_out ? EXIT_PARTIAL : EXIT_OK);
 	goto out_free;
 
 out_abort:

@@ -185,9 +185,12 @@ Test(set, a_list_with_a_dead_pid_writes_the_others_and_exits_5)
 
 	th_require_perf(false);
 	snprintf(list, sizeof(list), "%d %d,%d", (int)a, (int)gone, (int)b);
-	TH_CPROF(&r, 60000, "cpu", "-p", list, "-d", "1s", "-o", out);
+	TH_CPROF(&r, 60000, "cpu", "-p", list, "-d", "1s", "-o", out, "--json");
 	th_run_log(&r, "cprof cpu with a dead pid");
 	cr_assert_eq(r.exit_code, 5, "exit %d: %s", r.exit_code, r.err);
+	/* --json says the exit it leaves with, and the processes profiled. */
+	snprintf(list, sizeof(list), "\"processes\":[%d,%d]", (int)a, (int)b);
+	cr_expect(strstr(r.out, "\"exit\":5,") && strstr(r.out, list), "%s", r.out);
 	cr_expect(strstr(r.err, th_pid_str(gone)) && strstr(r.err, "no such process"),
 		  "the dead pid is not named: %s", r.err);
 	p = th_load_profile(out);
