@@ -505,7 +505,9 @@ static pid_t thread_named(pid_t pid, const char *name)
  * The judgement of a thread seen from outside, asleep: one asleep inside a
  * signal handler (a signal frame below it) is refused without a stop, one
  * asleep under plain frames is left to the judgement at its stop. Its
- * naps are 20 ms: a look that finds it awake is tried again.
+ * naps are 20 ms: a look that finds it awake is tried again, for up to 5 s
+ * (beside eight CPU hogs a thread whose nap ended may wait that long for
+ * a CPU, seen awake at every look of a tight loop).
  */
 Test(inject, a_thread_asleep_where_it_must_not_load_is_refused_without_a_stop)
 {
@@ -522,9 +524,12 @@ Test(inject, a_thread_asleep_where_it_must_not_load_is_refused_without_a_stop)
 	o.maps = &s.maps;
 	o.sym = s.sym;
 	o.unw = s.unw;
-	for (int i = 0; i < 20 && !refused; i++)
+	for (int i = 0; i < 500 && !refused; i++) {
 		refused = inject_judge_asleep(&o, pid, thread_named(pid, "handler"), false, why,
 					      sizeof(why)) == -EAGAIN;
+		if (!refused)
+			th_sleep_ms(10);
+	}
 	cr_assert(refused, "the thread asleep in a signal handler was not refused from outside");
 	cr_log_info("refused without a stop: %s", why);
 	cr_assert(strstr(why, "asleep, seen without a stop") && strstr(why, "__restore_rt"),
