@@ -34,6 +34,22 @@ static bool is_cprof(const struct target *t)
 	return !strcmp(t->exe, self);
 }
 
+/* Why cprof passes over the process @t (opened as @pid); NULL: it takes it. */
+static const char *passed_over(const struct run_ops *ops, const struct target *t, pid_t pid)
+{
+	if (t->tgid != pid)
+		return "a thread";
+	if (t->kernel_thread)
+		return "a kernel thread, no user space";
+	if (is_cprof(t))
+		return "a cprof process";
+	if (t->state == 'Z' || t->state == 'X')
+		return "a zombie";
+	if (ops->attach && t->tracer_pid)
+		return "traced";
+	return NULL;
+}
+
 /*
  * Whether the set's process @pid can be profiled: the others are passed
  * over, said unless @left_out is NULL (a process that joins in the
@@ -44,10 +60,10 @@ static bool keep(const struct run_ops *ops, pid_t pid, bool named, unsigned *lef
 {
 	struct target t;
 	int r = target_open(&t, pid);
+	const char *why = r == 0 ? passed_over(ops, &t, pid) : NULL;
 
-	if (!left_out)
-		return r == 0 && t.tgid == pid && !t.kernel_thread && !is_cprof(&t) &&
-		       t.state != 'Z' && t.state != 'X' && !(ops->attach && t.tracer_pid);
+	if (!left_out || (r == 0 && !why))
+		return r == 0 && !why;
 	if (r == -ESRCH) {
 		if (named) {
 			report_warning("pid %d: no such process; left out", pid);
@@ -65,24 +81,14 @@ static bool keep(const struct run_ops *ops, pid_t pid, bool named, unsigned *lef
 		report_warning("%d is a thread of pid %d (%s): give the process; left out", pid,
 			       t.tgid, t.comm);
 		(*left_out)++;
-		return false;
-	}
-	if (t.tgid != pid || t.kernel_thread || is_cprof(&t) || t.state == 'Z' ||
-	    t.state == 'X') {
-		if (named && t.tgid == pid)
-			report_note("pid %d (%s): %s; left out", pid, t.comm,
-				    t.kernel_thread ? "a kernel thread, no user space"
-				    : is_cprof(&t) ? "a cprof process"
-						   : "a zombie");
-		return false;
-	}
-	if (ops->attach && t.tracer_pid) {
+	} else if (!strcmp(why, "traced")) {
 		report_warning("pid %d (%s): traced by pid %d, which holds its threads; left out",
 			       pid, t.comm, t.tracer_pid);
 		(*left_out)++;
-		return false;
+	} else if (named && t.tgid == pid) {
+		report_note("pid %d (%s): %s; left out", pid, t.comm, why);
 	}
-	return true;
+	return false;
 }
 
 /* How the set is listed, kept for the window: processes join it. */
@@ -225,12 +231,13 @@ unsigned run_summary_set(const struct run_ops *ops, const struct run *run)
 	size_t n = profiler_set_members(run->p, NULL, 0);
 	struct profiler_member *m = calloc(n ? n : 1, sizeof(*m));
 	unsigned left_out = run->left_out;
+	const char *one = ops->counts[0] ? ops->counts[0] : "event";
+	const char *many = ops->counts[1] ? ops->counts[1] : "events";
 
 	if (run->written && strcmp(run->opts->output, "-"))
 		report_note("wrote %s: %zu %s, %llu %s", output_name(&run->out), n,
 			    plural(n, "process", "processes"), (unsigned long long)run->facts.count,
-			    plural(run->facts.count, ops->counts[0] ? ops->counts[0] : "event",
-				   ops->counts[1] ? ops->counts[1] : "events"));
+			    plural(run->facts.count, one, many));
 	if (!m)
 		n = 0;
 	profiler_set_members(run->p, m, n);
@@ -242,8 +249,7 @@ unsigned run_summary_set(const struct run_ops *ops, const struct run *run)
 		}
 		report_note("pid %d (%s): %llu %s%s%s", m[i].pid, m[i].comm,
 			    (unsigned long long)profiler_count(m[i].p),
-			    plural(profiler_count(m[i].p), ops->counts[0] ? ops->counts[0] : "event",
-				   ops->counts[1] ? ops->counts[1] : "events"),
+			    plural(profiler_count(m[i].p), one, many),
 			    m[i].born ? ", born in the window" : "",
 			    m[i].exited ? ", exited in the window" : "");
 	}

@@ -31,7 +31,6 @@ struct set {
 	profiler_open_fn open;
 	profiler_list_fn list; /* NULL: the set is the one it began with */
 	void *arg;
-	bool in_window;
 	uint64_t next_look;   /* CLOCK_MONOTONIC of the next listing */
 };
 
@@ -39,7 +38,12 @@ struct set {
  * between two looks is not seen. */
 #define LOOK_NS (200 * 1000 * 1000ULL)
 
-static void refuse(struct member *m, int error, const char *why);
+static void refuse(struct member *m, int error, const char *why)
+{
+	m->error = error;
+	m->over = true;
+	snprintf(m->why, sizeof(m->why), "%s", why[0] ? why : strerror(-error));
+}
 
 /* A member for @pid, opened: -ENOMEM, else 0 with a refusal kept in it. */
 static int add_member(struct set *s, pid_t pid)
@@ -81,15 +85,15 @@ static int look_again(struct set *s, uint64_t now)
 {
 	pid_t *pids = NULL;
 	size_t n = 0;
-	int r;
+	int r = 0;
 
 	s->next_look = now + LOOK_NS;
 	if (!s->list || s->list(s->arg, &pids, &n) < 0)
 		return 0;
-	r = 0;
 	for (size_t i = 0; i < n && r == 0; i++) {
 		struct member *m;
 		char why[1024] = "";
+		int k;
 
 		if (known(s, pids[i]))
 			continue;
@@ -100,8 +104,9 @@ static int look_again(struct set *s, uint64_t now)
 		m->born = true;
 		if (!m->p)
 			continue;
-		if (profiler_start(m->p, why, sizeof(why)) < 0) {
-			refuse(m, -ESRCH, why);
+		k = profiler_start(m->p, why, sizeof(why));
+		if (k < 0) {
+			refuse(m, k, why);
 			m->stopped = true;
 			continue;
 		}
@@ -109,13 +114,6 @@ static int look_again(struct set *s, uint64_t now)
 	}
 	free(pids);
 	return r;
-}
-
-static void refuse(struct member *m, int error, const char *why)
-{
-	m->error = error;
-	m->over = true;
-	snprintf(m->why, sizeof(m->why), "%s", why[0] ? why : strerror(-error));
 }
 
 static int set_start(struct profiler *p, char *err, size_t errlen)
@@ -154,22 +152,27 @@ static int set_start(struct profiler *p, char *err, size_t errlen)
 	return started ? 0 : first ? first : -ESRCH;
 }
 
+static size_t active(const struct set *s)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < s->n; i++)
+		n += !s->m[i].over;
+	return n;
+}
+
 /* Each member still in its window polled once, the time shared. 1 once
  * every one is over, -ESRCH when every one's process is gone. */
 static int set_poll(struct profiler *p, int timeout_ms)
 {
 	struct set *s = p->impl;
-	size_t active = 0, gone = 0, slice;
+	size_t gone = 0, slice, n = active(s);
 	uint64_t now = now_monotonic_ns();
 
-	for (size_t i = 0; i < s->n; i++)
-		active += !s->m[i].over;
-	if (active && now >= s->next_look && look_again(s, now) < 0)
+	if (n && now >= s->next_look && look_again(s, now) < 0)
 		return -ENOMEM;
-	active = 0;
-	for (size_t i = 0; i < s->n; i++)
-		active += !s->m[i].over;
-	slice = active ? MAX((size_t)timeout_ms / active, 1) : 0;
+	n = active(s);
+	slice = n ? MAX((size_t)timeout_ms / n, 1) : 0;
 	for (size_t i = 0; i < s->n; i++) {
 		struct member *m = &s->m[i];
 		int r;
@@ -183,13 +186,10 @@ static int set_poll(struct profiler *p, int timeout_ms)
 			refuse(m, r, "");
 		m->over = r != 0;
 	}
-	active = 0;
-	for (size_t i = 0; i < s->n; i++) {
-		active += !s->m[i].over;
-		gone += s->m[i].exited || !s->m[i].started;
-	}
-	if (active)
+	if (active(s))
 		return 0;
+	for (size_t i = 0; i < s->n; i++)
+		gone += s->m[i].exited || !s->m[i].started;
 	return gone == s->n ? -ESRCH : 1;
 }
 
