@@ -24,6 +24,11 @@ void agent_window_report_agent(const struct window_result *w, const struct targe
 			       w->counters.detach_reason == CPROF_DETACH_PEER_EXIT
 				       ? "it took cprof for gone"
 				       : "it missed cprof's heartbeat");
+	if (agent_window_stretched(w))
+		report_note("the agent in pid %d sampled for %.3f s of the %.3f s window (its attach "
+			    "and detach waited for a CPU): the figures are of the %.3f s it sampled",
+			    t->pid, (double)w->window_ns / 1e9, (double)w->asked_ns / 1e9,
+			    (double)w->window_ns / 1e9);
 	if (!w->detached && !w->target_exited)
 		report_warning("the agent did not confirm its hooks were removed; it removes "
 			       "them by itself within 1 s of cprof's exit");

@@ -14,7 +14,8 @@
 void agent_window_report(const struct window_result *w, const struct target *t);
 
 /* Its part that is the agent's own: a malformed ring, a session the agent
- * ended early, hooks not confirmed gone. */
+ * ended early, a span sampled that is not the window asked for, hooks not
+ * confirmed gone. */
 void agent_window_report_agent(const struct window_result *w, const struct target *t);
 
 #endif

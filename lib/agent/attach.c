@@ -65,6 +65,14 @@ bool agent_session_running(uint64_t session)
 	return header() && (agent_session & 0xffffffffu) == (session & 0xffffffffu);
 }
 
+/* Sampling on or off, and when (wire.h: sampling_on_ns, sampling_off_ns). */
+static void set_sampling(struct cprof_wire_header *h, int on)
+{
+	__atomic_store_n(&agent_sampling, on, __ATOMIC_RELAXED);
+	__atomic_store_n(on ? &h->sampling_on_ns : &h->sampling_off_ns, agent_now_ns(),
+			 __ATOMIC_RELEASE);
+}
+
 int agent_detach_locked(uint32_t reason)
 {
 	struct cprof_wire_header *h = header();
@@ -72,7 +80,7 @@ int agent_detach_locked(uint32_t reason)
 	if (!h)
 		return -ENOENT;
 	got_restore_all();
-	__atomic_store_n(&agent_sampling, 0, __ATOMIC_RELAXED);
+	set_sampling(h, 0);
 	__atomic_store_n(&agent_events, 0, __ATOMIC_RELAXED);
 	event_lock();
 	liveset_clear();
@@ -192,11 +200,11 @@ void agent_poll_commands_locked(void)
 	last_command = cmd;
 	switch (cmd) {
 	case CPROF_CMD_START:
-		__atomic_store_n(&agent_sampling, 1, __ATOMIC_RELAXED);
+		set_sampling(h, 1);
 		set_state(CPROF_STATE_RUNNING);
 		break;
 	case CPROF_CMD_STOP:
-		__atomic_store_n(&agent_sampling, 0, __ATOMIC_RELAXED);
+		set_sampling(h, 0);
 		set_state(CPROF_STATE_PAUSED);
 		break;
 	case CPROF_CMD_DETACH:
@@ -432,7 +440,7 @@ CPROF_AGENT_API int cprof_agent_attach_events(int cprof_pid, uint64_t rate, uint
 	show_rate(h, events);
 	locks_reset();
 	__atomic_store_n(&agent_events, events, __ATOMIC_RELAXED);
-	__atomic_store_n(&agent_sampling, 1, __ATOMIC_RELAXED);
+	set_sampling(h, 1);
 	event_lock();
 	agent_ring.hdr = h;
 	event_unlock();

@@ -162,7 +162,15 @@ struct cprof_wire_header {
 	 * at CPROF_WIRE_*_RATE_DEFAULT. A one-kind session's is `rate`. */
 	uint64_t kind_rate[4];
 
-	uint8_t pad1[256 - 224];
+	/* Written by the agent: CLOCK_MONOTONIC when sampling last went on
+	 * (attach, START) and off (STOP, detach); 0: not yet. What a session
+	 * recorded and lost is of that span, not of cprof's own window, which
+	 * begins after the attach returns and ends before the detach is
+	 * taken: on a saturated host the two differ by seconds. */
+	uint64_t sampling_on_ns;
+	uint64_t sampling_off_ns;
+
+	uint8_t pad1[256 - 240];
 
 	/* Ring positions, one cache line each (see the comment on top). */
 	uint64_t data_head; /* agent */

@@ -275,6 +275,8 @@ void channel_counters(const struct channel *ch, struct channel_counters *ret)
 	ret->hooked = __atomic_load_n(&h->hooked, __ATOMIC_RELAXED);
 	ret->errors = __atomic_load_n(&h->errors, __ATOMIC_RELAXED);
 	ret->rate_in_use = __atomic_load_n(&h->rate_in_use, __ATOMIC_RELAXED);
+	ret->sampling_on_ns = __atomic_load_n(&h->sampling_on_ns, __ATOMIC_ACQUIRE);
+	ret->sampling_off_ns = __atomic_load_n(&h->sampling_off_ns, __ATOMIC_ACQUIRE);
 }
 
 int channel_put_rule(struct channel *ch, uint64_t key, uint64_t rule)

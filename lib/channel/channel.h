@@ -23,6 +23,7 @@ struct channel_counters {
 	uint32_t state, detach_reason, events;
 	uint64_t samples, sampled_bytes, frees, lost, untracked, hooked, errors, rate_in_use;
 	uint64_t lost_allocs, lost_alloc_bytes;
+	uint64_t sampling_on_ns, sampling_off_ns; /* the agent's CLOCK_MONOTONIC */
 };
 
 /* What a drain hands over: copies, checked for size and bounds. */

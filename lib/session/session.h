@@ -138,7 +138,8 @@ int agent_channel_end(struct channel *ch);
 
 struct window_result {
 	uint64_t start_realtime_ns; /* for the profile's time_nanos */
-	uint64_t window_ns;
+	uint64_t window_ns; /* a detached session's: the span its hooks sampled */
+	uint64_t asked_ns;  /* cprof's own window, where it was replaced by that */
 	uint64_t records;
 	bool target_exited;
 	bool interrupted;
@@ -211,8 +212,13 @@ int agent_window_live(struct channel *ch, const struct channel_handlers *h,
  * comments. */
 int agent_note_lost(const struct channel_counters *c, struct profile *p);
 
+/* Whether the span the agent sampled differs from the window asked for by
+ * more than a tenth of it. */
+bool agent_window_stretched(const struct window_result *w);
+
 /* Notes in @p's comments what makes @w's figures short: records lost, a
- * malformed ring, a session the agent ended before the window. */
+ * malformed ring, a session the agent ended before the window; and a span
+ * sampled that is not the window asked for. */
 int agent_note_window(const struct window_result *w, struct profile *p);
 
 #endif

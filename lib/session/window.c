@@ -169,6 +169,25 @@ int agent_window_poll(struct agent_window *w, int timeout_ms)
 	return 1;
 }
 
+/*
+ * A detached session's figures are of the span its hooks sampled, which
+ * began at the attach, before this window, and ended at the detach, after
+ * it: the window is made that span (the agent's clock is this host's
+ * CLOCK_MONOTONIC). Quiet, the two differ by milliseconds; on a saturated
+ * host by seconds, and counts over the one divided by the other would lie.
+ */
+static void window_of_sampling(struct agent_window *w)
+{
+	struct window_result *res = &w->res;
+	uint64_t on = res->counters.sampling_on_ns, off = res->counters.sampling_off_ns;
+
+	if (!on || off <= on)
+		return; /* an agent of an older build, or still sampling */
+	res->asked_ns = res->window_ns;
+	res->start_realtime_ns = res->start_realtime_ns + on - w->start;
+	res->window_ns = off - on;
+}
+
 int agent_window_end(struct agent_window *w)
 {
 	struct window_result *res = &w->res;
@@ -201,8 +220,10 @@ int agent_window_end(struct agent_window *w)
 	/* Whatever was published before the hooks went. */
 	k = drain(w->ch, w->h, res);
 	channel_counters(w->ch, &res->counters);
-	if (detach && res->detached)
+	if (detach && res->detached) {
+		window_of_sampling(w);
 		channel_give_back(w->ch);
+	}
 	else if (!detach)
 		res->detached = true; /* not asked: the session goes on */
 	return r < 0 ? r : k;
@@ -256,9 +277,27 @@ int agent_note_lost(const struct channel_counters *c, struct profile *p)
 	return profile_add_comment(p, text);
 }
 
+bool agent_window_stretched(const struct window_result *w)
+{
+	uint64_t d = w->window_ns > w->asked_ns ? w->window_ns - w->asked_ns
+						: w->asked_ns - w->window_ns;
+
+	return w->asked_ns && d * 10 > w->asked_ns;
+}
+
 int agent_note_window(const struct window_result *w, struct profile *p)
 {
 	int r = agent_note_lost(&w->counters, p);
+
+	if (r == 0 && agent_window_stretched(w)) {
+		char text[192];
+
+		snprintf(text, sizeof(text), "the agent sampled for %.3f s of a %.3f s window (its "
+			 "attach and detach waited for a CPU): the figures and the duration are of "
+			 "the %.3f s it sampled", (double)w->window_ns / 1e9,
+			 (double)w->asked_ns / 1e9, (double)w->window_ns / 1e9);
+		r = profile_add_comment(p, text);
+	}
 
 	if (r == 0 && w->malformed)
 		r = profile_add_comment(p, "the agent's ring held malformed records: reading "

@@ -112,6 +112,55 @@ Test(session, window_collects_and_detaches)
 }
 
 /*
+ * The agent samples from its attach to its detach, which on a saturated
+ * host lie seconds before and after cprof's window (cprof waits for a CPU
+ * between the attach and its window): the window a session reports, and
+ * its profile's time, are of that span, and the profile says how it
+ * differs from the window asked for. Here the wait is a sleep of 700 ms
+ * between the attach and a window of 300 ms.
+ */
+Test(session, window_is_the_span_the_agent_sampled)
+{
+	struct agent_session_opts o = heap_opts(64 << 10);
+	struct counts c = { 0 };
+	struct channel_handlers h = { .alloc = count_alloc, .free = count_free, .arg = &c };
+	struct window_opts wo = { .duration_ns = 300000000ULL };
+	struct agent_session s;
+	struct window_result w;
+	const struct profile_value_type type = { "alloc_objects", "count" };
+	struct profile *p;
+	uint64_t rt_open;
+	bool noted = false;
+	pid_t pid;
+	int r;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
+	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
+	r = agent_session_open(&s, &o);
+	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s.failed, s.rep.why);
+	rt_open = now_realtime_ns();
+	th_sleep_ms(700);
+	cr_assert_eq(agent_window_run(s.ch, pid, &wo, &h, &w), 0);
+	cr_assert(w.detached, "the agent did not confirm its detach");
+	cr_log_info("measured: asked %.3f s, sampled %.3f s", w.asked_ns / 1e9, w.window_ns / 1e9);
+	cr_assert_geq(w.asked_ns, wo.duration_ns);
+	cr_assert_geq(w.window_ns, w.asked_ns + 700000000ULL,
+		      "a window of %.3f s for hooks on for 0.7 s more", w.window_ns / 1e9);
+	cr_assert_leq(w.start_realtime_ns, rt_open, "the window starts after the attach");
+	cr_assert(agent_window_stretched(&w));
+	cr_assert_eq(profile_new(&p, &type, 1), 0);
+	cr_assert_eq(agent_note_window(&w, p), 0);
+	for (size_t i = 0; i < p->ncomments; i++)
+		noted |= strstr(p->comments[i], "the agent sampled for") != NULL;
+	cr_assert(noted, "the profile does not say its span is not the window asked for");
+	profile_free(p);
+	agent_session_release(&s);
+	th_assert_let_go(pid, false, "after a session of lib/session");
+	th_kill(pid);
+}
+
+/*
  * The same window driven in steps, as a loop over several profilers does:
  * short polls, and ended by the caller long before its duration. The agent
  * detaches all the same, and what was drained is kept.
