@@ -130,6 +130,7 @@ static void live_snapshot(struct cprof_wire_header *h)
 		m->hdr.size = sizeof(*m);
 		ring_commit(sizeof(*m));
 		live_answered = req;
+		__atomic_store_n(&h->live_answered, req, __ATOMIC_RELEASE);
 	}
 	event_unlock();
 }

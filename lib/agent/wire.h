@@ -169,8 +169,13 @@ struct cprof_wire_header {
 	 * taken: on a saturated host the two differ by seconds. */
 	uint64_t sampling_on_ns;
 	uint64_t sampling_off_ns;
+	/* Written by the agent: the live_request its last LIVE mark answers
+	 * (0: none, or an agent of an older build). Once it is cprof's last
+	 * request, the snapshot is taken and the hooks may go before cprof has
+	 * drained up to the mark. */
+	uint64_t live_answered;
 
-	uint8_t pad1[256 - 240];
+	uint8_t pad1[256 - 248];
 
 	/* Ring positions, one cache line each (see the comment on top). */
 	uint64_t data_head; /* agent */

@@ -228,6 +228,12 @@ bool channel_live_pending(const struct channel *ch)
 	return ch->live_seen != ch->live_request;
 }
 
+bool channel_live_written(const struct channel *ch)
+{
+	return !channel_live_pending(ch) ||
+	       __atomic_load_n(&ch->hdr->live_answered, __ATOMIC_ACQUIRE) == ch->live_request;
+}
+
 unsigned channel_live_taken(const struct channel *ch)
 {
 	return ch->live_taken;

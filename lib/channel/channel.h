@@ -81,6 +81,9 @@ void channel_set_rates(struct channel *ch, const uint64_t rates[CPROF_KINDS]);
  */
 int channel_live_ask(struct channel *ch);
 bool channel_live_pending(const struct channel *ch);
+/* The snapshot asked for last is in the ring, handed over or not yet (an
+ * agent of an older build: handed over). */
+bool channel_live_written(const struct channel *ch);
 /* Snapshots handed to a live handler so far. */
 unsigned channel_live_taken(const struct channel *ch);
 

@@ -60,16 +60,22 @@ static void ask_live(struct channel *ch, struct window_result *res, uint64_t lef
 	*next = now + LIVE_EVERY_NS;
 }
 
-/* Drains until the snapshot asked for last has been handed over. */
+/*
+ * Drains until the snapshot asked for last has been handed over, or with
+ * @written only until the agent has written it: its mark is in the ring,
+ * the final drain hands it over, and the hooks need not sample while cprof
+ * drains up to it (a full ring took seconds on a saturated host). Those
+ * drains are sliced so that the mark is seen soon after it is written.
+ */
 static int live_wait(struct channel *ch, const struct channel_handlers *h,
-		     struct window_result *res, pid_t pid)
+		     struct window_result *res, pid_t pid, bool written)
 {
 	const struct timespec nap = { 0, 5 * 1000 * 1000 };
 	uint64_t deadline = now_monotonic_ns() + LIVE_TIMEOUT_MS * 1000000ULL;
 	int r;
 
 	/* By the clock: on a saturated host each turn takes longer. */
-	while (channel_live_pending(ch)) {
+	while (written ? !channel_live_written(ch) : channel_live_pending(ch)) {
 		if (now_monotonic_ns() >= deadline || res->malformed) {
 			res->live_error = res->malformed ? -EPROTO : -ETIMEDOUT;
 			break;
@@ -80,7 +86,8 @@ static int live_wait(struct channel *ch, const struct channel_handlers *h,
 		}
 		channel_heartbeat(ch);
 		nanosleep(&nap, NULL);
-		r = drain(ch, h, res);
+		r = written ? drain_until(ch, h, res, now_monotonic_ns() + TICK_NS)
+			    : drain(ch, h, res);
 		if (r < 0)
 			return r;
 	}
@@ -94,7 +101,7 @@ int agent_window_live(struct channel *ch, const struct channel_handlers *h,
 		res->live_error = -ENOTSUP;
 		return 0;
 	}
-	return live_wait(ch, h, res, pid);
+	return live_wait(ch, h, res, pid, false);
 }
 
 void agent_window_begin(struct agent_window *w, struct channel *ch, pid_t pid,
@@ -201,12 +208,14 @@ int agent_window_end(struct agent_window *w)
 		res->window_ns = now_monotonic_ns() - w->start;
 	}
 	/* The last snapshot asked for, else a first one; failing, the hooks
-	 * still go now, not when the watchdog gives up on us. */
+	 * still go now, not when the watchdog gives up on us. Detaching, they
+	 * go once it is written (live_wait()). */
 	if (w->h->live && !res->target_exited) {
-		if (channel_live_pending(w->ch) || res->live_error || channel_live_taken(w->ch))
-			r = live_wait(w->ch, w->h, res, w->pid);
-		else
-			r = agent_window_live(w->ch, w->h, res, w->pid);
+		if (!channel_live_pending(w->ch) && !res->live_error && !channel_live_taken(w->ch) &&
+		    channel_live_ask(w->ch) < 0)
+			res->live_error = -ENOTSUP;
+		if (!res->live_error)
+			r = live_wait(w->ch, w->h, res, w->pid, detach);
 		if (r == 0 && fault_injected("window-live"))
 			r = -EIO;
 	}
@@ -223,9 +232,9 @@ int agent_window_end(struct agent_window *w)
 	if (detach && res->detached) {
 		window_of_sampling(w);
 		channel_give_back(w->ch);
-	}
-	else if (!detach)
+	} else if (!detach) {
 		res->detached = true; /* not asked: the session goes on */
+	}
 	return r < 0 ? r : k;
 }
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "agent/wire.h"
+#include "channel/channel.h"
 #include "cpu/cpu-profiler.h"
 #include "profiler/profiler.h"
 #include "session/profiler.h"
@@ -155,6 +156,40 @@ Test(session, window_is_the_span_the_agent_sampled)
 		noted |= strstr(p->comments[i], "the agent sampled for") != NULL;
 	cr_assert(noted, "the profile does not say its span is not the window asked for");
 	profile_free(p);
+	agent_session_release(&s);
+	th_assert_let_go(pid, false, "after a session of lib/session");
+	th_kill(pid);
+}
+
+/*
+ * The agent says when its live set's mark is in the ring, before cprof has
+ * drained up to it: the window's end takes the hooks off then, instead of
+ * after a drain of a full ring (seconds on a saturated host, with the hooks
+ * sampling all along). Here nothing drains at all.
+ */
+Test(session, live_mark_is_known_written_before_the_drain)
+{
+	struct agent_session_opts o = heap_opts(64 << 10);
+	struct agent_session s;
+	uint64_t t0;
+	pid_t pid;
+	int r;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
+	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
+	r = agent_session_open(&s, &o);
+	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s.failed, s.rep.why);
+	th_sleep_ms(300);
+	cr_assert_eq(channel_live_ask(s.ch), 0);
+	t0 = th_now_ns();
+	while (!channel_live_written(s.ch) && th_now_ns() - t0 < 3000000000ULL) {
+		channel_heartbeat(s.ch);
+		th_sleep_ms(5);
+	}
+	cr_log_info("measured: mark written %.3f s after the ask", (th_now_ns() - t0) / 1e9);
+	cr_assert(channel_live_written(s.ch), "no mark known written in 3 s");
+	cr_assert(channel_live_pending(s.ch), "handed over with nothing drained");
 	agent_session_release(&s);
 	th_assert_let_go(pid, false, "after a session of lib/session");
 	th_kill(pid);
