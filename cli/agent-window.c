@@ -25,8 +25,8 @@ void agent_window_report_agent(const struct window_result *w, const struct targe
 				       ? "it took cprof for gone"
 				       : "it missed cprof's heartbeat");
 	if (agent_window_stretched(w))
-		report_note("the agent in pid %d sampled for %.3f s of the %.3f s window (its attach "
-			    "and detach waited for a CPU): the figures are of the %.3f s it sampled",
+		report_note("the agent's hooks in pid %d sampled for %.3f s around the %.3f s window "
+			    "(from the attach to the detach): the figures are of those %.3f s",
 			    t->pid, (double)w->window_ns / 1e9, (double)w->asked_ns / 1e9,
 			    (double)w->window_ns / 1e9);
 	if (!w->detached && !w->target_exited)

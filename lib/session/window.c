@@ -301,10 +301,10 @@ int agent_note_window(const struct window_result *w, struct profile *p)
 	if (r == 0 && agent_window_stretched(w)) {
 		char text[192];
 
-		snprintf(text, sizeof(text), "the agent sampled for %.3f s of a %.3f s window (its "
-			 "attach and detach waited for a CPU): the figures and the duration are of "
-			 "the %.3f s it sampled", (double)w->window_ns / 1e9,
-			 (double)w->asked_ns / 1e9, (double)w->window_ns / 1e9);
+		snprintf(text, sizeof(text), "the agent's hooks sampled for %.3f s around the %.3f "
+			 "s window (from the attach to the detach): the figures and the duration are "
+			 "of those %.3f s", (double)w->window_ns / 1e9, (double)w->asked_ns / 1e9,
+			 (double)w->window_ns / 1e9);
 		r = profile_add_comment(p, text);
 	}
 

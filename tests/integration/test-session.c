@@ -153,7 +153,7 @@ Test(session, window_is_the_span_the_agent_sampled)
 	cr_assert_eq(profile_new(&p, &type, 1), 0);
 	cr_assert_eq(agent_note_window(&w, p), 0);
 	for (size_t i = 0; i < p->ncomments; i++)
-		noted |= strstr(p->comments[i], "the agent sampled for") != NULL;
+		noted |= strstr(p->comments[i], "the agent's hooks sampled for") != NULL;
 	cr_assert(noted, "the profile does not say its span is not the window asked for");
 	profile_free(p);
 	agent_session_release(&s);
