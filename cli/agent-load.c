@@ -34,9 +34,10 @@ static void looking(const struct inject_report *rep, uint64_t elapsed_ns)
 		return;
 	said = true;
 	report_note("waiting for a moment when a thread may load the agent (%u %s in %.1f s, "
-		    "the last refused because %s); giving up after %d s",
+		    "the last refused because %s); giving up after %d s and %d looks, or %d s",
 		    rep->tried, plural(rep->tried, "look", "looks"), (double)elapsed_ns / 1e9,
-		    rep->why[0] ? rep->why : "?", AGENT_SESSION_PICK_TIMEOUT_MS / 1000);
+		    rep->why[0] ? rep->why : "?", AGENT_SESSION_PICK_TIMEOUT_MS / 1000,
+		    INJECT_MIN_LOOKS, AGENT_SESSION_PICK_TIMEOUT_MS * INJECT_PICK_CAP / 1000);
 }
 
 static struct agent_session_opts session_opts(const char *agent)

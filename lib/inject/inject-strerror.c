@@ -60,7 +60,7 @@ void inject_strerror(int err, pid_t pid, const char *comm, const struct inject_o
 			 "another process (pid %d: %s) kept stopping threads of pid %d (%s) for %u s\n"
 			 "hint: try again when it is done",
 			 rep->holder.pid, or_unknown(rep->holder.command), pid, comm,
-			 (o->pick_timeout_ms + o->call_timeout_ms) / 1000);
+			 inject_claim_wait_ms(o) / 1000);
 		break;
 	case -ENOENT:
 		snprintf(buf, size,
@@ -72,10 +72,10 @@ void inject_strerror(int err, pid_t pid, const char *comm, const struct inject_o
 		break;
 	case -EAGAIN:
 		snprintf(buf, size,
-			 "no thread of pid %d (%s) was safe to load the agent within %u s: %u %s, "
+			 "no thread of pid %d (%s) was safe to load the agent within %.1f s: %u %s, "
 			 "the last refused because %s\n"
 			 "hint: the target was left as it was; try again in a moment",
-			 pid, comm, o->pick_timeout_ms / 1000, rep->tried,
+			 pid, comm, (double)rep->looked_ns / 1e9, rep->tried,
 			 plural(rep->tried, "look", "looks"), or_unknown(rep->why));
 		break;
 	case -ETIMEDOUT:

@@ -163,11 +163,13 @@ static void *tracer_main(void *arg)
 	struct call *c = arg;
 	uint64_t start = now_monotonic_ns();
 	uint64_t deadline = start + (uint64_t)c->o->pick_timeout_ms * 1000000ULL;
+	uint64_t cap = start + (uint64_t)c->o->pick_timeout_ms * 1000000ULL * INJECT_PICK_CAP;
 	unsigned seed = (unsigned)now_monotonic_ns();
-	uint64_t held_ns = 0;
+	uint64_t held_ns = 0, now;
 
 	c->result = -EAGAIN;
-	while (now_monotonic_ns() < deadline) {
+	while ((now = now_monotonic_ns()) < cap &&
+	       (now < deadline || c->rep->tried < INJECT_MIN_LOOKS)) {
 		uint64_t nap_ns;
 		struct timespec nap;
 		pid_t *tids;
@@ -367,15 +369,17 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 		goto out_free;
 	/* From the page's or the block's first look to the results read, no
 	 * other cprof stops a thread of this target or writes either. */
-	r = target_claim_take(&claim, pid, TARGET_CLAIM_PTRACE,
-			      o->pick_timeout_ms + o->call_timeout_ms, &o->cancel, &rep->holder);
+	r = target_claim_take(&claim, pid, TARGET_CLAIM_PTRACE, inject_claim_wait_ms(o), &o->cancel,
+			      &rep->holder);
 	if (r < 0 && !target_claim_unavailable(r)) {
 		r = r == -EBUSY ? -EUSERS : r;
 		goto out_unplace;
 	}
 	inject_find_old_page(&c);
 	inject_warm_up(o);
+	launched = now_monotonic_ns();
 	r = run_tracer(&c, tracer_main);
+	rep->looked_ns = now_monotonic_ns() - launched;
 	launched = r == 0 ? now_monotonic_ns() : 0;
 	if (r == 0) {
 		rep->tid = c.tid;

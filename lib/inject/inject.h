@@ -48,7 +48,7 @@ struct inject_opts {
 	 * agent is resident. */
 	const char *function;
 	const char *string;
-	unsigned pick_timeout_ms; /* looking for a safe thread */
+	unsigned pick_timeout_ms; /* looking for a safe thread (INJECT_MIN_LOOKS) */
 	unsigned call_timeout_ms; /* waiting for the call to finish */
 	/* Asked between looks while no thread is stopped: true gives up with
 	 * -ECANCELED, the target as it was. Once the call is launched it runs
@@ -64,12 +64,30 @@ struct inject_opts {
 	struct unwinder *unw;
 };
 
+/*
+ * The search for a safe thread lasts pick_timeout_ms, and goes on while it
+ * has made fewer than INJECT_MIN_LOOKS looks, up to INJECT_PICK_CAP times
+ * pick_timeout_ms: the odds of a safe moment are per look (a loop inside
+ * malloc nearly all the time), and on a saturated host each look waits
+ * for its thread to be given a CPU.
+ */
+#define INJECT_MIN_LOOKS 300
+#define INJECT_PICK_CAP 3
+
+/* How long another cprof may hold a target's threads (its claim): the
+ * longest search and the call. */
+static inline unsigned inject_claim_wait_ms(const struct inject_opts *o)
+{
+	return o->pick_timeout_ms * INJECT_PICK_CAP + o->call_timeout_ms;
+}
+
 struct inject_report {
 	pid_t tid;               /* the thread that made the call, 0 if none */
 	uint64_t stopped_ns;     /* how long it was stopped by cprof */
 	uint64_t call_ns;        /* from its release to the results */
 	unsigned tried;          /* threads looked at */
 	unsigned refused;        /* of which found unsafe */
+	uint64_t looked_ns;      /* how long the search for a thread lasted */
 	int left_pages;          /* 1: the first load's pages could not be unmapped (the next session does) */
 	int resident;            /* 1: the agent was loaded and warm: attach called alone */
 	char why[160];           /* why the last thread was refused (or was late to stop, while none was refused) */
@@ -88,9 +106,10 @@ struct inject_report {
  *   -EPERM      not allowed to ptrace it
  *   -EBUSY      already traced by another process
  *   -EUSERS     another cprof kept stopping its threads (its ptrace claim,
- *               @rep->holder) for pick_timeout_ms + call_timeout_ms
+ *               @rep->holder) for inject_claim_wait_ms()
  *   -ENOENT     no libc.so with dlopen in it (a static binary)
- *   -EAGAIN     no safe thread within pick_timeout_ms (@rep->why says why)
+ *   -EAGAIN     no safe thread within pick_timeout_ms (INJECT_MIN_LOOKS;
+ *               @rep->why says why)
  *   -ETIMEDOUT  the call did not finish in call_timeout_ms (it goes on)
  *   -ENOEXEC    dlopen failed (@rep->dlerror)
  *   -EXDEV      the target sees another file at the agent's path and no copy
