@@ -47,6 +47,19 @@ static struct agent_session_opts heap_opts(uint64_t rate)
 	};
 }
 
+/* A session opened on a target allocating on one thread; its pid. */
+static pid_t open_on_allocator(struct agent_session *s, const struct agent_session_opts *o)
+{
+	pid_t pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc",
+			     "1");
+	int r;
+
+	cr_assert_eq(agent_session_prepare(s, pid, NULL), 0);
+	r = agent_session_open(s, o);
+	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s->failed, s->rep.why);
+	return pid;
+}
+
 struct counts {
 	uint64_t allocs, frees, progress_calls, last_elapsed_ns;
 };
@@ -86,13 +99,9 @@ Test(session, window_collects_and_detaches)
 	struct agent_session s;
 	struct window_result w;
 	pid_t pid;
-	int r;
 
 	skip_without_ptrace();
-	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
-	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
-	r = agent_session_open(&s, &o);
-	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s.failed, s.rep.why);
+	pid = open_on_allocator(&s, &o);
 	cr_assert_not_null(s.ch);
 	cr_assert_gt(s.rep.tid, 0, "no thread made the call");
 	cr_assert_eq(agent_window_run(s.ch, pid, &wo, &h, &w), 0);
@@ -133,13 +142,9 @@ Test(session, window_is_the_span_the_agent_sampled)
 	uint64_t rt_open;
 	bool noted = false;
 	pid_t pid;
-	int r;
 
 	skip_without_ptrace();
-	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
-	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
-	r = agent_session_open(&s, &o);
-	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s.failed, s.rep.why);
+	pid = open_on_allocator(&s, &o);
 	rt_open = now_realtime_ns();
 	th_sleep_ms(700);
 	cr_assert_eq(agent_window_run(s.ch, pid, &wo, &h, &w), 0);
@@ -173,13 +178,9 @@ Test(session, live_mark_is_known_written_before_the_drain)
 	struct agent_session s;
 	uint64_t t0;
 	pid_t pid;
-	int r;
 
 	skip_without_ptrace();
-	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
-	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
-	r = agent_session_open(&s, &o);
-	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s.failed, s.rep.why);
+	pid = open_on_allocator(&s, &o);
 	th_sleep_ms(300);
 	cr_assert_eq(channel_live_ask(s.ch), 0);
 	t0 = th_now_ns();
@@ -211,13 +212,9 @@ Test(session, window_in_steps_ends_when_the_caller_says)
 	unsigned polls = 0;
 	uint64_t t0, t_end;
 	pid_t pid;
-	int r;
 
 	skip_without_ptrace();
-	pid = TH_SPAWN("checksum", "60", "--report", th_tmp_path("unused.report"), "--alloc", "1");
-	cr_assert_eq(agent_session_prepare(&s, pid, NULL), 0);
-	r = agent_session_open(&s, &o);
-	cr_assert_eq(r, 0, "open: %s (step %d, %s)", strerror(-r), s.failed, s.rep.why);
+	pid = open_on_allocator(&s, &o);
 	agent_window_begin(&w, s.ch, pid, &wo, &h);
 	t0 = th_now_ns();
 	while (th_now_ns() - t0 < 800000000ULL) {
