@@ -371,7 +371,7 @@ static void find_allocator_objects(void)
 		hooks_allocator_marks[i + 1] = (uintptr_t)dlsym(RTLD_DEFAULT, own[i]);
 }
 
-int hooks_resolve(void)
+static int hooks_resolve_all(void)
 {
 	for (size_t i = 0; i < agent_nr_hooks; i++) {
 		if (*agent_hooks[i].real)
@@ -386,6 +386,25 @@ int hooks_resolve(void)
 	find_allocator_objects();
 	hooks_api_resolve();
 	return locks_resolve();
+}
+
+/*
+ * Once, at the first attach: a dlsym that finds nothing allocates its
+ * error (glibc's _dl_exception_create_format), and a later attach may run
+ * on a thread stopped inside malloc (inject/agent-path.c,
+ * inject_warm_agent()): there it waited for the arena lock its own thread
+ * held, with the agent's lock taken, and every later attach waited on that.
+ */
+int hooks_resolve(void)
+{
+	static bool resolved;
+	static int result;
+
+	if (resolved)
+		return result;
+	result = hooks_resolve_all();
+	resolved = true;
+	return result;
 }
 
 static const struct hook_entry *find_in(const struct hook_entry *t, size_t n, const char *name,
