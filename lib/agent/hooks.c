@@ -389,22 +389,24 @@ static int hooks_resolve_all(void)
 }
 
 /*
- * Once, at the first attach: a dlsym that finds nothing allocates its
- * error (glibc's _dl_exception_create_format), and a later attach may run
- * on a thread stopped inside malloc (inject/agent-path.c,
- * inject_warm_agent()): there it waited for the arena lock its own thread
- * held, with the agent's lock taken, and every later attach waited on that.
+ * Once, at the first attach that gets this far: a dlsym that finds nothing
+ * allocates its error (glibc's _dl_exception_create_format), and once an
+ * attach has succeeded the next may run on a thread stopped inside malloc
+ * (inject/agent-path.c, inject_warm_agent()): there it waited for the
+ * arena lock its own thread held, with the agent's lock taken, and every
+ * later attach waited on that. One that failed leaves the agent cold, and
+ * the next attach, judged as a first load, tries again.
  */
 int hooks_resolve(void)
 {
 	static bool resolved;
-	static int result;
+	int r;
 
 	if (resolved)
-		return result;
-	result = hooks_resolve_all();
-	resolved = true;
-	return result;
+		return 0;
+	r = hooks_resolve_all();
+	resolved = r == 0;
+	return r;
 }
 
 static const struct hook_entry *find_in(const struct hook_entry *t, size_t n, const char *name,

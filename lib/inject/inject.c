@@ -332,7 +332,7 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 {
 	struct call c = { .pid = pid, .o = o, .rep = rep };
 	struct target_claim claim = { .fd = -1 };
-	uint64_t launched = 0;
+	uint64_t launched = 0, looking_since;
 	int r;
 
 	memset(rep, 0, sizeof(*rep));
@@ -377,9 +377,9 @@ int inject_agent(pid_t pid, const struct inject_opts *o, struct inject_report *r
 	}
 	inject_find_old_page(&c);
 	inject_warm_up(o);
-	launched = now_monotonic_ns();
+	looking_since = now_monotonic_ns();
 	r = run_tracer(&c, tracer_main);
-	rep->looked_ns = now_monotonic_ns() - launched;
+	rep->looked_ns = now_monotonic_ns() - looking_since;
 	launched = r == 0 ? now_monotonic_ns() : 0;
 	if (r == 0) {
 		rep->tid = c.tid;

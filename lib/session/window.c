@@ -94,14 +94,21 @@ static int live_wait(struct channel *ch, const struct channel_handlers *h,
 	return 0;
 }
 
-int agent_window_live(struct channel *ch, const struct channel_handlers *h,
-		      struct window_result *res, pid_t pid)
+/* A snapshot asked for unless one is pending, then live_wait(). */
+static int live_ask_wait(struct channel *ch, const struct channel_handlers *h,
+			 struct window_result *res, pid_t pid, bool written)
 {
 	if (!channel_live_pending(ch) && channel_live_ask(ch) < 0) {
 		res->live_error = -ENOTSUP;
 		return 0;
 	}
-	return live_wait(ch, h, res, pid, false);
+	return live_wait(ch, h, res, pid, written);
+}
+
+int agent_window_live(struct channel *ch, const struct channel_handlers *h,
+		      struct window_result *res, pid_t pid)
+{
+	return live_ask_wait(ch, h, res, pid, false);
 }
 
 void agent_window_begin(struct agent_window *w, struct channel *ch, pid_t pid,
@@ -210,12 +217,9 @@ int agent_window_end(struct agent_window *w)
 	/* The last snapshot asked for, else a first one; failing, the hooks
 	 * still go now, not when the watchdog gives up on us. Detaching, they
 	 * go once it is written (live_wait()). */
-	if (w->h->live && !res->target_exited) {
-		if (!channel_live_pending(w->ch) && !res->live_error && !channel_live_taken(w->ch) &&
-		    channel_live_ask(w->ch) < 0)
-			res->live_error = -ENOTSUP;
-		if (!res->live_error)
-			r = live_wait(w->ch, w->h, res, w->pid, detach);
+	if (w->h->live && !res->target_exited && !res->live_error) {
+		r = channel_live_taken(w->ch) ? live_wait(w->ch, w->h, res, w->pid, detach)
+					      : live_ask_wait(w->ch, w->h, res, w->pid, detach);
 		if (r == 0 && fault_injected("window-live"))
 			r = -EIO;
 	}
