@@ -609,3 +609,67 @@ Test(inject, a_target_that_calls_setuid_while_it_vforks_is_not_stalled)
 	cr_assert(st != -1, "the target did not exit by itself: a thread waits for glibc's lock");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "setxid ended with status 0x%x", st);
 }
+
+/* Waits up to 5 s for the only thread of @pid to be in write(2). */
+static void wait_in_write(pid_t pid)
+{
+	char path[64], line[64] = "";
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", pid);
+	for (int i = 0; i < 500; i++) {
+		FILE *f = fopen(path, "r");
+
+		if (f && fgets(line, sizeof(line), f) && !strncmp(line, "1 ", 2)) {
+			fclose(f);
+			return;
+		}
+		if (f)
+			fclose(f);
+		th_sleep_ms(10);
+	}
+	cr_assert_fail("pid %d is not in write(2) but \"%.20s\"", pid, line);
+}
+
+/*
+ * A resident agent's attach runs on any thread, one inside malloc
+ * included (inject_warm_agent()), on the premise that it then allocates
+ * nothing. Here the target's only thread waits inside malloc_stats() with
+ * the main arena's lock held, and any allocation takes that lock
+ * (tests/targets/inmalloc.c): the attach of every kind's session after the
+ * first runs there, and one allocation of it would wait forever, its own
+ * thread holding the lock. It used to: every attach asked dlsym for
+ * jemalloc's and mimalloc's functions, and a dlsym that finds nothing
+ * allocates its error.
+ */
+Test(inject, a_resident_agent_attaches_on_a_thread_holding_the_allocator)
+{
+	static const char *const kinds[] = { "heap", "mutex", "block", "threadcreate" };
+	char path[64], buf[4096], *out = NULL;
+	pid_t pid;
+	int fd;
+
+	skip_without_ptrace();
+	pid = TH_SPAWN("inmalloc", "60");
+	th_session_ok("heap", pid, "200ms", 1);
+	th_signal(pid, SIGUSR1);
+	cr_assert_eq(th_read_until(pid, "held", 5000, &out), 0, "inmalloc said: %s", out);
+	free(out);
+	wait_in_write(pid);
+	for (size_t i = 0; i < ARRAY_SIZE(kinds); i++)
+		th_session_ok(kinds[i], pid, "200ms", (int)i + 2);
+	th_assert_let_go(pid, false, "sessions on a thread inside malloc_stats()");
+	/* Read the pipe: the thread leaves malloc_stats() and allocates. */
+	snprintf(path, sizeof(path), "/proc/%d/fd/100", pid);
+	fd = open(path, O_RDONLY | O_NONBLOCK);
+	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+	for (int i = 0; i < 500 && th_read_until(pid, "done", 10, &out) != 0; i++) {
+		free(out);
+		while (read(fd, buf, sizeof(buf)) > 0)
+			;
+	}
+	close(fd);
+	cr_assert(out && strstr(out, "done"), "inmalloc did not go on after its pipe was read: %s",
+		  out ? out : "");
+	free(out);
+	th_kill(pid);
+}
