@@ -39,8 +39,10 @@ int pprof_gzip(const uint8_t *in, size_t len, uint8_t **ret_buf, size_t *ret_len
 
 	if ((!in && len) || !ret_buf || !ret_len)
 		return -EINVAL;
-	/* 15 + 16: a 32 KiB window with a gzip header and trailer, not zlib's. */
-	zr = deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+	/* 15 + 16: a 32 KiB window with a gzip header and trailer, not zlib's.
+	 * The fastest level, as Go's profiles (runtime/pprof's
+	 * newProfileBuilder: gzip.BestSpeed): cprof runs on a host in trouble. */
+	zr = deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
 	if (zr != Z_OK)
 		return zr == Z_MEM_ERROR ? -ENOMEM : -EINVAL;
 	/* Enough for one pass in the usual case; grown below if not. */

@@ -77,7 +77,7 @@ bool jemalloc_prof_at_start(pid_t pid)
 
 struct dump_file {
 	int dirfd, fd;
-	char name[64];  /* in dirfd */
+	char name[sizeof("cprof-jemalloc--.heap") + 11 + 16]; /* in dirfd: a pid, a nonce */
 	char path[64];  /* as the target sees it, < TD_STR_MAX */
 };
 

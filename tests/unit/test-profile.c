@@ -94,7 +94,7 @@ Test(profile, setters_intern_and_comments_keep_order)
 	cr_assert_eq(profile_set_drop_frames(p, NULL), 0);
 	cr_expect_null(p->drop_frames);
 	for (int i = 0; i < 20; i++) {
-		char c[16];
+		char c[24];
 
 		snprintf(c, sizeof(c), "comment %d", i);
 		cr_assert_eq(profile_add_comment(p, c), 0);
