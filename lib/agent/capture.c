@@ -263,11 +263,22 @@ size_t agent_stack_limit(uint64_t rsp, size_t max, bool *ret_direct)
 	return max;
 }
 
+/*
+ * The thread's own stack, copied by the agent's own instruction: the
+ * program's memcpy may be someone else's (ASan's checks what it copies,
+ * and a stack holds its redzones: the program was stopped with a report),
+ * and the compiler calls memcpy for a copy of unknown size.
+ */
+static void copy_own_stack(void *dst, const void *src, size_t n)
+{
+	__asm__ volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+}
+
 size_t agent_capture_stack(void *dst, uint64_t rsp, size_t limit, bool direct)
 {
 	if (!direct)
 		return agent_copy_stack(dst, rsp, limit);
-	memcpy(dst, (const void *)(uintptr_t)rsp, limit);
+	copy_own_stack(dst, (const void *)(uintptr_t)rsp, limit);
 	return limit;
 }
 

@@ -8,7 +8,6 @@
  * sample carries a stack copy as before.
  */
 #include <stdint.h>
-#include <string.h>
 
 #include "agent.h"
 
@@ -27,12 +26,16 @@ static uint64_t rule_of(const struct cprof_wire_rule *t, unsigned bits, uint64_t
 	return 0;
 }
 
+/* A word of the stack, read by a load of ours, never a call of memcpy
+ * (the program's may check what it reads: capture.c, copy_own_stack()). */
+typedef uint64_t __attribute__((may_alias, aligned(1))) stack_word_t;
+
 /* The 8 bytes at @addr, if they lie in [@lo, @hi). */
 static bool stack_word(uint64_t lo, uint64_t hi, uint64_t addr, uint64_t *ret)
 {
 	if (addr < lo || addr > hi || hi - addr < 8)
 		return false;
-	memcpy(ret, (const void *)(uintptr_t)addr, 8);
+	*ret = *(const stack_word_t *)(uintptr_t)addr;
 	return true;
 }
 
