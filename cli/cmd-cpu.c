@@ -32,7 +32,7 @@ struct cpu_args {
 static void cpu_help(const void *ctx)
 {
 	(void)ctx;
-	printf("usage: cprof cpu -p PID[,PID...] [--children] [--cgroup PATH] [-d DURATION] "
+	printf("usage: cprof cpu -p PID[,PID...] [--children] [--cgroup PATH] [--unit NAME] [-d DURATION] "
 	       "[-F HZ] [-o FILE] [--mode MODE] [--kernel] [--format FORMAT] [--top N] [--json] "
 	       "[-q]\n"
 	       "\n"
@@ -191,6 +191,7 @@ static const struct run_ops cpu_ops = {
 	.verb = "sampling",
 	.open = open_profiler,
 	.open_member = open_member,
+	.whole_host = true,
 	.counts = { "sample", "samples" },
 	.summary = summary,
 };

@@ -24,7 +24,7 @@ struct threads_run {
 static void threads_help(const void *ctx)
 {
 	(void)ctx;
-	printf("usage: cprof threads -p PID[,PID...] [--children] [--cgroup PATH] "
+	printf("usage: cprof threads -p PID[,PID...] [--children] [--cgroup PATH] [--unit NAME] "
 	       "[--debug 0|1|2] [-o FILE] [--format FORMAT] [--top N] [--json] [-q]\n"
 	       "\n"
 	       "Stop every thread of process PID at the same moment, copy its registers and\n"

@@ -28,7 +28,7 @@ struct wall_args {
 static void wall_help(const void *ctx)
 {
 	(void)ctx;
-	printf("usage: cprof wall -p PID[,PID...] [--children] [--cgroup PATH] [-d DURATION] "
+	printf("usage: cprof wall -p PID[,PID...] [--children] [--cgroup PATH] [--unit NAME] [-d DURATION] "
 	       "[-F HZ] [-o FILE] [--format FORMAT] [--top N] [--json] [-q]\n"
 	       "\n"
 	       "Account for every nanosecond of every thread of process PID, on the CPU\n"
@@ -153,6 +153,7 @@ static const struct run_ops wall_ops = {
 	.verb = "sampling",
 	.open = open_profiler,
 	.open_member = open_member,
+	.whole_host = true,
 	.counts = { "tick", "ticks" },
 	.progress = progress,
 	.summary = summary,

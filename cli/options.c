@@ -29,7 +29,8 @@ int option_pid(const char *cmd, const char *arg, pid_t *ret)
 	return 0;
 }
 
-/* The commands that take a set of processes (-p LIST, --children, --cgroup). */
+/* The commands that take a set of processes (-p LIST, --children, --cgroup,
+ * --unit). */
 static bool takes_set(const char *cmd)
 {
 	return !strcmp(cmd, "cpu") || !strcmp(cmd, "wall") || !strcmp(cmd, "threads");
@@ -60,7 +61,7 @@ static int option_pids(const char *cmd, const char *arg, struct common_opts *o)
 
 bool options_set_given(const struct common_opts *o)
 {
-	return o->npids > 1 || o->children || o->cgroup;
+	return o->npids > 1 || o->children || o->cgroup || o->unit;
 }
 
 void option_deprecated(const char *cmd, const char *old, const char *now)
@@ -123,6 +124,9 @@ int option_common(const char *cmd, int c, char **argv, struct common_opts *o)
 	case OPT_CGROUP:
 		o->cgroup = optarg;
 		return 0;
+	case OPT_UNIT:
+		o->unit = optarg;
+		return 0;
 	case 'o':
 		o->output = optarg;
 		return 0;
@@ -169,14 +173,17 @@ int option_finish(const char *cmd, int argc, char **argv, const struct common_op
 	if (optind < argc)
 		return report_usage(cmd, "unexpected argument '%s'", argv[optind]);
 	if (options_set_given(o) && !takes_set(cmd))
-		return report_usage_hint(cmd, "a list of pids, --children and --cgroup are cpu's, "
-					      "wall's and threads' so far",
+		return report_usage_hint(cmd, "a list of pids, --children, --cgroup and --unit are "
+					      "cpu's, wall's and threads' so far",
 					 "%s looks at one process", cmd);
-	if (o->cgroup && o->have_pid)
-		return report_usage(cmd, "--cgroup is a set of its own: give it or -p, not both");
+	if (o->cgroup && o->unit)
+		return report_usage(cmd, "--cgroup and --unit are each a set: give one");
+	if ((o->cgroup || o->unit) && o->have_pid)
+		return report_usage(cmd, "%s is a set of its own: give it or -p, not both",
+				    o->cgroup ? "--cgroup" : "--unit");
 	if (o->children && !o->have_pid)
 		return report_usage(cmd, "--children needs -p: whose children");
-	if (!o->have_pid && !o->cgroup)
+	if (!o->have_pid && !o->cgroup && !o->unit)
 		return report_usage(cmd, "missing -p PID: which process to look at");
 	return 0;
 }
@@ -190,6 +197,7 @@ static const struct option *with_common_options(const struct option *longopts)
 		{ "help", no_argument, NULL, 'h' },
 		{ "children", no_argument, NULL, OPT_CHILDREN },
 		{ "cgroup", required_argument, NULL, OPT_CGROUP },
+		{ "unit", required_argument, NULL, OPT_UNIT },
 		{ "format", required_argument, NULL, OPT_FORMAT },
 		{ "top", required_argument, NULL, OPT_TOP },
 		{ "json", no_argument, NULL, OPT_JSON },

@@ -23,11 +23,12 @@ struct common_opts {
 	pid_t pid;   /* -p's first */
 	bool have_pid;
 	/* A set of processes (cpu, wall, threads): -p's list, --children,
-	 * --cgroup; see options_set_given(). */
+	 * --cgroup, --unit; see options_set_given(). */
 	pid_t *pids; /* -p's, in its order (for the command's life) */
 	size_t npids;
 	bool children;
 	const char *cgroup;
+	const char *unit;   /* --unit: a systemd unit's cgroup */
 	const char *output; /* -o; after option_output(): where to write, "-" is stdout */
 	bool quiet;
 	bool help;
@@ -40,7 +41,7 @@ struct common_opts {
 };
 
 /* getopt values of the output options (outside the range of characters). */
-enum { OPT_FORMAT = 0x1000, OPT_TOP, OPT_JSON, OPT_CHILDREN, OPT_CGROUP };
+enum { OPT_FORMAT = 0x1000, OPT_TOP, OPT_JSON, OPT_CHILDREN, OPT_CGROUP, OPT_UNIT };
 
 /* The help lines of the output options, for each command's --help. */
 #define OPTIONS_OUTPUT_HELP                                                                       \
@@ -54,16 +55,18 @@ enum { OPT_FORMAT = 0x1000, OPT_TOP, OPT_JSON, OPT_CHILDREN, OPT_CGROUP };
 	"                           pause_ns, top 5, ...; on failure command, exit, error\n"    \
 	"                           and hint\n"
 
-/* The help lines of -p's list, --children and --cgroup: a set of processes
- * for the commands to @verb. */
+/* The help lines of -p's list, --children, --cgroup and --unit: a set of
+ * processes for the commands to @verb. */
 #define OPTIONS_SET_HELP(verb)                                                                    \
 	"  -p, --pid PID[,PID...]   process(es) to " verb ": one, or a list separated by\n"       \
 	"                           commas or spaces (-p \"$(pidof nginx)\")\n"                 \
 	"      --children           the processes given and their descendants\n"               \
 	"      --cgroup PATH        every process of a cgroup and those below it (its\n"       \
 	"                           directory, or the path /proc/PID/cgroup shows),\n"        \
-	"                           instead of -p; a set's samples are labelled\n"            \
-	"                           process_id and process_name"
+	"                           instead of -p\n"                                           \
+	"      --unit NAME          every process of a systemd unit (its cgroup), instead\n"  \
+	"                           of -p; a set's samples are labelled process_id and\n"     \
+	"                           process_name"
 
 /* The exit codes, the last lines of each command's --help (cprof(1)). */
 #define OPTIONS_EXIT_HELP                                                                         \

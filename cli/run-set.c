@@ -1,6 +1,6 @@
 /*
- * A command over a set of processes (-p LIST, --children, --cgroup): the
- * set listed and checked, a profiler a process run as one
+ * A command over a set of processes (-p LIST, --children, --cgroup,
+ * --unit): the set listed and checked, a profiler a process run as one
  * (profiler_new_set()), and a summary line a process.
  */
 #include "run.h"
@@ -17,6 +17,7 @@
 #include "preflight.h"
 #include "report.h"
 #include "target/set.h"
+#include "target/unit.h"
 #include "util/util.h"
 
 /* Whether @t is a process of cprof's own: this one, or another cprof
@@ -91,6 +92,43 @@ static bool keep(const struct run_ops *ops, pid_t pid, bool named, unsigned *lef
 	return false;
 }
 
+/* systemctl is asked once, at the start; it answers in milliseconds, and
+ * waits for systemd's bus at worst. */
+#define UNIT_TIMEOUT_MS 10000
+
+/* --unit's cgroup, as systemd names it, into @path; an exit code. */
+static int unit_cgroup(const char *unit, char *path, size_t size)
+{
+	char why[256];
+	int r = target_unit_cgroup(unit, UNIT_TIMEOUT_MS, path, size, why, sizeof(why));
+
+	switch (r) {
+	case 0:
+		return 0;
+	case -EHOSTDOWN:
+	case -ENOENT:
+		report_error("cannot find unit '%s': %s", unit,
+			     r == -ENOENT ? "there is no systemctl to ask"
+					  : "systemd is not running on this machine (no /run/systemd/system)");
+		report_hint("give the service's cgroup with --cgroup PATH (/proc/PID/cgroup shows a "
+			    "process's), or its pids with -p");
+		break;
+	case -ESRCH:
+		report_error("unit '%s' has no processes: systemd knows no unit of that name, or it "
+			     "is not running", unit);
+		report_hint("see 'systemctl status %s' and 'systemctl list-units'", unit);
+		break;
+	case -EIO:
+		report_error("cannot find unit '%s': systemctl says: %s", unit,
+			     why[0] ? why : "(nothing)");
+		break;
+	default:
+		report_error("cannot find unit '%s': systemctl: %s", unit, strerror(-r));
+		break;
+	}
+	return EXIT_TARGET;
+}
+
 /* How the set is listed, kept for the window: processes join it. */
 struct run_set {
 	struct target_set_spec spec;
@@ -124,6 +162,8 @@ int run_prepare_set(const struct run_ops *ops, struct run *run, struct common_op
 		.npids = !o->have_pid ? 0 : o->pids ? o->npids : 1,
 		.children = o->children,
 	};
+	const char *cgroup = o->cgroup;
+	char unit_path[PATH_MAX];
 	pid_t *pids = NULL;
 	size_t n = 0, kept = 0;
 	unsigned left_out = 0;
@@ -134,14 +174,32 @@ int run_prepare_set(const struct run_ops *ops, struct run *run, struct common_op
 		return EXIT_FAIL;
 	}
 	run->set_spec = set;
-	if (o->cgroup) {
-		r = target_cgroup_dir(o->cgroup, set->cgroup, sizeof(set->cgroup));
+	if (o->unit) {
+		r = unit_cgroup(o->unit, unit_path, sizeof(unit_path));
+		if (r)
+			return r;
+		cgroup = unit_path;
+	}
+	if (cgroup) {
+		r = target_cgroup_dir(cgroup, set->cgroup, sizeof(set->cgroup));
+		if (r < 0 && o->unit) {
+			report_error("cannot find unit '%s''s cgroup '%s': %s", o->unit, cgroup,
+				     strerror(-r));
+			return EXIT_TARGET;
+		}
 		if (r < 0) {
-			report_error("cannot find cgroup '%s': %s", o->cgroup, strerror(-r));
+			report_error("cannot find cgroup '%s': %s", cgroup, strerror(-r));
 			report_hint("give a directory under the cgroup mount, or the path "
 				    "/proc/PID/cgroup shows");
 			return EXIT_TARGET;
 		}
+		if (!ops->whole_host && target_cgroup_is_root(set->cgroup))
+			return report_usage_hint(ops->command, "give a cgroup under it, or use cpu or "
+							       "wall, which read the kernel's counts",
+						 "%s %s is the whole machine (%s): %s would stop "
+						 "every process on it",
+						 o->unit ? "--unit" : "--cgroup",
+						 o->unit ? o->unit : cgroup, set->cgroup, ops->command);
 		spec.cgroup = set->cgroup;
 	}
 	/* -p's pids are the command's for its life. */
@@ -159,8 +217,9 @@ int run_prepare_set(const struct run_ops *ops, struct run *run, struct common_op
 			pids[kept++] = pids[i];
 	if (!kept) {
 		free(pids);
-		report_error("no process to profile: %s", o->cgroup ? "the cgroup has none cprof can"
-							 : "none of those given can be");
+		report_error("no process to profile: %s",
+			     o->unit ? "the unit has none cprof can" :
+			     o->cgroup ? "the cgroup has none cprof can" : "none of those given can be");
 		return EXIT_TARGET;
 	}
 	run->set = pids;

@@ -61,6 +61,11 @@ struct run_ops {
 	 * set (options_set_given()) where it has this. */
 	int (*open_member)(void *c, const struct run *run, pid_t pid, struct profiler **ret,
 			   char *err, size_t errlen);
+	/* Whether the set may be every process of the machine (a cgroup
+	 * hierarchy's root, `--cgroup /`): commands that read the kernel's
+	 * counts of each thread; one that stops or loads into every process
+	 * refuses it. */
+	bool whole_host;
 	/* What the progress line counts, singular and plural ("sample",
 	 * "samples"): profiler_count() of the command's profiler. */
 	const char *counts[2];

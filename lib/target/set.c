@@ -84,6 +84,20 @@ static bool is_cgroup(const char *dir)
 	       access(procs, F_OK) == 0;
 }
 
+bool target_cgroup_is_root(const char *dir)
+{
+	char parent[PATH_MAX];
+	char *slash;
+
+	if (snprintf(parent, sizeof(parent), "%s", dir) >= (int)sizeof(parent))
+		return false;
+	slash = strrchr(parent, '/');
+	if (!slash || slash == parent)
+		return true;
+	*slash = '\0';
+	return !is_cgroup(parent);
+}
+
 /* @path under the mount point of mountinfo @line when it is a cgroup
  * filesystem of type @type ("cgroup2", "cgroup"). */
 static bool under_mount(const char *line, const char *type, const char *path, char *buf,

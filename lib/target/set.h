@@ -35,6 +35,10 @@ int target_pids_parse(const char *arg, pid_t **ret, size_t *ret_n, char *why, si
  */
 int target_cgroup_dir(const char *path, char *buf, size_t size);
 
+/* Whether cgroup directory @dir is its hierarchy's root (its parent is no
+ * cgroup): every process of the machine. */
+bool target_cgroup_is_root(const char *dir);
+
 /* The live processes of @spec now, ascending, each once, into *@ret
  * (malloc'd; none is 0 of them). -errno on a read that failed. */
 int target_set_list(const struct target_set_spec *spec, pid_t **ret, size_t *ret_n);

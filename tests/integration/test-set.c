@@ -1,8 +1,8 @@
 /*
- * A command over a set of processes (-p LIST, --children, --cgroup): one
- * profile in which each sample says its process, a process that cannot be
- * profiled named and the others written (exit 5), the refusals of a set
- * where a command takes one process.
+ * A command over a set of processes (-p LIST, --children, --cgroup,
+ * --unit): one profile in which each sample says its process, a process
+ * that cannot be profiled named and the others written (exit 5), the
+ * refusals of a set where a command takes one process.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -246,6 +246,11 @@ Test(set, a_set_where_one_process_is_taken_is_refused)
 	cr_expect_eq(r.exit_code, 2, "a cgroup that is not: exit %d: %s", r.exit_code, r.err);
 	cr_expect(strstr(r.err, "/no-such-cgroup-of-cprof"), "%s", r.err);
 	th_run_release(&r);
+	/* The whole machine is cpu's and wall's, never a stop of every process. */
+	TH_CPROF(&r, 30000, "threads", "--cgroup", "/");
+	cr_expect_eq(r.exit_code, 64, "threads --cgroup /: exit %d: %s", r.exit_code, r.err);
+	cr_expect(strstr(r.err, "whole machine"), "%s", r.err);
+	th_run_release(&r);
 	th_kill(a);
 }
 
@@ -301,4 +306,78 @@ Test(set, cpu_over_a_cgroup)
 	cr_expect_gt(ns[0], 0, "no samples of the cgroup's process");
 	profile_free(p);
 	th_run_release(&r);
+}
+
+/*
+ * --unit asks systemctl for the unit's cgroup. This machine has no systemd
+ * running (nor a bus for a systemctl of its own): where there is none cprof
+ * refuses and names --cgroup. The rest runs where systemd seems to: in a
+ * mount namespace of its own with /run/systemd/system (sd_booted(3)'s
+ * test), and first in PATH a systemctl that answers `show -p ControlGroup
+ * --value` as systemd's does, with a cgroup of our making for its unit and
+ * nothing for any other.
+ */
+Test(set, threads_over_a_systemd_unit)
+{
+	pid_t a = TH_SPAWN("busy", "1", "30");
+	const char *bin = th_tmp_dir("unit-bin");
+	char dir[512], why[600], script[1024], fake[600], cmd[2400], no_ns[300] = "", *cg;
+	struct th_run r;
+	FILE *f;
+
+	TH_CPROF(&r, 30000, "threads", "--unit", "cprof-test.service");
+	cr_expect_eq(r.exit_code, 2, "exit %d: %s", r.exit_code, r.err);
+	if (access("/run/systemd/system", F_OK) < 0)
+		cr_expect(strstr(r.err, "systemd is not running") && strstr(r.err, "--cgroup"), "%s",
+			  r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 30000, "threads", "--unit", "x.service", "-p", th_pid_str(a));
+	cr_expect_eq(r.exit_code, 64, "--unit and -p: exit %d: %s", r.exit_code, r.err);
+	th_run_release(&r);
+	TH_CPROF(&r, 30000, "heap", "--unit", "x.service", "-d", "1s");
+	cr_expect_eq(r.exit_code, 64, "heap --unit: exit %d: %s", r.exit_code, r.err);
+	th_run_release(&r);
+
+	if (!make_cgroup(a, dir, sizeof(dir), why, sizeof(why))) {
+		th_kill(a);
+		cr_skip_test("%s", why);
+	}
+	/* systemd names a cgroup by its path under the hierarchy's root. */
+	cr_assert_eq(target_cgroup_dir("/", fake, sizeof(fake)), 0);
+	cg = dir + strlen(fake);
+	snprintf(fake, sizeof(fake), "%s/systemctl", bin);
+	snprintf(script, sizeof(script),
+		 "#!/bin/sh\n"
+		 "[ \"$*\" = 'show --no-pager -p ControlGroup --value -- cprof-test.service' ] &&\n"
+		 "\techo '%s' && exit 0\n"
+		 "echo\n", cg);
+	f = fopen(fake, "w");
+	cr_assert(f && fputs(script, f) >= 0 && fclose(f) == 0);
+	cr_assert_eq(chmod(fake, 0755), 0);
+	for (int known = 1; known >= 0 && !no_ns[0]; known--) {
+		snprintf(cmd, sizeof(cmd),
+			 "mount -t tmpfs cprof-test /run && mkdir -p /run/systemd/system && "
+			 "PATH='%s':\"$PATH\" exec '%s' threads --unit %s --debug 1",
+			 bin, CPROF_BIN, known ? "cprof-test.service" : "other.service");
+		th_run_cmd_ex(&r, 30000, 0, 0,
+			      (const char *const[]){ "/usr/bin/unshare", "-m", "/bin/sh", "-c", cmd,
+						     NULL });
+		if (r.exit_code != 0 && strstr(r.err, "unshare:"))
+			snprintf(no_ns, sizeof(no_ns), "%s", r.err);
+		else if (known) {
+			cr_expect_eq(r.exit_code, 0, "exit %d: %s", r.exit_code, r.err);
+			cr_expect(strstr(r.out, th_pid_str(a)), "no pid %d in:\n%s", (int)a, r.out);
+		} else {
+			cr_expect_eq(r.exit_code, 2, "an unknown unit: exit %d: %s", r.exit_code,
+				     r.err);
+			cr_expect(strstr(r.err, "has no processes"), "%s", r.err);
+		}
+		th_run_release(&r);
+	}
+	th_kill(a);
+	for (int i = 0; i < 200 && target_alive(a); i++)
+		usleep(10000);
+	cr_expect_eq(rmdir(dir), 0, "%s: %s", dir, strerror(errno));
+	if (no_ns[0])
+		cr_skip_test("no mount namespace of our own: %s", no_ns);
 }
