@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "symbolize/debug-cache.h"
 #include "symbolize/symbolize-private.h"
 #include "target/target.h"
 #include "unwind/unwind.h"
@@ -347,7 +348,7 @@ static int setup_callbacks(struct symbolizer *s)
 		.find_elf = find_elf_in_root,
 		/* A debuglink under the container's /usr/lib/debug/PATH is found
 		 * too: libdw tries each tail of the file's directory in turn. */
-		.find_debuginfo = dwfl_standard_find_debuginfo,
+		.find_debuginfo = debug_cache_find_debuginfo,
 		.debuginfo_path = &s->debuginfo_path,
 	};
 	return 0;

@@ -690,3 +690,76 @@ Test(symbolize, perf_map_names_generated_code)
 	unlink(path);
 	munmap(jit, 4096);
 }
+
+/* Every frame of the symbols of libc's functions @names, as text. */
+static char *libc_symbols(const char *const *names, size_t n)
+{
+	struct symbolizer *s;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	cr_assert_not_null(f);
+	cr_assert_eq(symbolizer_new(&s, getpid()), 0);
+	for (size_t i = 0; i < n; i++)
+		for (uint64_t off = 0; off < 64; off += 16) {
+			struct symbol_info si;
+
+			cr_assert_eq(symbolizer_lookup(s, libc_function(names[i]) + off, &si), 0);
+			for (size_t k = 0; k < si.nframes; k++)
+				fprintf(f, "%s+%" PRIu64 " %s %s:%d\n", names[i], off,
+					si.frames[k].function, si.frames[k].file ? si.frames[k].file : "",
+					si.frames[k].line);
+		}
+	symbolizer_unref(s);
+	fclose(f);
+	return text;
+}
+
+/*
+ * libc6-dbg's sections are compressed: libdw inflates them all at every
+ * open. The uncompressed copy (debug-cache.h) made by one symbolizer is
+ * read by the next, and gives every frame of libc the same function, file
+ * and line as the compressed file; a copy that is not whole is made again.
+ */
+Test(symbolize, a_compressed_debug_file_reads_the_same_from_its_copy)
+{
+	static const char *const names[] = { "qsort", "malloc", "printf", "pthread_create",
+					     "nanosleep", "strtod", "regcomp", "fopen" };
+	const char *dir = th_tmp_dir("debug-cache");
+	char copy[PATH_MAX];
+	struct symbol_info si;
+	char *plain, *made, *read, *remade;
+	struct stat st;
+	off_t size;
+
+	cr_assert_eq(symbolizer_lookup(sym, libc_function("qsort"), &si), 0);
+	if (!si.module->has_lines)
+		TH_SKIP_MISSING("libc without debug info: apt-get install libc6-dbg");
+	snprintf(copy, sizeof(copy), "%s/debug/%s.debug", dir, si.module->build_id);
+	unlink(copy);
+	cr_assert_eq(setenv("CPROF_CACHE_DIR", "off", 1), 0);
+	plain = libc_symbols(names, ARRAY_SIZE(names));
+	cr_assert_eq(setenv("CPROF_CACHE_DIR", dir, 1), 0);
+	made = libc_symbols(names, ARRAY_SIZE(names));
+	if (stat(copy, &st) < 0) {
+		unsetenv("CPROF_CACHE_DIR");
+		cr_skip_test("libc's debug file is not compressed: nothing to copy");
+	}
+	size = st.st_size;
+	read = libc_symbols(names, ARRAY_SIZE(names));
+	cr_assert_eq(truncate(copy, size / 2), 0);
+	remade = libc_symbols(names, ARRAY_SIZE(names));
+	unsetenv("CPROF_CACHE_DIR");
+	cr_expect_str_eq(made, plain);
+	cr_expect_str_eq(read, plain);
+	cr_expect_str_eq(remade, plain);
+	cr_assert_eq(stat(copy, &st), 0);
+	cr_expect_eq(st.st_size, size, "the copy cut short was not made again");
+	cr_log_info("libc's frames, %zu bytes of text, alike from the compressed file and its "
+		    "copy (%lld bytes)", strlen(plain), (long long)size);
+	free(plain);
+	free(made);
+	free(read);
+	free(remade);
+}
