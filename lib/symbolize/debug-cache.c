@@ -63,10 +63,10 @@ static int make_dirs(char *dir)
 	return mkdir(dir, mode) < 0 && errno != EEXIST ? -errno : 0;
 }
 
-/* The cache's directory into @buf, made if missing; -ENOENT: no cache. A
- * directory another user may write to is not used: its copies would be
- * theirs. */
-static int cache_dir(char *buf, size_t size)
+/* The cache's directory into @buf, made if missing when @make; -ENOENT:
+ * no cache. A directory another user may write to is not used: its copies
+ * would be theirs. */
+static int cache_dir(char *buf, size_t size, bool make)
 {
 	const char *env = getenv("CPROF_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
 		   *home = getenv("HOME");
@@ -87,7 +87,7 @@ static int cache_dir(char *buf, size_t size)
 		return -ENOENT;
 	if (n < 0 || (size_t)n >= size || buf[0] != '/')
 		return -ENOENT;
-	r = make_dirs(buf);
+	r = make ? make_dirs(buf) : 0;
 	if (r < 0)
 		return r;
 	if (stat(buf, &st) < 0)
@@ -164,7 +164,7 @@ static int copy_file(int from, int to)
 /*
  * The uncompressed copy of the debug file at @from, made in @dir as @path
  * (written beside it, then renamed: a cprof running at the same time
- * sees the whole file or none). Its descriptor, or -errno.
+ * sees the whole file or none). 0 or -errno.
  */
 static int make_copy(int from, const char *dir, const char *path)
 {
@@ -204,7 +204,8 @@ static int make_copy(int from, const char *dir, const char *path)
 		r = -errno;
 		goto out_unlink;
 	}
-	return fd;
+	close(fd);
+	return 0;
 
 out_end:
 	elf_end(e);
@@ -214,16 +215,12 @@ out_unlink:
 	return r;
 }
 
-/* The copy's path for build id @id (@len bytes) into @path; -errno when
- * there is no cache. */
-static int copy_path(const unsigned char *id, int len, char *dir, size_t dirlen, char *path,
-		     size_t size)
+/* The path of the copy for build id @id (@len bytes) in cache directory
+ * @dir, into @path. */
+static int copy_path(const unsigned char *id, int len, const char *dir, char *path, size_t size)
 {
-	int n, r = cache_dir(dir, dirlen);
+	int n = snprintf(path, size, "%s/", dir);
 
-	if (r < 0)
-		return r;
-	n = snprintf(path, size, "%s/", dir);
 	for (int i = 0; i < len && n > 0 && (size_t)n < size; i++)
 		n += snprintf(path + n, size - (size_t)n, "%02x", id[i]);
 	if (n < 0 || (size_t)n + sizeof(".debug") > size)
@@ -232,10 +229,12 @@ static int copy_path(const unsigned char *id, int len, char *dir, size_t dirlen,
 	return 0;
 }
 
-/* The copy of debug file @name for the next run, if it is compressed. */
-static void make_copy_of(const char *name, const char *dir, const char *path)
+/* The copy of debug file @name of build id @id for the next run, if it is
+ * compressed: the cache's directory is made only then. */
+static void make_copy_of(const char *name, const unsigned char *id, int len)
 {
-	int from = open(name, O_RDONLY | O_CLOEXEC), copy = -1;
+	char dir[PATH_MAX], path[PATH_MAX + 80];
+	int from = open(name, O_RDONLY | O_CLOEXEC);
 	Elf *e;
 	bool gnu, packed;
 
@@ -244,10 +243,9 @@ static void make_copy_of(const char *name, const char *dir, const char *path)
 	e = elf_begin(from, ELF_C_READ_MMAP, NULL);
 	packed = e && compressed(e, &gnu);
 	elf_end(e);
-	if (packed && !gnu)
-		copy = make_copy(from, dir, path);
-	if (copy >= 0)
-		close(copy);
+	if (packed && !gnu && cache_dir(dir, sizeof(dir), true) == 0 &&
+	    copy_path(id, len, dir, path, sizeof(path)) == 0)
+		make_copy(from, dir, path);
 	close(from);
 }
 
@@ -265,12 +263,14 @@ int debug_cache_find_debuginfo(Dwfl_Module *mod, void **userdata, const char *mo
 	const unsigned char *id;
 	GElf_Addr vaddr;
 	int len, fd;
-	bool cache;
 
 	len = dwfl_module_build_id(mod, &id, &vaddr);
-	cache = len > 0 && len <= 64 &&
-		copy_path(id, len, dir, sizeof(dir), path, sizeof(path)) == 0;
-	if (cache) {
+	if (len <= 0 || len > 64)
+		return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name,
+						    debuglink_file, debuglink_crc,
+						    debuginfo_file_name);
+	if (cache_dir(dir, sizeof(dir), false) == 0 &&
+	    copy_path(id, len, dir, path, sizeof(path)) == 0) {
 		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (fd >= 0 && good_copy(fd, id, len)) {
 			char *name = strdup(path);
@@ -286,7 +286,7 @@ int debug_cache_find_debuginfo(Dwfl_Module *mod, void **userdata, const char *mo
 	}
 	fd = dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file,
 					  debuglink_crc, debuginfo_file_name);
-	if (fd >= 0 && cache && *debuginfo_file_name)
-		make_copy_of(*debuginfo_file_name, dir, path);
+	if (fd >= 0 && *debuginfo_file_name)
+		make_copy_of(*debuginfo_file_name, id, len);
 	return fd;
 }
